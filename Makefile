@@ -1,0 +1,44 @@
+# Ferrule developer entry points. `make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+CARGO ?= cargo
+APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
+	libnginx-mod-http-js openssl curl wrk ca-certificates
+
+.PHONY: deps build test lint bench run fmt cluster-up cluster-down
+
+## deps: install everything the build and the tests need (idempotent).
+deps:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@# Debian enables the packaged nginx service on install; Ferrule runs its own.
+	@systemctl disable --now nginx >/dev/null 2>&1 || true
+	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup" >&2; exit 1; }
+
+build:
+	$(CARGO) build --release --bin ferrule
+
+test: deps
+	$(CARGO) test --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+bench: deps
+	$(CARGO) bench -p ferrule-model
+
+run:
+	@echo "not yet: the NGINX data path is not implemented"
+
+## cluster-up / cluster-down: a real etcd + kube-apiserver on loopback for e2e tests.
+cluster-up:
+	test/e2e/cluster.sh up
+
+cluster-down:
+	test/e2e/cluster.sh down
