@@ -1,0 +1,278 @@
+-- The in-NGINX balancer: rewrite() picks the backend (canary, affinity),
+-- balance() picks the peer, log() feeds EWMA.
+local ngx_balancer = require("ngx.balancer")
+local store = require("ferrule.store")
+local util = require("ferrule.util")
+local expr = require("ferrule.expr")
+local canary = require("ferrule.canary")
+local round_robin = require("ferrule.algorithms.round_robin")
+local ewma = require("ferrule.algorithms.ewma")
+local chash = require("ferrule.algorithms.chash")
+local sticky = require("ferrule.algorithms.sticky")
+
+local ngx = ngx
+local ngx_var = ngx.var
+local math_min = math.min
+local tonumber = tonumber
+
+local _M = {}
+
+-- per-worker state
+local backends = {} -- [name] = backend object (see build)
+local state = { gen = nil, versions = {} }
+_M.SYNC_INTERVAL = 0.05
+_M.FAILURE_PENALTY = 1.0 -- seconds of latency charged to a failed attempt
+
+local function var_get(name)
+    return ngx_var[name]
+end
+
+-- Worker-local object for one decoded backend. Algorithm instances are
+-- created lazily on first use.
+local function build(b, version)
+    local eps = {}
+    for i, e in ipairs(b.endpoints or {}) do
+        eps[i] = {
+            address = e.address,
+            port = e.port,
+            host = util.peer_host(e.address),
+            key = util.endpoint_key(e.address, e.port),
+        }
+    end
+    local obj = {
+        name = b.name,
+        version = version,
+        config = b,
+        endpoints = eps,
+        n = #eps,
+        canary = b.canary,
+        affinity = b.affinity,
+        ewma = b.load_balance == "ewma",
+    }
+    if b.upstream_hash_by then
+        obj.hash_expr = expr.parse(b.upstream_hash_by)
+    end
+    if obj.canary and obj.canary.header then
+        obj.canary_header_var = canary.header_var(obj.canary.header)
+    end
+    return obj
+end
+
+local function apply(name, b, version)
+    if b == nil then
+        backends[name] = nil
+    else
+        backends[name] = build(b, version)
+    end
+end
+
+local function sync()
+    local ok, err = pcall(store.sync, state, apply)
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: backend sync failed: ", err)
+    end
+end
+_M.sync = sync
+
+local function rr_of(b)
+    local rr = b.rr
+    if not rr then
+        rr = round_robin.new(b.endpoints)
+        b.rr = rr
+    end
+    return rr
+end
+
+local function pick(b, tried)
+    if b.hash_expr then
+        local ring = b.ring
+        if not ring then
+            ring = chash.new(b.endpoints)
+            b.ring = ring
+        end
+        return ring:pick(ngx.ctx.ferrule_hash_key or expr.eval(b.hash_expr, var_get), tried)
+    end
+    if b.ewma then
+        local e = b.ewma_alg
+        if not e then
+            e = ewma.new(b.endpoints)
+            b.ewma_alg = e
+        end
+        return e:pick(tried)
+    end
+    return rr_of(b):pick(tried)
+end
+
+function _M.get_backend(name)
+    return backends[name]
+end
+
+function _M.worker_state()
+    return state, backends
+end
+
+local function timer(premature)
+    if premature then
+        return
+    end
+    sync()
+end
+
+local function prune_timer(premature)
+    if premature then
+        return
+    end
+    ewma.prune(ngx.now(), 600)
+end
+
+function _M.init_worker()
+    math.randomseed(ngx.now() * 1000 + ngx.worker.pid())
+    sync() -- full load: the shared dict survives a reload (HUP)
+    local ok, err = ngx.timer.every(_M.SYNC_INTERVAL, timer)
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: cannot start sync timer: ", err)
+    end
+    ngx.timer.every(60, prune_timer)
+end
+
+local function unavailable(msg, name)
+    ngx.log(ngx.WARN, "ferrule: ", msg, " \"", name or "", "\", returning 503")
+    return ngx.exit(503)
+end
+
+function _M.rewrite()
+    sync() -- one shared dict get when nothing changed
+    local name = ngx_var.ferrule_backend
+    if not name or name == "" then
+        return unavailable("$ferrule_backend is empty", name)
+    end
+    local b = backends[name]
+    if not b then
+        return unavailable("unknown backend", name)
+    end
+    local c = b.canary
+    if c then
+        local cb = backends[c.backend]
+        if cb and cb.n > 0 then
+            local hv = b.canary_header_var and ngx_var[b.canary_header_var]
+            local cv = c.cookie and ngx_var["cookie_" .. c.cookie]
+            if canary.decide(c, hv, cv, math.random) then
+                b = cb
+            end
+        end
+        -- an unknown or empty canary backend falls back to the primary
+        -- (ingress-nginx behaviour)
+    end
+    if b.n == 0 then
+        return unavailable("no endpoints for backend", b.name)
+    end
+    local ctx = ngx.ctx
+    ctx.ferrule_backend = b
+
+    local aff = b.affinity
+    if aff then
+        local st = b.sticky
+        if not st then
+            st = sticky.new(b.endpoints)
+            b.sticky = st
+        end
+        local ep = st:lookup(ngx_var["cookie_" .. aff.cookie_name])
+        if not ep then
+            ep = rr_of(b):pick()
+            local cookie = st:cookie(aff, ep)
+            local existing = ngx.header["Set-Cookie"]
+            if existing == nil then
+                ngx.header["Set-Cookie"] = cookie
+            elseif type(existing) == "table" then
+                existing[#existing + 1] = cookie
+                ngx.header["Set-Cookie"] = existing
+            else
+                ngx.header["Set-Cookie"] = { existing, cookie }
+            end
+        end
+        ctx.ferrule_sticky_peer = ep
+    elseif b.hash_expr then
+        ctx.ferrule_hash_key = expr.eval(b.hash_expr, var_get)
+    end
+end
+
+function _M.balance()
+    local ctx = ngx.ctx
+    local b = ctx.ferrule_backend
+    if not b then
+        -- rewrite() did not run (misconfigured location): best effort
+        sync()
+        b = backends[ngx_var.ferrule_backend or ""]
+        if not b or b.n == 0 then
+            ngx.log(ngx.ERR, "ferrule: balance() without a usable backend; ",
+                    "is rewrite_by_lua missing?")
+            return ngx.exit(ngx.ERROR)
+        end
+        ctx.ferrule_backend = b
+    end
+
+    local ep
+    local tried = ctx.ferrule_tried
+    local failed = ngx_balancer.get_last_failure()
+    if not failed then
+        tried = {}
+        ctx.ferrule_tried = tried
+        ctx.ferrule_attempts = {}
+        local more = math_min(b.n - 1, 3)
+        if more > 0 then
+            local ok, err = ngx_balancer.set_more_tries(more)
+            if not ok then
+                ngx.log(ngx.ERR, "ferrule: set_more_tries: ", err)
+            end
+        end
+        ep = ctx.ferrule_sticky_peer or pick(b, nil)
+    else
+        ep = pick(b, tried)
+    end
+    if not ep then
+        return ngx.exit(ngx.ERROR)
+    end
+    tried[ep.key] = true
+    local attempts = ctx.ferrule_attempts
+    attempts[#attempts + 1] = ep.key
+    if b.ewma then
+        ewma.started(ep.key)
+    end
+    local ok, err = ngx_balancer.set_current_peer(ep.host, ep.port)
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: set_current_peer ", ep.key, ": ", err)
+        return ngx.exit(ngx.ERROR)
+    end
+end
+
+-- log_by_lua: feed EWMA with the observed latencies, attempt by attempt.
+function _M.log()
+    local ctx = ngx.ctx
+    local b = ctx.ferrule_backend
+    if not b or not b.ewma then
+        return
+    end
+    local attempts = ctx.ferrule_attempts
+    if not attempts then
+        return
+    end
+    local resp = util.split_upstream_list(ngx_var.upstream_response_time)
+    local conn = util.split_upstream_list(ngx_var.upstream_connect_time)
+    local now = ngx.now()
+    local last = #attempts
+    for i, key in ipairs(attempts) do
+        ewma.finished(key)
+        local rtt
+        if i < last or conn[i] == "-" then
+            -- the attempt failed (we retried) or never connected
+            rtt = _M.FAILURE_PENALTY
+        else
+            rtt = tonumber(resp[i]) or tonumber(conn[i])
+        end
+        if rtt then
+            ewma.observe(key, rtt, now)
+        end
+    end
+end
+
+return _M

@@ -1,0 +1,200 @@
+-- ssl_certificate_by_lua: serve certificates from the ferrule_certificates
+-- shared dict without a reload.
+--
+-- Shared dict layout:
+--   c:<host>   JSON {"cert": PEM, "key": PEM}; host may be "*.example.com";
+--              the default certificate uses the reserved host "#default"
+--   v:<host>   unique generation of that entry (changes on every rotation)
+--   g          generation counter;   cv  last controller "version"
+local ssl = require("ngx.ssl")
+local lrucache = require("resty.lrucache")
+local cjson = require("cjson.safe")
+
+local ngx = ngx
+local find = string.find
+local sub = string.sub
+local lower = string.lower
+
+local _M = {}
+
+_M.DICT = "ferrule_certificates"
+_M.DEFAULT = "#default"
+_M.CACHE_SIZE = 1000
+
+local cache -- per worker: host -> { v = generation, cert = cdata, key = cdata }
+
+local function dict()
+    local d = ngx.shared[_M.DICT]
+    if not d then
+        error("lua_shared_dict " .. _M.DICT .. " is not declared")
+    end
+    return d
+end
+_M.dict = dict
+
+-- "a.b.example.com" -> "*.b.example.com"; nil when there is no parent label.
+function _M.wildcard(host)
+    local dot = find(host, ".", 1, true)
+    if not dot or dot == #host then
+        return nil
+    end
+    return "*" .. sub(host, dot)
+end
+
+-- Candidate keys in lookup order: exact, wildcard (one label), default.
+function _M.candidates(server_name)
+    local out = {}
+    if server_name and server_name ~= "" then
+        local host = lower(server_name):gsub("%.$", "")
+        out[#out + 1] = host
+        local w = _M.wildcard(host)
+        if w then
+            out[#out + 1] = w
+        end
+    end
+    out[#out + 1] = _M.DEFAULT
+    return out
+end
+
+-- Returns host key and its generation, or nil.
+local function find_entry(d, server_name)
+    for _, h in ipairs(_M.candidates(server_name)) do
+        local v = d:get("v:" .. h)
+        if v then
+            return h, v
+        end
+    end
+end
+
+local function parse(pem)
+    local cert, err = ssl.parse_pem_cert(pem.cert)
+    if not cert then
+        return nil, "cert: " .. (err or "?")
+    end
+    local key, kerr = ssl.parse_pem_priv_key(pem.key)
+    if not key then
+        return nil, "key: " .. (kerr or "?")
+    end
+    return cert, key
+end
+_M.parse = parse
+
+-- Validation hook for the configuration API (PEM must parse).
+function _M.check(cert, key)
+    local c, err = parse({ cert = cert, key = key })
+    if not c then
+        return nil, err
+    end
+    return true
+end
+
+local function lookup(server_name)
+    local d = dict()
+    local host, v = find_entry(d, server_name)
+    if not host then
+        return nil
+    end
+    if not cache then
+        cache = lrucache.new(_M.CACHE_SIZE)
+    end
+    local hit = cache:get(host)
+    if hit and hit.v == v then
+        return hit
+    end
+    local s = d:get("c:" .. host)
+    if not s then
+        return nil
+    end
+    local pem, derr = cjson.decode(s)
+    if not pem then
+        return nil, "decode " .. host .. ": " .. tostring(derr)
+    end
+    local cert, key = parse(pem)
+    if not cert then
+        return nil, host .. ": " .. key
+    end
+    hit = { v = v, cert = cert, key = key, host = host }
+    cache:set(host, hit)
+    return hit
+end
+_M.lookup = lookup
+
+function _M.call()
+    local name = ssl.server_name()
+    local entry, err = lookup(name)
+    if not entry then
+        if err then
+            ngx.log(ngx.ERR, "ferrule: certificate for ", name or "(no SNI)", ": ", err)
+        end
+        return -- keep the static fallback certificate
+    end
+    local ok, cerr = ssl.clear_certs()
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: clear_certs: ", cerr)
+        return ngx.exit(ngx.ERROR)
+    end
+    ok, cerr = ssl.set_cert(entry.cert)
+    if ok then
+        ok, cerr = ssl.set_priv_key(entry.key)
+    end
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: set certificate ", entry.host, ": ", cerr)
+        return ngx.exit(ngx.ERROR)
+    end
+end
+
+-- Writer used by the configuration API (payload already validated).
+function _M.write(payload)
+    local d = dict()
+    local function put(host, pair)
+        local s = cjson.encode({ cert = pair.cert, key = pair.key })
+        local ok, err = d:safe_set("c:" .. host, s)
+        if not ok then
+            return nil, err
+        end
+        local g = d:incr("g", 1, 0)
+        ok, err = d:safe_set("v:" .. host, g)
+        if not ok then
+            return nil, err
+        end
+        return true
+    end
+    for _, c in ipairs(payload.certificates) do
+        local ok, err = put(c.host, c)
+        if not ok then
+            return nil, "shared dict " .. _M.DICT .. ": " .. tostring(err) .. " (at " .. c.host .. ")"
+        end
+    end
+    if payload.default then
+        local ok, err = put(_M.DEFAULT, payload.default)
+        if not ok then
+            return nil, "shared dict " .. _M.DICT .. ": " .. tostring(err) .. " (default)"
+        end
+    end
+    for _, h in ipairs(payload.removed) do
+        d:delete("v:" .. h) -- readers check v: first
+        d:delete("c:" .. h)
+    end
+    d:set("cv", payload.version)
+    return d:get("g") or 0
+end
+
+function _M.hosts()
+    local d = dict()
+    local out = {}
+    local has_default = false
+    for _, k in ipairs(d:get_keys(0)) do
+        if sub(k, 1, 2) == "v:" then
+            local h = sub(k, 3)
+            if h == _M.DEFAULT then
+                has_default = true
+            else
+                out[#out + 1] = h
+            end
+        end
+    end
+    table.sort(out)
+    return out, has_default
+end
+
+return _M

@@ -1,0 +1,44 @@
+-- init_by_lua entry point: read the API token, preload modules (so workers
+-- share them copy-on-write) and check the shared dicts exist.
+local util = require("ferrule.util")
+
+local _M = {}
+
+-- opts: { token_file = path }  or  { token = "..." } (tests)
+function _M.init(opts)
+    opts = opts or {}
+    local token = opts.token
+    if not token then
+        local path = opts.token_file
+        if not path then
+            error("ferrule.init: token_file is required")
+        end
+        local f, err = io.open(path, "r")
+        if not f then
+            error("ferrule.init: cannot read token file " .. path .. ": " .. tostring(err))
+        end
+        token = f:read("*a") or ""
+        f:close()
+    end
+    token = util.trim(token)
+    if token == "" then
+        error("ferrule.init: the API token is empty")
+    end
+    if #token < 16 then
+        ngx.log(ngx.WARN, "ferrule: the API token is shorter than 16 characters")
+    end
+
+    for _, dict in ipairs({ "ferrule_backends", "ferrule_certificates" }) do
+        if not ngx.shared[dict] then
+            error("ferrule.init: lua_shared_dict " .. dict .. " is not declared")
+        end
+    end
+
+    require("ferrule.configuration").set_token(token)
+    require("ferrule.balancer")
+    require("ferrule.certificate")
+    require("ngx.ssl")
+    require("resty.lrucache")
+end
+
+return _M

@@ -1,0 +1,424 @@
+-- Validation and normalisation of configuration API payloads.
+-- Pure: takes decoded JSON (cjson) tables, returns normalised plain tables or
+-- (nil, "clear message"). Nothing here touches shared dicts or the request.
+local cjson = require("cjson.safe")
+local expr = require("ferrule.expr")
+local util = require("ferrule.util")
+
+local null = cjson.null
+local type = type
+local floor = math.floor
+local tostring = tostring
+local find = string.find
+local format = string.format
+
+local _M = {}
+
+local MAX_NAME = 1024
+
+local function is_null(v)
+    return v == nil or v == null
+end
+
+local function is_int(v, min, max)
+    return type(v) == "number" and v == floor(v) and v >= min and v <= max
+end
+
+-- strings may not contain control characters: names are joined with "\n" in
+-- the change log, and header/cookie values end up in response headers.
+local function clean_string(v, allow_empty)
+    if type(v) ~= "string" then
+        return false
+    end
+    if not allow_empty and v == "" then
+        return false
+    end
+    return not find(v, "[%z\1-\31\127]")
+end
+
+local function is_array(v)
+    if type(v) ~= "table" then
+        return false
+    end
+    local n = 0
+    for k in pairs(v) do
+        if type(k) ~= "number" then
+            return false
+        end
+        n = n + 1
+    end
+    return n == #v
+end
+
+local function ipv4_ok(a)
+    local o = { a:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$") }
+    if #o ~= 4 then
+        return false
+    end
+    for i = 1, 4 do
+        if #o[i] > 3 or tonumber(o[i]) > 255 then
+            return false
+        end
+    end
+    return true
+end
+
+local function ipv6_ok(a)
+    if #a < 2 or #a > 45 or not find(a, ":", 1, true) then
+        return false
+    end
+    if find(a, "[^%x:%.]") then
+        return false
+    end
+    if find(a, ":::", 1, true) then
+        return false
+    end
+    local _, doubles = a:gsub("::", "")
+    if doubles > 1 then
+        return false
+    end
+    return true
+end
+
+function _M.address(a)
+    if type(a) ~= "string" then
+        return false
+    end
+    local inner = a:match("^%[(.*)%]$")
+    if inner then
+        return ipv6_ok(inner)
+    end
+    return ipv4_ok(a) or ipv6_ok(a)
+end
+
+-- RFC 6265 cookie-name token
+local function cookie_name_ok(s)
+    return clean_string(s) and not find(s, "[%s%(%)<>@,;:\\\"/%[%]%?=%{%}]")
+end
+
+-- HTTP header field-name token
+local function header_name_ok(s)
+    return clean_string(s) and not find(s, "[^%w!#%$%%&'%*%+%-%.%^_`|~]")
+end
+
+local function path_ok(s)
+    return clean_string(s) and not find(s, ";", 1, true)
+end
+
+local function err(where, msg, ...)
+    return nil, where .. ": " .. format(msg, ...)
+end
+
+local function endpoint(v, where)
+    if type(v) ~= "table" or is_array(v) and next(v) ~= nil then
+        return err(where, "must be an object")
+    end
+    if not _M.address(v.address) then
+        return err(where, "address must be an IPv4 or IPv6 literal, got %s",
+                   tostring(v.address))
+    end
+    if not is_int(v.port, 1, 65535) then
+        return err(where, "port must be an integer in 1..65535, got %s", tostring(v.port))
+    end
+    local address = v.address:match("^%[(.*)%]$") or v.address
+    return { address = address, port = v.port }
+end
+
+local function affinity(v, where)
+    if is_null(v) then
+        return nil
+    end
+    if type(v) ~= "table" then
+        return err(where, "must be an object or null")
+    end
+    if v.mode ~= "cookie" then
+        return err(where, "mode must be \"cookie\", got %s", tostring(v.mode))
+    end
+    if not cookie_name_ok(v.cookie_name) then
+        return err(where, "cookie_name must be a valid cookie name")
+    end
+    local out = { mode = "cookie", cookie_name = v.cookie_name }
+    if not is_null(v.max_age) then
+        if not is_int(v.max_age, 0, 2^31 - 1) then
+            return err(where, "max_age must be a non-negative integer or null")
+        end
+        out.max_age = v.max_age
+    end
+    if not is_null(v.path) then
+        if not path_ok(v.path) then
+            return err(where, "path must be a string without ';' or control characters")
+        end
+        out.path = v.path
+    end
+    return out
+end
+
+local function canary(v, where, self_name)
+    if is_null(v) then
+        return nil
+    end
+    if type(v) ~= "table" then
+        return err(where, "must be an object or null")
+    end
+    if not clean_string(v.backend) or #v.backend > MAX_NAME then
+        return err(where, "backend must be a backend name")
+    end
+    if v.backend == self_name then
+        return err(where, "backend must not name the backend itself")
+    end
+    local out = { backend = v.backend }
+    local total = 100
+    if not is_null(v.weight_total) then
+        if not is_int(v.weight_total, 1, 2^31 - 1) then
+            return err(where, "weight_total must be a positive integer or null")
+        end
+        total = v.weight_total
+    end
+    out.weight_total = total
+    if not is_null(v.weight) then
+        if not is_int(v.weight, 0, total) then
+            return err(where, "weight must be an integer in 0..weight_total (%d)", total)
+        end
+        out.weight = v.weight
+    end
+    if not is_null(v.header) then
+        if not header_name_ok(v.header) then
+            return err(where, "header must be a valid HTTP header name")
+        end
+        out.header = v.header
+    end
+    if not is_null(v.header_value) then
+        if not clean_string(v.header_value) then
+            return err(where, "header_value must be a non-empty string")
+        end
+        out.header_value = v.header_value
+    end
+    if not is_null(v.cookie) then
+        if not cookie_name_ok(v.cookie) then
+            return err(where, "cookie must be a valid cookie name")
+        end
+        out.cookie = v.cookie
+    end
+    return out
+end
+
+-- Validate one backend object; returns the normalised backend.
+function _M.backend(v, where)
+    where = where or "backend"
+    if type(v) ~= "table" or (is_array(v) and next(v) ~= nil) then
+        return err(where, "must be an object")
+    end
+    if not clean_string(v.name) or #v.name > MAX_NAME then
+        return err(where, "name must be a non-empty string (max %d chars, no control characters)",
+                   MAX_NAME)
+    end
+    where = where .. " " .. format("%q", v.name)
+    local out = { name = v.name, endpoints = util.array() }
+
+    if not is_null(v.endpoints) then
+        if not is_array(v.endpoints) then
+            return err(where, "endpoints must be an array")
+        end
+        local seen = {}
+        for i, e in ipairs(v.endpoints) do
+            local ep, e_err = endpoint(e, format("endpoints[%d]", i - 1))
+            if not ep then
+                return err(where, "%s", e_err)
+            end
+            local key = util.endpoint_key(ep.address, ep.port)
+            if not seen[key] then -- duplicates are harmless; keep one
+                seen[key] = true
+                out.endpoints[#out.endpoints + 1] = ep
+            end
+        end
+    end
+
+    local lb = v.load_balance
+    if is_null(lb) then
+        lb = "round_robin"
+    end
+    if lb ~= "round_robin" and lb ~= "ewma" then
+        return err(where, "load_balance must be \"round_robin\" or \"ewma\", got %s",
+                   tostring(lb))
+    end
+    out.load_balance = lb
+
+    if not is_null(v.upstream_hash_by) then
+        if not clean_string(v.upstream_hash_by) then
+            return err(where, "upstream_hash_by must be a non-empty string or null")
+        end
+        local ok, p_err = expr.parse(v.upstream_hash_by)
+        if not ok then
+            return err(where, "upstream_hash_by: %s", p_err)
+        end
+        out.upstream_hash_by = v.upstream_hash_by
+    end
+
+    local a, a_err = affinity(v.affinity, "affinity")
+    if a_err then
+        return err(where, "%s", a_err)
+    end
+    out.affinity = a
+
+    local c, c_err = canary(v.canary, "canary", v.name)
+    if c_err then
+        return err(where, "%s", c_err)
+    end
+    out.canary = c
+    return out
+end
+
+local function version(v)
+    if not is_int(v, 0, 2^53) then
+        return nil, "version must be a non-negative integer"
+    end
+    return v
+end
+
+-- POST /configuration/backends
+function _M.backends_payload(body)
+    if type(body) ~= "table" or (is_array(body) and next(body) ~= nil) then
+        return nil, "body must be a JSON object"
+    end
+    local ver, v_err = version(body.version)
+    if not ver then
+        return nil, v_err
+    end
+    local out = { version = ver, backends = {}, removed = {} }
+    local names = {}
+    if not is_null(body.backends) then
+        if not is_array(body.backends) then
+            return nil, "backends must be an array"
+        end
+        for i, b in ipairs(body.backends) do
+            local nb, b_err = _M.backend(b, format("backends[%d]", i - 1))
+            if not nb then
+                return nil, b_err
+            end
+            if names[nb.name] then
+                return nil, format("backends[%d]: duplicate backend name %q", i - 1, nb.name)
+            end
+            names[nb.name] = true
+            out.backends[#out.backends + 1] = nb
+        end
+    end
+    if not is_null(body.removed) then
+        if not is_array(body.removed) then
+            return nil, "removed must be an array of backend names"
+        end
+        for i, name in ipairs(body.removed) do
+            if not clean_string(name) or #name > MAX_NAME then
+                return nil, format("removed[%d] must be a backend name", i - 1)
+            end
+            if names[name] then
+                return nil, format("removed[%d]: %q is also in backends", i - 1, name)
+            end
+            out.removed[#out.removed + 1] = name
+        end
+    end
+    return out
+end
+
+-- lower-case, no trailing dot; "*.example.com" allowed (one leading label).
+function _M.host(h)
+    if type(h) ~= "string" or h == "" or #h > 253 then
+        return nil
+    end
+    h = h:lower():gsub("%.$", "")
+    local rest = h:match("^%*%.(.+)$") or h
+    for label in (rest .. "."):gmatch("([^.]*)%.") do
+        if label == "" or #label > 63 or find(label, "[^%w_%-]") then
+            return nil
+        end
+    end
+    return h
+end
+
+local function pem_pair(v, where)
+    if type(v) ~= "table" then
+        return err(where, "must be an object")
+    end
+    if type(v.cert) ~= "string" or not find(v.cert, "-----BEGIN ", 1, true) then
+        return err(where, "cert must be a PEM string")
+    end
+    if type(v.key) ~= "string" or not find(v.key, "-----BEGIN ", 1, true) then
+        return err(where, "key must be a PEM string")
+    end
+    return { cert = v.cert, key = v.key }
+end
+
+-- POST /configuration/certificates. `check(cert, key)` (optional) parses the
+-- PEM and returns (true) or (nil, err).
+function _M.certificates_payload(body, check)
+    if type(body) ~= "table" or (is_array(body) and next(body) ~= nil) then
+        return nil, "body must be a JSON object"
+    end
+    local ver, v_err = version(body.version)
+    if not ver then
+        return nil, v_err
+    end
+    local out = { version = ver, certificates = {}, removed = {} }
+    local seen = {}
+    if not is_null(body.certificates) then
+        if not is_array(body.certificates) then
+            return nil, "certificates must be an array"
+        end
+        for i, c in ipairs(body.certificates) do
+            local where = format("certificates[%d]", i - 1)
+            if type(c) ~= "table" then
+                return err(where, "must be an object")
+            end
+            local host = _M.host(c.host)
+            if not host then
+                return err(where, "host must be a DNS name or *.wildcard, got %s", tostring(c.host))
+            end
+            if seen[host] then
+                return err(where, "duplicate host %q", host)
+            end
+            seen[host] = true
+            local pair, p_err = pem_pair(c, where .. " " .. host)
+            if not pair then
+                return nil, p_err
+            end
+            if check then
+                local ok, c_err = check(pair.cert, pair.key)
+                if not ok then
+                    return err(where, "%s: %s", host, c_err)
+                end
+            end
+            pair.host = host
+            out.certificates[#out.certificates + 1] = pair
+        end
+    end
+    if not is_null(body.removed) then
+        if not is_array(body.removed) then
+            return nil, "removed must be an array of hosts"
+        end
+        for i, h in ipairs(body.removed) do
+            local host = _M.host(h)
+            if not host then
+                return nil, format("removed[%d] must be a host", i - 1)
+            end
+            if seen[host] then
+                return nil, format("removed[%d]: %q is also in certificates", i - 1, host)
+            end
+            out.removed[#out.removed + 1] = host
+        end
+    end
+    if not is_null(body.default) then
+        local pair, p_err = pem_pair(body.default, "default")
+        if not pair then
+            return nil, p_err
+        end
+        if check then
+            local ok, c_err = check(pair.cert, pair.key)
+            if not ok then
+                return nil, "default: " .. c_err
+            end
+        end
+        out.default = pair
+    end
+    return out
+end
+
+return _M

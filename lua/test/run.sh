@@ -1,0 +1,345 @@
+#!/usr/bin/env bash
+# Ferrule in-NGINX balancer tests: unit tests of the pure Lua modules (run
+# inside NGINX) and behaviour tests with curl/openssl against a private nginx
+# started from lua/test/nginx.conf. Needs: nginx with the lua module, curl,
+# openssl, python3. Usage: lua/test/run.sh   (KEEP=1 keeps the temp prefix)
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LUA_DIR=$(dirname "$HERE")
+NGINX=${NGINX:-nginx}
+START=$(date +%s)
+
+for tool in "$NGINX" curl openssl python3; do
+    command -v "$tool" >/dev/null || { echo "FATAL: $tool not found" >&2; exit 2; }
+done
+
+WORK=$(mktemp -d /tmp/ferrule-lua-test.XXXXXX)
+mkdir -p "$WORK"/{conf,run,logs,tmp,certs,out}
+MASTER=""
+
+cleanup() {
+    if [ -n "$MASTER" ] && kill -0 "$MASTER" 2>/dev/null; then
+        kill -QUIT "$MASTER" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$MASTER" 2>/dev/null && kill -KILL "$MASTER" 2>/dev/null
+    fi
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+PASS=0
+FAIL=0
+FAILED=()
+pass() { PASS=$((PASS + 1)); echo "  ok   $1"; }
+fail() { FAIL=$((FAIL + 1)); FAILED+=("$1"); echo "  FAIL $1" >&2; }
+check() { # check "description" test-command...
+    local what=$1; shift
+    if "$@"; then pass "$what"; else fail "$what"; fi
+}
+section() { echo "== $1"; }
+
+# ---------------------------------------------------------------- setup
+read -r PROXY_PORT TLS_PORT BACKEND_PORT SLOW_PORT DEAD_PORT LEAK_PORT < <(python3 - <<'EOF'
+import socket
+socks, ports = [], []
+for _ in range(6):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s); ports.append(s.getsockname()[1])
+print(*ports)
+EOF
+)
+
+TOKEN=$(openssl rand -hex 24)
+echo "  $TOKEN  " > "$WORK/conf/balancer.token"   # surrounding blanks: must be trimmed
+
+mkcert() { # mkcert name CN [extra openssl args]
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj "/CN=$2" -keyout "$WORK/certs/$1.key" -out "$WORK/certs/$1.crt" "${@:3}" 2>/dev/null
+}
+mkcert fallback static-fallback
+cp "$WORK/certs/fallback.crt" "$WORK/conf/default.crt"
+cp "$WORK/certs/fallback.key" "$WORK/conf/default.key"
+mkcert a a.example.com
+mkcert a2 a.example.com -set_serial 4242
+mkcert wild '*.w.example.com'
+mkcert dflt ferrule-default
+
+sed -e "s#PREFIX#$WORK#g" -e "s#LUA_DIR#$LUA_DIR#g" \
+    -e "s#PROXY_PORT#$PROXY_PORT#g" -e "s#TLS_PORT#$TLS_PORT#g" \
+    -e "s#BACKEND_PORT#$BACKEND_PORT#g" -e "s#SLOW_PORT#$SLOW_PORT#g" \
+    -e "s#DEAD_PORT#$DEAD_PORT#g" -e "s#LEAK_PORT#$LEAK_PORT#g" \
+    "$HERE/nginx.conf" > "$WORK/conf/nginx.conf"
+
+if ! "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" -t >"$WORK/logs/t.out" 2>&1; then
+    echo "FATAL: nginx -t failed:" >&2; cat "$WORK/logs/t.out" >&2; exit 1
+fi
+"$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" || {
+    echo "FATAL: nginx did not start" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
+for _ in $(seq 50); do [ -s "$WORK/run/nginx.pid" ] && [ -S "$WORK/run/balancer.sock" ] && break; sleep 0.1; done
+MASTER=$(cat "$WORK/run/nginx.pid" 2>/dev/null)
+[ -n "$MASTER" ] || { echo "FATAL: no nginx pid" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
+echo "nginx master $MASTER, prefix $WORK, proxy :$PROXY_PORT tls :$TLS_PORT"
+
+SOCK="$WORK/run/balancer.sock"
+PROXY="http://127.0.0.1:$PROXY_PORT"
+B=$BACKEND_PORT
+
+# api METHOD PATH [BODY] -> prints the status; body in $WORK/out/api
+api() {
+    local args=(-s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK"
+                -H "Authorization: Bearer $TOKEN" -X "$1")
+    [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
+    curl "${args[@]}" "http://ferrule$2"
+}
+workers() { ps -o pid= --ppid "$MASTER" | sort | tr -d ' ' | tr '\n' ' '; }
+# hits URL-with-glob [curl args] -> identity lines ("addr:port ...") into $WORK/out/hits
+hits() { local u=$1; shift; curl -s "$@" "$PROXY$u" > "$WORK/out/hits"; }
+count() { grep -c "^$1 " "$WORK/out/hits"; }
+distinct() { awk '{print $1}' "$WORK/out/hits" | sort -u | wc -l; }
+total() { wc -l < "$WORK/out/hits"; }
+between() { [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+ep() { printf '{"address":"%s","port":%s}' "$1" "$2"; }
+
+WORKERS_AT_START=$(workers)
+
+# ---------------------------------------------------------------- 1. unit tests
+section "unit tests (pure modules, run inside nginx)"
+UNIT_STATUS=$(curl -s -o "$WORK/out/unit" -w '%{http_code}' --unix-socket "$WORK/run/test.sock" http://t/t/unit)
+grep -E '^(not ok|#)' "$WORK/out/unit" | sed 's/^/    /'
+check "unit tests pass ($(grep -c '^ok' "$WORK/out/unit") ok)" [ "$UNIT_STATUS" = 200 ]
+
+# ---------------------------------------------------------------- 2. API access
+section "configuration API access control"
+check "no token -> 401" [ "$(status --unix-socket "$SOCK" http://x/configuration/version)" = 401 ]
+check "wrong token -> 401" [ "$(status --unix-socket "$SOCK" -H 'Authorization: Bearer nope' http://x/configuration/version)" = 401 ]
+check "token without Bearer -> 401" [ "$(status --unix-socket "$SOCK" -H "Authorization: $TOKEN" http://x/configuration/version)" = 401 ]
+check "right token (trimmed from file) -> 200" [ "$(api GET /configuration/version)" = 200 ]
+check "handler reached over TCP -> 403 even with the token" \
+    [ "$(status -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$LEAK_PORT/configuration/version")" = 403 ]
+check "unknown API path -> 404" [ "$(api GET /configuration/nope)" = 404 ]
+check "wrong method -> 405" [ "$(api DELETE /configuration/backends)" = 405 ]
+
+# ---------------------------------------------------------------- 3. backends
+section "POST /configuration/backends"
+EPS4="$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)"
+BODY=$(cat <<EOF
+{"version": 1, "backends": [
+  {"name": "default-echo-80", "endpoints": [$EPS4,$(ep ::1 $B)], "load_balance": "round_robin",
+   "upstream_hash_by": null, "affinity": null, "canary": null},
+  {"name": "rr", "endpoints": [$EPS4]},
+  {"name": "empty", "endpoints": []},
+  {"name": "hash", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)], "upstream_hash_by": "\$arg_user"},
+  {"name": "sticky", "endpoints": [$EPS4], "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 3600, "path": "/"}},
+  {"name": "main", "endpoints": [$(ep 127.0.0.2 $B)],
+   "canary": {"backend": "main-canary", "weight": 20, "weight_total": 100, "header": "X-Canary", "header_value": null, "cookie": "canary"}},
+  {"name": "main-canary", "endpoints": [$(ep 127.0.0.3 $B)]},
+  {"name": "ewma", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.5 $SLOW_PORT)], "load_balance": "ewma"},
+  {"name": "retry", "endpoints": [$(ep 127.0.0.2 $DEAD_PORT),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)]}
+ ], "removed": []}
+EOF
+)
+check "POST backends -> 201" [ "$(api POST /configuration/backends "$BODY")" = 201 ]
+cat "$WORK/out/api" | sed 's/^/    /'
+check "invalid JSON -> 400" [ "$(api POST /configuration/backends '{"version": 1, "backends": [')" = 400 ]
+check "400 says why (invalid JSON)" grep -q 'invalid JSON' "$WORK/out/api"
+check "invalid field -> 400" [ "$(api POST /configuration/backends '{"version":2,"backends":[{"name":"x","endpoints":[{"address":"nohost","port":1}]}]}')" = 400 ]
+check "400 says why (address)" grep -q 'IPv4 or IPv6' "$WORK/out/api"
+check "rejected POST changed nothing" [ "$(api GET /configuration/backends/x)" = 404 ]
+check "GET /configuration/backends/rr" [ "$(api GET /configuration/backends/rr)" = 200 ]
+check "  ... returns the stored backend" grep -q "\"127.0.0.5\"" "$WORK/out/api"
+check "GET /configuration/backends lists all 9" \
+    python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['backends']) != 9)" \
+    <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends)
+api GET /configuration/version >/dev/null
+check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
+
+section "the API is unreachable through the proxy"
+GEN_BEFORE=$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)
+leak=0
+for host in example.com localhost ferrule unix: 127.0.0.1 "unix:$SOCK" x.w.example.com; do
+    for path in /configuration/backends /configuration/version //configuration/backends \
+                /configuration/../configuration/backends /configuration/backends/rr; do
+        out=$(curl -s --path-as-is -H "Host: $host" -H "Authorization: Bearer $TOKEN" "$PROXY$path")
+        case "$out" in
+            127.0.0.*|::1*) ;;                  # an echo backend answered
+            *'400 Bad Request'*) ;;             # nginx rejected an invalid Host
+            *) leak=1; echo "    Host '$host' $path -> $out" ;;
+        esac
+    done
+done
+out=$(curl -s -H "Host;" -H "Authorization: Bearer $TOKEN" "$PROXY/configuration/version")
+case "$out" in *'400 Bad Request'*) ;; *) leak=1; echo "    no Host header -> $out" ;; esac
+out=$(curl -s -X POST -H "Authorization: Bearer $TOKEN" --data-binary '{"version":99,"removed":["rr"]}' "$PROXY/configuration/backends")
+case "$out" in 127.0.0.*|::1*) ;; *) leak=1; echo "    POST via proxy -> $out" ;; esac
+check "every Host/path on the proxy port reaches normal routing (an echo backend)" [ $leak = 0 ]
+check "a POST through the proxy changed nothing" \
+    [ "$GEN_BEFORE" = "$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)" ]
+
+# ---------------------------------------------------------------- 4. round robin
+section "round robin"
+hits "/rr/?[1-400]"
+echo "    $(awk '{print $1}' "$WORK/out/hits" | sort | uniq -c | tr '\n' ' ')"
+ok=1
+for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do between "$(count "$a:$B")" 90 110 || ok=0; done
+check "400 requests spread evenly over 4 endpoints (100±10 each)" [ $ok = 1 ]
+hits "/?[1-100]"
+check "IPv6 endpoint [::1] receives traffic" [ "$(count "::1:$B")" -ge 10 ]
+
+section "endpoint change without reload"
+W1=$(workers)
+api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
+hits "/rr/?[1-100]"   # immediately, no sleep
+check "the very next requests only reach the 2 new endpoints" \
+    [ "$(count "127.0.0.4:$B")" -ge 45 -a "$(count "127.0.0.5:$B")" -ge 45 -a "$(total)" = 100 ]
+check "worker pids unchanged (no reload)" [ "$W1" = "$(workers)" ]
+for _ in 1 2 3 4 5 6; do curl -s --unix-socket "$WORK/run/test.sock" http://t/t/worker; done | sort -u > "$WORK/out/wstate"
+check "workers applied the change incrementally (1 full sync each, at start)" \
+    bash -c "! grep -v 'full_syncs=1$' '$WORK/out/wstate'"
+
+section "503 for unknown backends and backends without endpoints"
+check "unknown backend -> 503" [ "$(status "$PROXY/unknown/")" = 503 ]
+check "backend with no endpoints -> 503" [ "$(status "$PROXY/empty/")" = 503 ]
+api POST /configuration/backends '{"version":3,"backends":[],"removed":["rr"]}' >/dev/null
+check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
+
+section "retries: a dead endpoint is skipped"
+hits "/retry/?[1-60]" -w '%{http_code}\n'
+check "60/60 requests answered 200 although one endpoint refuses connections" \
+    [ "$(grep -c '^200$' "$WORK/out/hits")" = 60 ]
+check "  ... and the live endpoints share them" \
+    [ "$(count "127.0.0.3:$B")" -ge 20 -a "$(count "127.0.0.4:$B")" -ge 20 ]
+
+# ---------------------------------------------------------------- 5. hash
+section "consistent hash by \$arg_user"
+hits "/hash/?user=u[1-300]"
+awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash1"
+hits "/hash/?user=u[1-300]"
+awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash2"
+check "each user sticks to one endpoint" cmp -s "$WORK/out/hash1" "$WORK/out/hash2"
+check "users spread over all 3 endpoints" [ "$(awk '{print $2}' "$WORK/out/hash1" | sort -u | wc -l)" = 3 ]
+api POST /configuration/backends "{\"version\":4,\"backends\":[{\"name\":\"hash\",\"upstream_hash_by\":\"\$arg_user\",\"endpoints\":[$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
+hits "/hash/?user=u[1-300]"
+awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash3"
+read -r MOVED MOVED_ELSEWHERE < <(join "$WORK/out/hash1" "$WORK/out/hash3" |
+    awk -v n="127.0.0.5:$B" '$2 != $3 { m++; if ($3 != n) e++ } END { print m+0, e+0 }')
+echo "    adding a 4th peer moved $MOVED/300 users (ideal ~75)"
+check "adding a peer moves few keys (<= 40%)" [ "$MOVED" -le 120 -a "$MOVED" -ge 20 ]
+check "moved keys all went to the new peer" [ "$MOVED_ELSEWHERE" = 0 ]
+
+# ---------------------------------------------------------------- 6. affinity
+section "cookie affinity"
+curl -s -D "$WORK/out/h1" -c "$WORK/out/jar" "$PROXY/sticky/" > "$WORK/out/hits"
+FIRST=$(awk '{print $1}' "$WORK/out/hits")
+check "first response sets route cookie (opaque id, Path, Max-Age, HttpOnly)" \
+    grep -qiE '^Set-Cookie: route=[0-9a-f]{32}; Path=/; Max-Age=3600; HttpOnly' "$WORK/out/h1"
+hits "/sticky/?[1-30]" -b "$WORK/out/jar" -D "$WORK/out/h2"
+check "30 requests with the cookie stick to $FIRST" [ "$(count "$FIRST")" = 30 ]
+check "  ... and get no new cookie" bash -c "! grep -qi '^Set-Cookie' '$WORK/out/h2'"
+hits "/sticky/?[1-40]"
+check "requests without a cookie are spread (round robin)" [ "$(distinct)" = 4 ]
+REMAINING=""
+for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do
+    [ "$a:$B" = "$FIRST" ] || REMAINING="$REMAINING${REMAINING:+,}$(ep $a $B)"
+done
+api POST /configuration/backends "{\"version\":5,\"backends\":[{\"name\":\"sticky\",\"endpoints\":[$REMAINING],\"affinity\":{\"mode\":\"cookie\",\"cookie_name\":\"route\",\"max_age\":3600,\"path\":\"/\"}}]}" >/dev/null
+curl -s -D "$WORK/out/h3" -b "$WORK/out/jar" -c "$WORK/out/jar" "$PROXY/sticky/" > "$WORK/out/hits"
+SECOND=$(awk '{print $1}' "$WORK/out/hits")
+check "endpoint removed -> re-picked ($FIRST -> $SECOND)" [ -n "$SECOND" -a "$SECOND" != "$FIRST" ]
+check "  ... with a new cookie" grep -qi '^Set-Cookie: route=' "$WORK/out/h3"
+hits "/sticky/?[1-20]" -b "$WORK/out/jar"
+check "  ... and sticks to the new endpoint" [ "$(count "$SECOND")" = 20 ]
+
+# ---------------------------------------------------------------- 7. canary
+section "canary"
+hits "/canary/?[1-2000]"
+CANARY=$(count "127.0.0.3:$B")
+echo "    canary got $CANARY/2000 (weight 20%)"
+check "weight 20 -> 20% ± 5% over 2000 requests" between "$CANARY" 300 500
+check "every request answered" [ "$(total)" = 2000 ]
+hits "/canary/?[1-50]" -H "X-Canary: always"
+check "header always -> canary" [ "$(count "127.0.0.3:$B")" = 50 ]
+hits "/canary/?[1-50]" -H "X-Canary: never"
+check "header never -> primary" [ "$(count "127.0.0.2:$B")" = 50 ]
+hits "/canary/?[1-50]" -b "canary=always"
+check "cookie always -> canary" [ "$(count "127.0.0.3:$B")" = 50 ]
+hits "/canary/?[1-50]" -b "canary=never"
+check "cookie never -> primary" [ "$(count "127.0.0.2:$B")" = 50 ]
+api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"main\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"main-canary\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
+hits "/canary/?[1-30]" -H "X-Canary: yes-please"
+check "header_value exact match -> canary" [ "$(count "127.0.0.3:$B")" = 30 ]
+hits "/canary/?[1-30]" -H "X-Canary: always"
+check "header_value set: 'always' is just another value -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
+hits "/canary/?[1-30]" -H "X-Canary: Yes-Please"
+check "header_value match is case-sensitive -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
+api POST /configuration/backends '{"version":7,"removed":["main-canary"]}' >/dev/null
+hits "/canary/?[1-20]" -H "X-Canary: yes-please"
+check "canary backend gone -> primary serves" [ "$(count "127.0.0.2:$B")" = 20 ]
+
+# ---------------------------------------------------------------- 8. ewma
+section "ewma"
+hits "/ewma/?[1-200]"
+FAST=$(count "127.0.0.2:$B")
+echo "    fast endpoint got $FAST/200 (the other answers in 50 ms)"
+check "EWMA sends most traffic to the fast endpoint (>= 80%)" [ "$FAST" -ge 160 ]
+
+# ---------------------------------------------------------------- 9. certificates
+section "certificates (ssl_certificate_by_lua)"
+subject() { # subject SNI|"" -> "CN=... serial=..."
+    local sni=(-servername "$1"); [ -z "$1" ] && sni=(-noservername)
+    echo | timeout 5 openssl s_client -connect "127.0.0.1:$TLS_PORT" "${sni[@]}" 2>/dev/null |
+        openssl x509 -noout -subject -serial 2>/dev/null | sed -E 's/^subject=//; s/ = /=/g' | tr '\n' ' '
+}
+jcerts() { # jcerts version [host name]... -> JSON
+    python3 - "$WORK/certs" "$@" <<'EOF'
+import json, sys
+d, version, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out = {"version": version, "certificates": [], "removed": []}
+for item in rest:
+    kind, _, val = item.partition("=")
+    if kind == "rm":
+        out["removed"].append(val)
+    else:
+        host, name = kind, val
+        pem = {"cert": open(f"{d}/{name}.crt").read(), "key": open(f"{d}/{name}.key").read()}
+        if host == "default":
+            out["default"] = pem
+        else:
+            out["certificates"].append(dict(host=host, **pem))
+print(json.dumps(out))
+EOF
+}
+check "before any POST: static fallback" grep -q 'CN=static-fallback' <(subject a.example.com)
+check "POST certificates -> 201" [ "$(api POST /configuration/certificates "$(jcerts 1 a.example.com=a '*.w.example.com=wild')")" = 201 ]
+check "exact host served without reload" grep -q 'CN=a.example.com' <(subject a.example.com)
+check "SNI is case-insensitive" grep -q 'CN=a.example.com' <(subject A.Example.COM)
+check "wildcard *.w.example.com serves x.w.example.com" grep -q 'CN=\*.w.example.com' <(subject x.w.example.com)
+check "wildcard covers one label only (y.x.w.example.com -> fallback)" grep -q 'CN=static-fallback' <(subject y.x.w.example.com)
+check "unknown host without a default -> static fallback" grep -q 'CN=static-fallback' <(subject other.example.org)
+SERIAL_BEFORE=$(subject a.example.com)
+check "rotation POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 2 a.example.com=a2 default=dflt)")" = 201 ]
+check "rotated certificate served at once (serial 4242 = 0x1092)" grep -q 'serial=1092' <(subject a.example.com)
+check "posted default serves unknown hosts" grep -q 'CN=ferrule-default' <(subject other.example.org)
+check "posted default serves clients without SNI" grep -q 'CN=ferrule-default' <(subject "")
+check "removal POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 3 rm=a.example.com)")" = 201 ]
+check "removed host falls back to the default" grep -q 'CN=ferrule-default' <(subject a.example.com)
+check "broken PEM -> 400" [ "$(api POST /configuration/certificates '{"version":4,"certificates":[{"host":"b.example.com","cert":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","key":"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}]}')" = 400 ]
+check "GET certificates -> 200" [ "$(api GET /configuration/certificates)" = 200 ]
+check "  ... lists hosts" grep -q '\*.w.example.com' "$WORK/out/api"
+check "  ... never keys" bash -c "! grep -qi 'PRIVATE\|BEGIN' '$WORK/out/api'"
+check "HTTPS traffic is proxied too" grep -q "^127.0.0" <(curl -sk --resolve "x.w.example.com:$TLS_PORT:127.0.0.1" "https://x.w.example.com:$TLS_PORT/")
+
+# ---------------------------------------------------------------- wrap up
+section "health"
+check "same master and worker pids as at start (no reload, no crash)" [ "$WORKERS_AT_START" = "$(workers)" ]
+check "no Lua runtime errors / alerts in error.log" \
+    bash -c "! grep -E 'runtime error|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
+
+echo
+echo "summary: $PASS passed, $FAIL failed, $(( $(date +%s) - START ))s"
+if [ "$FAIL" -gt 0 ]; then
+    printf '  failed: %s\n' "${FAILED[@]}" >&2
+    echo "error.log tail:" >&2
+    grep -v 'connect() failed (111' "$WORK/logs/error.log" | tail -n 20 >&2
+    exit 1
+fi

@@ -1,0 +1,85 @@
+-- Exercises ferrule.store against a private shared dict (ferrule_test).
+local store = require("ferrule.store")
+local cjson = require("cjson.safe")
+
+local T = {}
+
+local function with_dict(fn)
+    local saved = store.DICT
+    store.DICT = "ferrule_test"
+    ngx.shared.ferrule_test:flush_all()
+    local ok, err = pcall(fn)
+    store.DICT = saved
+    ngx.shared.ferrule_test:flush_all()
+    if not ok then
+        error(err, 0)
+    end
+end
+
+local function backend(name, port)
+    return { name = name, endpoints = { { address = "10.0.0.1", port = port } },
+             load_balance = "round_robin" }
+end
+
+T["one change among 10k backends decodes one backend"] = function(t)
+    with_dict(function()
+        local all = {}
+        for i = 1, 10000 do
+            all[i] = backend("b" .. i, 80)
+        end
+        t.ok(store.write({ version = 1, backends = all, removed = {} }))
+        local installed = {}
+        local apply = function(name, b) installed[name] = b end
+        local state = { versions = {} }
+        t.eq(store.sync(state, apply), 10000) -- first load (worker start)
+        t.eq(store.sync(state, apply), 0)     -- nothing changed: no decode
+
+        t.ok(store.write({ version = 2, backends = { backend("b42", 81) }, removed = {} }))
+        t.eq(store.sync(state, apply), 1)
+        t.eq(installed.b42.endpoints[1].port, 81)
+
+        t.ok(store.write({ version = 3, backends = {}, removed = { "b7" } }))
+        t.eq(store.sync(state, apply), 0)
+        t.eq(installed.b7, nil)
+        t.eq(state.full_syncs, 1)
+
+        -- several generations behind: union of the changes, each decoded once
+        t.ok(store.write({ version = 4, backends = { backend("b1", 82) }, removed = {} }))
+        t.ok(store.write({ version = 5, backends = { backend("b1", 83), backend("b2", 83) }, removed = {} }))
+        t.eq(store.sync(state, apply), 2)
+        t.eq(installed.b1.endpoints[1].port, 83)
+        t.eq(store.controller_version(), 5)
+        t.eq(state.full_syncs, 1)
+    end)
+end
+
+T["a missing log entry falls back to a scan that only decodes what differs"] = function(t)
+    with_dict(function()
+        local apply_count = 0
+        local installed = {}
+        local apply = function(name, b) installed[name] = b; apply_count = apply_count + 1 end
+        t.ok(store.write({ version = 1, backends = { backend("a", 1), backend("b", 1) }, removed = {} }))
+        local state = { versions = {} }
+        store.sync(state, apply)
+        t.ok(store.write({ version = 2, backends = { backend("a", 2) }, removed = { "b" } }))
+        ngx.shared.ferrule_test:delete("l:" .. store.generation())
+        apply_count = 0
+        t.eq(store.sync(state, apply), 1)
+        t.eq(apply_count, 2) -- a re-decoded, b removed
+        t.eq(installed.a.endpoints[1].port, 2)
+        t.eq(installed.b, nil)
+        t.eq(state.full_syncs, 2)
+    end)
+end
+
+T["stored JSON round-trips with empty endpoint arrays"] = function(t)
+    with_dict(function()
+        local util = require("ferrule.util")
+        t.ok(store.write({ version = 1, backends = { { name = "e", endpoints = util.array() } }, removed = {} }))
+        local s = store.get_raw("e")
+        t.ok(s:find('"endpoints":[]', 1, true), s)
+        t.eq(cjson.decode(s).name, "e")
+    end)
+end
+
+return T

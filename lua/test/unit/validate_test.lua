@@ -1,0 +1,120 @@
+local validate = require("ferrule.validate")
+local cjson = require("cjson.safe")
+
+local function payload(json)
+    return validate.backends_payload(assert(cjson.decode(json)))
+end
+
+local T = {}
+
+T["full example is accepted and normalised"] = function(t)
+    local p, err = payload([[{"version": 7,
+      "backends": [
+        {"name": "default-echo-80",
+         "endpoints": [{"address": "127.0.0.2", "port": 8080}, {"address": "::1", "port": 8081}],
+         "load_balance": "round_robin", "upstream_hash_by": null, "affinity": null,
+         "canary": {"backend": "default-echo-canary-80", "weight": 20, "weight_total": 100,
+                    "header": "X-Canary", "header_value": null, "cookie": "canary"}},
+        {"name": "b2", "endpoints": [], "load_balance": "ewma", "upstream_hash_by": "$arg_user$http_x_a",
+         "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": null, "path": null}}],
+      "removed": ["old-backend-name"]}]])
+    t.ok(p, err)
+    t.eq(p.version, 7)
+    t.eq(#p.backends, 2)
+    local b = p.backends[1]
+    t.eq(#b.endpoints, 2)
+    t.eq(b.endpoints[2].address, "::1")
+    t.eq(b.canary.weight, 20)
+    t.eq(b.canary.header_value, nil)
+    t.eq(b.affinity, nil)
+    t.eq(p.backends[2].affinity.cookie_name, "route")
+    t.eq(p.backends[2].affinity.max_age, nil)
+    t.eq(p.backends[2].load_balance, "ewma")
+    t.eq(p.removed[1], "old-backend-name")
+end
+
+T["defaults: load_balance round_robin, weight_total 100"] = function(t)
+    local p = payload([[{"version": 1, "backends": [{"name": "a", "endpoints": null,
+        "canary": {"backend": "c"}}]}]])
+    t.eq(p.backends[1].load_balance, "round_robin")
+    t.eq(#p.backends[1].endpoints, 0)
+    t.eq(p.backends[1].canary.weight_total, 100)
+end
+
+T["bad inputs are rejected with a clear message"] = function(t)
+    local cases = {
+        { '[1]', "body must be a JSON object" },
+        { '"text"', "body must be a JSON object" },
+        { '{"backends": []}', "version" },
+        { '{"version": -1}', "version" },
+        { '{"version": 1, "backends": {}}', nil }, -- {} decodes as an empty table: accepted
+        { '{"version": 1, "backends": [{"name": ""}]}', "name must be" },
+        { '{"version": 1, "backends": [{"name": "a\\nb"}]}', "name must be" },
+        { '{"version": 1, "backends": [{"name": "a", "endpoints": [{"address": "example.com", "port": 80}]}]}',
+          "address must be an IPv4 or IPv6 literal" },
+        { '{"version": 1, "backends": [{"name": "a", "endpoints": [{"address": "10.0.0.300", "port": 80}]}]}',
+          "address" },
+        { '{"version": 1, "backends": [{"name": "a", "endpoints": [{"address": "10.0.0.1", "port": 0}]}]}',
+          "port must be" },
+        { '{"version": 1, "backends": [{"name": "a", "endpoints": [{"address": "10.0.0.1", "port": 1.5}]}]}',
+          "port must be" },
+        { '{"version": 1, "backends": [{"name": "a", "load_balance": "random"}]}', "load_balance" },
+        { '{"version": 1, "backends": [{"name": "a", "upstream_hash_by": "$"}]}', "upstream_hash_by" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "header"}}]}', "mode must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "a b"}}]}',
+          "cookie_name" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "path": "/;x"}}]}',
+          "path" },
+        { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "c", "weight": 101}}]}', "weight" },
+        { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "a"}}]}', "itself" },
+        { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "c", "header": "X Y"}}]}', "header" },
+        { '{"version": 1, "backends": [{"name": "a"}, {"name": "a"}]}', "duplicate" },
+        { '{"version": 1, "backends": [{"name": "a"}], "removed": ["a"]}', "also in backends" },
+        { '{"version": 1, "removed": [1]}', "removed" },
+    }
+    for _, c in ipairs(cases) do
+        local p, err = payload(c[1])
+        if c[2] == nil then
+            t.ok(p, c[1] .. " should be accepted: " .. tostring(err))
+        else
+            t.ok(not p, c[1] .. " should be rejected")
+            t.ok(err:find(c[2], 1, true), c[1] .. ": message " .. err .. " lacks " .. c[2])
+        end
+    end
+end
+
+T["addresses"] = function(t)
+    for _, a in ipairs({ "127.0.0.1", "::1", "fd00::1:2", "[::1]", "::ffff:10.0.0.1" }) do
+        t.ok(validate.address(a), a)
+    end
+    for _, a in ipairs({ "", "1.2.3", "1.2.3.4.5", "256.1.1.1", "host", ":::1", "1::2::3", "fe80::1%eth0" }) do
+        t.ok(not validate.address(a), a)
+    end
+end
+
+T["hosts"] = function(t)
+    t.eq(validate.host("A.Example.COM."), "a.example.com")
+    t.eq(validate.host("*.example.com"), "*.example.com")
+    t.eq(validate.host("a.*.example.com"), nil)
+    t.eq(validate.host("*"), nil)
+    t.eq(validate.host("a..b"), nil)
+    t.eq(validate.host(""), nil)
+end
+
+T["certificates payload"] = function(t)
+    local pem = "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n"
+    local key = "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n"
+    local body = { version = 3, certificates = { { host = "*.Example.com", cert = pem, key = key } },
+                   removed = { "b.example.com" }, default = { cert = pem, key = key } }
+    local p, err = validate.certificates_payload(body)
+    t.ok(p, err)
+    t.eq(p.certificates[1].host, "*.example.com")
+    t.eq(p.removed[1], "b.example.com")
+    t.ok(p.default)
+    local _, e2 = validate.certificates_payload({ version = 1, certificates = { { host = "a", cert = "x", key = key } } })
+    t.ok(e2 and e2:find("cert must be a PEM"), e2)
+    local _, e3 = validate.certificates_payload(body, function() return nil, "bad pem" end)
+    t.ok(e3 and e3:find("bad pem"), e3)
+end
+
+return T
