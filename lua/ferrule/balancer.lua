@@ -111,11 +111,18 @@ function _M.worker_state()
     return state, backends
 end
 
+local reported_gen, reported_at = nil, 0
+
 local function timer(premature)
     if premature then
         return
     end
     sync()
+    local now = ngx.now()
+    if state.gen ~= reported_gen or now - reported_at >= 1 then
+        reported_gen, reported_at = state.gen, now
+        pcall(store.report, ngx.worker.pid(), state.gen or 0)
+    end
 end
 
 local function prune_timer(premature)

@@ -152,7 +152,8 @@ function _M.write(payload)
         if not ok then
             return nil, err
         end
-        local g = d:incr("g", 1, 0)
+        d:safe_add("g", 0)
+        local g = d:incr("g", 1)
         ok, err = d:safe_set("v:" .. host, g)
         if not ok then
             return nil, err
@@ -175,7 +176,7 @@ function _M.write(payload)
         d:delete("v:" .. h) -- readers check v: first
         d:delete("c:" .. h)
     end
-    d:set("cv", payload.version)
+    d:safe_set("cv", payload.version)
     return d:get("g") or 0
 end
 

@@ -160,10 +160,14 @@ local function get_certificates()
 end
 
 local function get_version()
+    local workers = store.workers()
     return reply(200, {
         backends = {
             version = store.controller_version() or cjson.null,
             generation = store.generation(),
+            -- generation applied by each live worker (reported every second
+            -- and within 50 ms of a change)
+            workers = next(workers) and workers or cjson.null,
         },
         certificates = {
             version = certificate.dict():get("cv") or cjson.null,

@@ -6,6 +6,7 @@
 --   v:<name>   generation at which <name> last changed
 --   l:<gen>    change log: names changed at <gen>, "\n"-joined ("\n" if none)
 --   lock       writer mutex (POSTs from different workers)
+--   w:<pid>    generation applied by worker <pid> (refreshed every second)
 --
 -- A worker remembers the generation it has applied. When `g` moves, it reads
 -- the log entries after its generation and decodes only the names listed
@@ -35,7 +36,7 @@ _M.dict = dict
 -- Writer lock shared by all workers. The critical section never yields.
 local function lock(d)
     for _ = 1, 500 do
-        local ok, err = d:add("lock", ngx.worker.pid(), 10)
+        local ok, err = d:safe_add("lock", ngx.worker.pid(), 10)
         if ok then
             return true
         end
@@ -100,10 +101,14 @@ function _M.write(payload)
     if failed then
         d:delete("l:" .. gen)
     else
-        d:set("cv", payload.version)
+        d:safe_set("cv", payload.version)
     end
-    d:set("g", gen)
+    -- numbers replace numbers in place: no allocation, no eviction
+    local okg, gerr = d:safe_set("g", gen)
     unlock(d)
+    if not okg then
+        return nil, "shared dict " .. _M.DICT .. ": " .. tostring(gerr), 507
+    end
     if failed then
         return nil, failed, 507
     end
@@ -121,6 +126,28 @@ end
 function _M.get_raw(name)
     local d = dict()
     return d:get("b:" .. name), d:get("v:" .. name)
+end
+
+-- Each worker reports the generation it has applied (w:<pid>, short TTL) so
+-- the controller can tell when every worker runs a change.
+_M.REPORT_TTL = 3
+
+function _M.report(pid, gen)
+    dict():safe_set("w:" .. pid, gen, _M.REPORT_TTL)
+end
+
+function _M.workers()
+    local d = dict()
+    local out = {}
+    for _, k in ipairs(d:get_keys(0)) do
+        if k:sub(1, 2) == "w:" then
+            local v = d:get(k)
+            if v then
+                out[k:sub(3)] = v
+            end
+        end
+    end
+    return out
 end
 
 -- All backend names (for debugging endpoints and the full resync).

@@ -185,6 +185,8 @@ for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do between "$(count "$a:$B")" 
 check "400 requests spread evenly over 4 endpoints (100±10 each)" [ $ok = 1 ]
 hits "/?[1-100]"
 check "IPv6 endpoint [::1] receives traffic" [ "$(count "::1:$B")" -ge 10 ]
+check "upstream keepalive: connections to the endpoints are reused" \
+    [ "$(awk '$3 > 1' "$WORK/out/hits" | wc -l)" -ge 50 ]
 
 section "endpoint change without reload"
 W1=$(workers)
@@ -196,6 +198,11 @@ check "worker pids unchanged (no reload)" [ "$W1" = "$(workers)" ]
 for _ in 1 2 3 4 5 6; do curl -s --unix-socket "$WORK/run/test.sock" http://t/t/worker; done | sort -u > "$WORK/out/wstate"
 check "workers applied the change incrementally (1 full sync each, at start)" \
     bash -c "! grep -v 'full_syncs=1$' '$WORK/out/wstate'"
+
+sleep 0.2
+api GET /configuration/version >/dev/null
+check "GET /configuration/version: every worker reports the current generation" \
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['backends']; w=d['workers']; sys.exit(not (len(w)==2 and all(v==d['generation'] for v in w.values())))" "$WORK/out/api"
 
 section "503 for unknown backends and backends without endpoints"
 check "unknown backend -> 503" [ "$(status "$PROXY/unknown/")" = 503 ]
@@ -333,6 +340,22 @@ check "HTTPS traffic is proxied too" grep -q "^127.0.0" <(curl -sk --resolve "x.
 section "health"
 check "same master and worker pids as at start (no reload, no crash)" [ "$WORKERS_AT_START" = "$(workers)" ]
 check "no Lua runtime errors / alerts in error.log" \
+    bash -c "! grep -E 'runtime error|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
+
+section "reload keeps the dynamic configuration (shared dicts survive HUP)"
+kill -HUP "$MASTER"
+for _ in $(seq 50); do
+    now=$(workers); [ "$(echo $now | wc -w)" = 2 ] && [ "$now" != "$WORKERS_AT_START" ] &&
+        ! echo "$now" | grep -qwFf <(echo "$WORKERS_AT_START" | tr ' ' '\n' | grep .) && break
+    sleep 0.1
+done
+check "new workers after HUP" [ "$(workers)" != "$WORKERS_AT_START" ]
+hits "/?[1-50]"
+check "backends still routed after reload without re-POSTing" [ "$(grep -c "^127.0.0\|^::1" "$WORK/out/hits")" = 50 ]
+check "certificates still served after reload" grep -q 'CN=\*.w.example.com' <(subject x.w.example.com)
+check "hash mapping unchanged across workers and reload" \
+    bash -c "curl -s '$PROXY/hash/?user=u[1-300]' | awk '{print \$2, \$1}' | sort | cmp -s - '$WORK/out/hash3'"
+check "no Lua runtime errors / alerts after reload" \
     bash -c "! grep -E 'runtime error|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
 
 echo

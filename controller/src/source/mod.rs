@@ -1,0 +1,4 @@
+//! Sources turn the outside world into snapshots: a manifests directory (standalone
+//! mode) or the Kubernetes API (watchers).
+
+pub mod manifests;

@@ -1,0 +1,82 @@
+//! `load-balance`, `upstream-hash-by`, `affinity` and `session-cookie-*`.
+
+use serde::{Deserialize, Serialize};
+
+use super::{AnnotationError, IngressAnnotations, Reader, value};
+
+/// Load-balancing algorithm of the in-NGINX balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadBalance {
+    /// Round robin (default).
+    #[default]
+    RoundRobin,
+    /// Peak exponentially weighted moving average of latency.
+    Ewma,
+}
+
+/// Cookie-based session affinity.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Affinity {
+    /// `session-cookie-name` (default `INGRESSCOOKIE`).
+    pub cookie_name: String,
+    /// `session-cookie-max-age` in seconds.
+    pub max_age: Option<u32>,
+    /// `session-cookie-path`.
+    pub path: Option<String>,
+}
+
+fn load_balance(v: &str) -> Result<LoadBalance, String> {
+    match v {
+        "round_robin" => Ok(LoadBalance::RoundRobin),
+        "ewma" => Ok(LoadBalance::Ewma),
+        _ => Err("expected \"round_robin\" or \"ewma\"".to_owned()),
+    }
+}
+
+/// An NGINX variable expression: variables (`$name`) and literal `-_.:/` characters.
+fn hash_expression(v: &str) -> Result<String, String> {
+    let ok = v.contains('$')
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"$_-.:/".contains(&b))
+        && !v.ends_with('$')
+        && !v.contains("$$");
+    if ok {
+        Ok(v.to_owned())
+    } else {
+        Err("expected an NGINX variable expression such as \"$request_uri\"".to_owned())
+    }
+}
+
+fn cookie_path(v: &str) -> Result<String, String> {
+    if !v.starts_with('/') {
+        return Err("expected a path starting with \"/\"".to_owned());
+    }
+    value::plain(v).and_then(|p| {
+        if p.contains(',') {
+            Err("character ',' is not allowed".to_owned())
+        } else {
+            Ok(p)
+        }
+    })
+}
+
+pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
+    out.load_balance = r.parse("load-balance", load_balance)?;
+    out.upstream_hash_by = r.parse("upstream-hash-by", hash_expression)?;
+    let mode = r.parse("affinity", |v| match v {
+        "cookie" => Ok(()),
+        _ => Err("expected \"cookie\"".to_owned()),
+    })?;
+    let name = r.parse("session-cookie-name", value::token)?;
+    let max_age = r.parse("session-cookie-max-age", |v| value::integer(v, 1, u32::MAX))?;
+    let path = r.parse("session-cookie-path", cookie_path)?;
+    if mode.is_some() {
+        out.affinity = Some(Affinity {
+            cookie_name: name.unwrap_or_else(|| "INGRESSCOOKIE".to_owned()),
+            max_age,
+            path,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,71 @@
+//! Typed parsers shared by the annotation families.
+
+/// `true` / `false` (as ingress-nginx, case-insensitive).
+pub(crate) fn boolean(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("expected \"true\" or \"false\"".to_owned()),
+    }
+}
+
+/// Whole seconds: `60` or `60s`.
+pub(crate) fn seconds(v: &str) -> Result<u32, String> {
+    let digits = v.strip_suffix('s').unwrap_or(v);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("expected a whole number of seconds, e.g. \"60\"".to_owned());
+    }
+    digits
+        .parse()
+        .map_err(|_| "number of seconds too large".to_owned())
+}
+
+/// An unsigned integer within `min..=max`.
+pub(crate) fn integer(v: &str, min: u32, max: u32) -> Result<u32, String> {
+    let n: u32 = if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+        v.parse()
+            .map_err(|_| format!("expected an integer between {min} and {max}"))?
+    } else {
+        return Err(format!("expected an integer between {min} and {max}"));
+    };
+    if n < min || n > max {
+        return Err(format!("expected an integer between {min} and {max}"));
+    }
+    Ok(n)
+}
+
+/// An NGINX size: digits with an optional `k`, `m` or `g` suffix.
+pub(crate) fn size(v: &str) -> Result<String, String> {
+    let digits = v.strip_suffix(['k', 'K', 'm', 'M', 'g', 'G']).unwrap_or(v);
+    if digits.is_empty() || digits.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("expected a size such as \"8m\", \"512k\" or \"0\"".to_owned());
+    }
+    Ok(v.to_ascii_lowercase())
+}
+
+/// An HTTP token (header or cookie name): RFC 7230 `tchar`s only.
+pub(crate) fn token(v: &str) -> Result<String, String> {
+    let ok = !v.is_empty()
+        && v.len() <= 256
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    if ok {
+        Ok(v.to_owned())
+    } else {
+        Err("expected an HTTP token (letters, digits, -_.)".to_owned())
+    }
+}
+
+/// A printable single-line value without NGINX or HTTP metacharacters.
+pub(crate) fn plain(v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        return Err("must not be empty".to_owned());
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace() || "\"'\\;{}`".contains(*c))
+    {
+        return Err(format!("character {c:?} is not allowed"));
+    }
+    Ok(v.to_owned())
+}

@@ -1,0 +1,159 @@
+//! Backends: a Service port and the ready endpoints of its EndpointSlices.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::IngressServiceBackend;
+
+use crate::model::{Backend, Balancing, Endpoint, ResourceRef};
+
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Services and EndpointSlices indexed by namespace and Service name.
+pub(crate) struct ServiceIndex<'a> {
+    services: HashMap<(&'a str, &'a str), &'a Service>,
+    slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+}
+
+impl<'a> ServiceIndex<'a> {
+    pub(crate) fn new(services: &'a [Arc<Service>], slices: &'a [Arc<EndpointSlice>]) -> Self {
+        let mut by_name = HashMap::with_capacity(services.len());
+        for s in services {
+            by_name.insert(key(&s.metadata), &**s);
+        }
+        let mut by_service: HashMap<_, Vec<&EndpointSlice>> = HashMap::with_capacity(slices.len());
+        for slice in slices {
+            let Some(svc) = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            else {
+                continue;
+            };
+            let ns = slice.metadata.namespace.as_deref().unwrap_or_default();
+            by_service
+                .entry((ns, svc.as_str()))
+                .or_default()
+                .push(&**slice);
+        }
+        Self {
+            services: by_name,
+            slices: by_service,
+        }
+    }
+
+    /// Resolves an Ingress backend to a model backend (without balancing settings).
+    /// The error is the problem message, naming the Service and port.
+    pub(crate) fn resolve(&self, ns: &str, b: &IngressServiceBackend) -> Result<Backend, String> {
+        let port_ref = match &b.port {
+            Some(p) => match (&p.name, p.number) {
+                (Some(name), _) if !name.is_empty() => PortRef::Name(name),
+                (_, Some(n)) => PortRef::Number(n),
+                _ => return Err(format!("backend Service {ns}/{} has no port", b.name)),
+            },
+            None => return Err(format!("backend Service {ns}/{} has no port", b.name)),
+        };
+        let name = backend_name(ns, &b.name, &port_ref.to_string());
+        let svc = self
+            .services
+            .get(&(ns, b.name.as_str()))
+            .ok_or_else(|| format!("Service {ns}/{} not found", b.name))?;
+        let spec = svc.spec.as_ref();
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return Err(format!(
+                "Service {ns}/{} is of type ExternalName, which is not supported",
+                b.name
+            ));
+        }
+        let port = spec
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ports| ports.iter().find(|p| port_ref.matches(p)))
+            .ok_or_else(|| format!("Service {ns}/{} has no port {port_ref}", b.name))?;
+        let endpoints = self.endpoints(ns, &b.name, port);
+        Ok(Backend {
+            name,
+            service: ResourceRef::new("Service", ns, &b.name),
+            service_port: port_ref.to_string(),
+            endpoints,
+            balancing: Balancing::default(),
+        })
+    }
+
+    /// Ready endpoints of every EndpointSlice of the Service, for the slice port whose
+    /// name equals the Service port's name (that is how the target port is published).
+    fn endpoints(&self, ns: &str, svc: &str, port: &ServicePort) -> Vec<Endpoint> {
+        let want = port.name.as_deref().unwrap_or_default();
+        let mut out = Vec::new();
+        for slice in self.slices.get(&(ns, svc)).into_iter().flatten() {
+            if slice.address_type == "FQDN" {
+                continue;
+            }
+            let Some(target) = slice.ports.iter().flatten().find_map(|p| {
+                (p.name.as_deref().unwrap_or_default() == want)
+                    .then_some(p.port)
+                    .flatten()
+            }) else {
+                continue;
+            };
+            let Ok(target) = u16::try_from(target) else {
+                continue;
+            };
+            for ep in slice.endpoints.iter().flatten() {
+                let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+                if !ready {
+                    continue;
+                }
+                for addr in &ep.addresses {
+                    if let Ok(ip) = addr.parse::<IpAddr>() {
+                        out.push(Endpoint {
+                            address: ip.to_string(),
+                            port: target,
+                        });
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+enum PortRef<'a> {
+    Name(&'a str),
+    Number(i32),
+}
+
+impl PortRef<'_> {
+    fn matches(&self, p: &ServicePort) -> bool {
+        match self {
+            PortRef::Name(n) => p.name.as_deref() == Some(*n),
+            PortRef::Number(n) => p.port == *n,
+        }
+    }
+}
+
+impl std::fmt::Display for PortRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortRef::Name(n) => f.write_str(n),
+            PortRef::Number(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// `namespace_service_port`: `_` never occurs in Kubernetes names, so this is unambiguous.
+pub(crate) fn backend_name(ns: &str, svc: &str, port: &str) -> String {
+    format!("{ns}_{svc}_{port}")
+}
+
+fn key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (&str, &str) {
+    (
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default(),
+    )
+}

@@ -1,0 +1,70 @@
+//! The controller ConfigMap: administrator-owned global settings.
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use crate::annotations::value;
+use crate::model::{Global, Problem, ResourceRef, Severity};
+
+/// Reads the ConfigMap into global settings. Invalid values are reported on the
+/// ConfigMap and replaced by the default; they never fail the build.
+pub(crate) fn global(
+    cm: Option<&ConfigMap>,
+    allow_snippets: bool,
+    problems: &mut Vec<Problem>,
+) -> Global {
+    let mut g = Global {
+        allow_snippet_annotations: allow_snippets,
+        ssl_redirect: true,
+        proxy_body_size: "1m".to_owned(),
+        proxy_connect_timeout: 5,
+        proxy_read_timeout: 60,
+        proxy_send_timeout: 60,
+        ..Global::default()
+    };
+    let Some(cm) = cm else { return g };
+    let r = ResourceRef::new(
+        "ConfigMap",
+        cm.metadata.namespace.as_deref().unwrap_or_default(),
+        cm.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let Some(data) = cm.data.as_ref() else {
+        return g;
+    };
+    let mut bad = |key: &str, v: &str, reason: String| {
+        problems.push(Problem {
+            resource: r.clone(),
+            severity: Severity::Error,
+            message: format!("key {key}: invalid value {v:?}: {reason}; using the default"),
+        })
+    };
+    for (key, v) in data {
+        let v = v.as_str();
+        match key.as_str() {
+            "ssl-redirect" => match value::boolean(v.trim()) {
+                Ok(b) => g.ssl_redirect = b,
+                Err(e) => bad(key, v, e),
+            },
+            "allow-snippet-annotations" => match value::boolean(v.trim()) {
+                Ok(b) => g.allow_snippet_annotations |= b,
+                Err(e) => bad(key, v, e),
+            },
+            "proxy-body-size" => match value::size(v.trim()) {
+                Ok(s) => g.proxy_body_size = s,
+                Err(e) => bad(key, v, e),
+            },
+            "proxy-connect-timeout" | "proxy-read-timeout" | "proxy-send-timeout" => {
+                match value::seconds(v.trim()) {
+                    Ok(n) if key == "proxy-connect-timeout" => g.proxy_connect_timeout = n,
+                    Ok(n) if key == "proxy-read-timeout" => g.proxy_read_timeout = n,
+                    Ok(n) => g.proxy_send_timeout = n,
+                    Err(e) => bad(key, v, e),
+                }
+            }
+            "http-snippet" => g.http_snippet = Some(v.to_owned()),
+            "server-snippet" => g.server_snippet = Some(v.to_owned()),
+            "location-snippet" => g.location_snippet = Some(v.to_owned()),
+            _ => {}
+        }
+    }
+    g
+}

@@ -1,0 +1,52 @@
+//! Host and path normalisation and validation.
+
+/// Lower-cases and validates a rule host: DNS labels, optionally `*.` first.
+pub(crate) fn host(raw: &str) -> Result<String, String> {
+    let h = raw.trim_end_matches('.').to_ascii_lowercase();
+    let body = h.strip_prefix("*.").unwrap_or(&h);
+    let valid = !body.is_empty()
+        && h.len() <= 253
+        && body.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if valid {
+        Ok(h)
+    } else {
+        Err(format!("invalid host {raw:?}"))
+    }
+}
+
+/// Validates a path: absolute, printable, no whitespace.
+pub(crate) fn path(raw: &str, regex: bool) -> Result<String, String> {
+    if !regex && !raw.starts_with('/') {
+        return Err(format!("path {raw:?} must start with \"/\""));
+    }
+    if raw.is_empty() {
+        return Err("path must not be empty".to_owned());
+    }
+    if let Some(c) = raw.chars().find(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!("path {raw:?} contains the character {c:?}"));
+    }
+    if !regex && raw.chars().any(|c| "{};\"'\\".contains(c)) {
+        return Err(format!(
+            "path {raw:?} contains a character not allowed in a path"
+        ));
+    }
+    Ok(raw.to_owned())
+}
+
+/// A prefix path without its trailing slash (`/` stays `/`), for element-wise matching.
+pub(crate) fn prefix(p: &str) -> String {
+    let t = p.trim_end_matches('/');
+    if t.is_empty() {
+        "/".to_owned()
+    } else {
+        t.to_owned()
+    }
+}

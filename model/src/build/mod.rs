@@ -1,0 +1,574 @@
+//! Model building: `Snapshot` → `Model`.
+//!
+//! Ingresses are visited oldest first (creationTimestamp, then namespace/name), so
+//! "the oldest resource wins" is simply "the first claim wins": every later claim on
+//! the same host + path + match, TLS host or catch-all gets a problem naming the
+//! winner. Everything else is a single pass over indexed inputs.
+
+mod backends;
+mod classes;
+mod config;
+mod hosts;
+mod tls;
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
+
+use crate::annotations::{self, IngressAnnotations};
+use crate::model::*;
+use crate::snapshot::Snapshot;
+
+pub(crate) use tls::covers;
+
+/// Builds the model of a snapshot. Pure and deterministic: the same objects in any
+/// order give the same model.
+pub fn build(snap: &Snapshot) -> Model {
+    let mut problems = Vec::new();
+    let global = config::global(
+        snap.config_map.as_deref(),
+        snap.settings.allow_snippet_annotations,
+        &mut problems,
+    );
+    let mut b = Builder {
+        snap,
+        index: backends::ServiceIndex::new(&snap.services, &snap.endpoint_slices),
+        secrets: snap
+            .secrets
+            .iter()
+            .map(|s| (meta_key(&s.metadata), &**s))
+            .collect(),
+        global,
+        problems,
+        servers: HashMap::new(),
+        backends: BTreeMap::new(),
+        resolved: HashMap::new(),
+        balancing_set: HashMap::new(),
+        tls_claims: HashMap::new(),
+        catch_all: None,
+    };
+
+    let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
+    let mut ours: Vec<&Ingress> = snap
+        .ingresses
+        .iter()
+        .map(|i| &**i)
+        .filter(|i| filter.is_ours(i))
+        .collect();
+    ours.sort_by(|a, b| age_key(a).cmp(&age_key(b)));
+
+    let mut canaries = Vec::new();
+    for ing in ours {
+        let r = ingress_ref(ing);
+        let empty = BTreeMap::new();
+        match annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty)) {
+            Err(e) => b.problem(
+                &r,
+                Severity::Error,
+                format!("{e}; the Ingress is not served"),
+            ),
+            Ok(a) if a.canary.is_some() => canaries.push((ing, r, a)),
+            Ok(a) => b.add_ingress(ing, &r, &a),
+        }
+    }
+    for (ing, r, a) in &canaries {
+        b.add_canary(ing, r, a);
+    }
+    b.finish()
+}
+
+/// A host's TLS claim: the oldest Ingress listing the host in `spec.tls` wins.
+struct TlsClaim {
+    owner: ResourceRef,
+    secret: Option<String>,
+}
+
+struct ServerAcc {
+    owner: ResourceRef,
+    server_snippet: Option<annotations::Snippet>,
+    locations: HashMap<(String, PathMatch), Location>,
+}
+
+struct Builder<'a> {
+    snap: &'a Snapshot,
+    index: backends::ServiceIndex<'a>,
+    secrets: HashMap<(&'a str, &'a str), &'a Secret>,
+    global: Global,
+    problems: Vec<Problem>,
+    servers: HashMap<String, ServerAcc>,
+    backends: BTreeMap<String, Backend>,
+    /// Memo of backend resolution per (namespace, service, port), so each Service is
+    /// resolved once however many paths use it.
+    resolved: HashMap<(String, String, String), Result<String, String>>,
+    /// Backends whose balancing settings were set (by the oldest Ingress using them).
+    balancing_set: HashMap<String, ResourceRef>,
+    tls_claims: HashMap<String, TlsClaim>,
+    catch_all: Option<(ResourceRef, Target)>,
+}
+
+impl Builder<'_> {
+    fn problem(&mut self, r: &ResourceRef, severity: Severity, message: String) {
+        self.problems.push(Problem {
+            resource: r.clone(),
+            severity,
+            message,
+        });
+    }
+
+    fn add_ingress(&mut self, ing: &Ingress, r: &ResourceRef, a: &IngressAnnotations) {
+        let Some(spec) = ing.spec.as_ref() else {
+            return;
+        };
+        let ns = r.namespace.as_str();
+        let settings = self.location_settings(r, a);
+        let balancing = Balancing {
+            load_balance: a.load_balance.unwrap_or_default(),
+            upstream_hash_by: a.upstream_hash_by.clone(),
+            affinity: a.affinity.clone(),
+            canary: None,
+        };
+        let server_snippet = if self.global.allow_snippet_annotations {
+            a.server_snippet.clone()
+        } else {
+            None
+        };
+
+        if let Some(default) = &spec.default_backend {
+            let target = self.target(ns, r, default, "spec.defaultBackend");
+            match &self.catch_all {
+                None => self.catch_all = Some((r.clone(), target)),
+                Some((winner, _)) => {
+                    let msg = format!(
+                        "spec.defaultBackend ignored: {winner} is older and already provides the catch-all backend"
+                    );
+                    self.problem(r, Severity::Warning, msg)
+                }
+            }
+        }
+
+        for rule in spec.rules.iter().flatten() {
+            let host = match rule.host.as_deref().filter(|h| !h.is_empty()) {
+                None => DEFAULT_SERVER.to_owned(),
+                Some(h) => match hosts::host(h) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        self.problem(r, Severity::Error, format!("spec.rules: {e}; rule skipped"));
+                        continue;
+                    }
+                },
+            };
+            for p in rule.http.iter().flat_map(|h| &h.paths) {
+                let regex = a.use_regex || a.rewrite_target.is_some();
+                let (path_match, raw) = match p.path_type.as_str() {
+                    "Exact" => (PathMatch::Exact, p.path.clone().unwrap_or_default()),
+                    "Prefix" | "ImplementationSpecific" if regex => (
+                        PathMatch::Regex,
+                        p.path.clone().unwrap_or_else(|| "/".to_owned()),
+                    ),
+                    "Prefix" | "ImplementationSpecific" => (
+                        PathMatch::Prefix,
+                        p.path.clone().unwrap_or_else(|| "/".to_owned()),
+                    ),
+                    other => {
+                        let msg =
+                            format!("host {host}: pathType {other:?} is not valid; path skipped");
+                        self.problem(r, Severity::Error, msg);
+                        continue;
+                    }
+                };
+                let path = match hosts::path(&raw, path_match == PathMatch::Regex) {
+                    Ok(p) if path_match == PathMatch::Prefix => hosts::prefix(&p),
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.problem(
+                            r,
+                            Severity::Error,
+                            format!("host {host}: {e}; path skipped"),
+                        );
+                        continue;
+                    }
+                };
+                let key = (path.clone(), path_match);
+                if let Some(winner) = self.servers.get(&host).and_then(|s| s.locations.get(&key)) {
+                    let msg = format!(
+                        "host {host} path {path} ({path_match:?}) is already served by {} (oldest wins); path skipped",
+                        winner.owner
+                    );
+                    self.problem(r, Severity::Error, msg);
+                    continue;
+                }
+                let what = format!("host {host} path {path}");
+                let target = self.target(ns, r, &p.backend, &what);
+                if let Target::Backend(name) = &target
+                    && !self.balancing_set.contains_key(name)
+                {
+                    self.balancing_set.insert(name.clone(), r.clone());
+                    if let Some(b) = self.backends.get_mut(name) {
+                        b.balancing = balancing.clone();
+                    }
+                }
+                let server = self
+                    .servers
+                    .entry(host.clone())
+                    .or_insert_with(|| ServerAcc {
+                        owner: r.clone(),
+                        server_snippet: server_snippet.clone(),
+                        locations: HashMap::new(),
+                    });
+                let location = Location {
+                    path,
+                    path_match,
+                    owner: r.clone(),
+                    target,
+                    settings: settings.clone(),
+                };
+                server.locations.insert(key, location);
+            }
+        }
+
+        for tls in spec.tls.iter().flatten() {
+            for h in tls.hosts.iter().flatten() {
+                let Ok(host) = hosts::host(h) else {
+                    self.problem(
+                        r,
+                        Severity::Error,
+                        format!("spec.tls: invalid host {h:?}; skipped"),
+                    );
+                    continue;
+                };
+                let secret = tls.secret_name.clone().filter(|s| !s.is_empty());
+                match self.tls_claims.get(&host) {
+                    None => {
+                        self.tls_claims.insert(
+                            host,
+                            TlsClaim {
+                                owner: r.clone(),
+                                secret,
+                            },
+                        );
+                    }
+                    Some(c) if c.secret == secret => {}
+                    Some(c) => {
+                        let msg = format!(
+                            "spec.tls: the certificate of host {host} is already provided by {} with Secret {} (oldest wins)",
+                            c.owner,
+                            c.secret.as_deref().unwrap_or("<default>")
+                        );
+                        self.problem(r, Severity::Error, msg);
+                    }
+                }
+            }
+        }
+    }
+
+    fn location_settings(&mut self, r: &ResourceRef, a: &IngressAnnotations) -> LocationSettings {
+        let snippets_on = self.global.allow_snippet_annotations;
+        if !snippets_on && (a.configuration_snippet.is_some() || a.server_snippet.is_some()) {
+            let msg = "snippet annotations are disabled by the administrator; configuration-snippet and server-snippet ignored";
+            self.problem(r, Severity::Warning, msg.to_owned());
+        }
+        LocationSettings {
+            ssl_redirect: a.ssl_redirect.unwrap_or(self.global.ssl_redirect),
+            force_ssl_redirect: a.force_ssl_redirect.unwrap_or(false),
+            backend_protocol: a.backend_protocol.unwrap_or_default(),
+            proxy_body_size: a.proxy_body_size.clone(),
+            proxy_connect_timeout: a.proxy_connect_timeout,
+            proxy_read_timeout: a.proxy_read_timeout,
+            proxy_send_timeout: a.proxy_send_timeout,
+            rewrite_target: a.rewrite_target.clone(),
+            configuration_snippet: if snippets_on {
+                a.configuration_snippet.clone()
+            } else {
+                None
+            },
+        }
+    }
+
+    /// Resolves an Ingress backend into a target, recording problems on `r`.
+    fn target(
+        &mut self,
+        ns: &str,
+        r: &ResourceRef,
+        backend: &IngressBackend,
+        what: &str,
+    ) -> Target {
+        let Some(svc) = backend.service.as_ref() else {
+            self.problem(
+                r,
+                Severity::Error,
+                format!("{what}: resource backends are not supported; answering 503"),
+            );
+            return Target::Status(503);
+        };
+        let port = svc.port.as_ref().map(|p| match (&p.name, p.number) {
+            (Some(n), _) if !n.is_empty() => n.clone(),
+            (_, Some(n)) => n.to_string(),
+            _ => String::new(),
+        });
+        let key = (ns.to_owned(), svc.name.clone(), port.unwrap_or_default());
+        let resolved = match self.resolved.get(&key) {
+            Some(res) => res.clone(),
+            None => {
+                let res = self.index.resolve(ns, svc).map(|b| {
+                    let name = b.name.clone();
+                    self.backends.insert(name.clone(), b);
+                    name
+                });
+                self.resolved.insert(key, res.clone());
+                res
+            }
+        };
+        match resolved {
+            Ok(name) => {
+                if self.backends[&name].endpoints.is_empty() {
+                    let msg = format!(
+                        "{what}: Service {ns}/{} port {} has no ready endpoints; answering 503",
+                        svc.name, self.backends[&name].service_port
+                    );
+                    self.problem(r, Severity::Warning, msg);
+                }
+                Target::Backend(name)
+            }
+            Err(e) => {
+                self.problem(r, Severity::Error, format!("{what}: {e}; answering 503"));
+                Target::Status(503)
+            }
+        }
+    }
+
+    /// A canary Ingress adds no location: it attaches its backend to the primary
+    /// backend of every host + path it shares with a non-canary Ingress.
+    fn add_canary(&mut self, ing: &Ingress, r: &ResourceRef, a: &IngressAnnotations) {
+        let Some(rules) = a.canary.clone() else {
+            return;
+        };
+        let ns = r.namespace.as_str();
+        let regex = a.use_regex || a.rewrite_target.is_some();
+        for rule in ing.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
+            let host = match rule
+                .host
+                .as_deref()
+                .filter(|h| !h.is_empty())
+                .map(hosts::host)
+            {
+                None => DEFAULT_SERVER.to_owned(),
+                Some(Ok(h)) => h,
+                Some(Err(e)) => {
+                    self.problem(r, Severity::Error, format!("spec.rules: {e}; rule skipped"));
+                    continue;
+                }
+            };
+            for p in rule.http.iter().flat_map(|h| &h.paths) {
+                let raw = p.path.clone().unwrap_or_else(|| "/".to_owned());
+                let key = match p.path_type.as_str() {
+                    "Exact" => (raw, PathMatch::Exact),
+                    _ if regex => (raw, PathMatch::Regex),
+                    _ => (hosts::prefix(&raw), PathMatch::Prefix),
+                };
+                let primary = self
+                    .servers
+                    .get(&host)
+                    .and_then(|s| s.locations.get(&key))
+                    .map(|l| l.target.clone());
+                let Some(Target::Backend(primary)) = primary else {
+                    let msg = format!(
+                        "canary: no primary Ingress with a resolvable backend serves host {host} path {}; canary ignored",
+                        key.0
+                    );
+                    self.problem(r, Severity::Error, msg);
+                    continue;
+                };
+                let Target::Backend(canary) =
+                    self.target(ns, r, &p.backend, &format!("host {host} path {}", key.0))
+                else {
+                    continue;
+                };
+                let b = self
+                    .backends
+                    .get_mut(&primary)
+                    .expect("primary backend exists");
+                match &b.balancing.canary {
+                    Some(existing) if existing.backend != canary => {
+                        let msg = format!(
+                            "canary: backend {primary} already has canary {} from an older Ingress; canary ignored",
+                            existing.backend
+                        );
+                        self.problem(r, Severity::Error, msg);
+                    }
+                    _ => {
+                        b.balancing.canary = Some(CanaryRoute {
+                            backend: canary,
+                            rules: rules.clone(),
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    fn finish(mut self) -> Model {
+        let mut certificates = BTreeMap::new();
+        let mut servers = Vec::with_capacity(self.servers.len());
+        let server_acc = std::mem::take(&mut self.servers);
+        let claims = std::mem::take(&mut self.tls_claims);
+        for (host, acc) in server_acc {
+            let tls = match claims.get(&host) {
+                None => None,
+                Some(claim) => Some(self.server_tls(&host, claim, &mut certificates)),
+            };
+            let mut locations: Vec<Location> = acc.locations.into_values().collect();
+            locations.sort_by(|a, b| {
+                (a.path_match, std::cmp::Reverse(a.path.len()), &a.path).cmp(&(
+                    b.path_match,
+                    std::cmp::Reverse(b.path.len()),
+                    &b.path,
+                ))
+            });
+            servers.push(Server {
+                host,
+                tls,
+                owner: Some(acc.owner),
+                server_snippet: acc.server_snippet,
+                locations,
+            });
+        }
+        servers.sort_by(|a, b| a.host.cmp(&b.host));
+
+        let default_backend = match self.catch_all.take() {
+            Some((_, target)) => target,
+            None => self.default_backend_flag(),
+        };
+        // Backends only referenced by skipped rules must not survive.
+        let mut used: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for l in servers.iter().flat_map(|s| &s.locations) {
+            if let Target::Backend(n) = &l.target {
+                used.insert(n);
+            }
+        }
+        if let Target::Backend(n) = &default_backend {
+            used.insert(n);
+        }
+        let canaries: Vec<String> = used
+            .iter()
+            .filter_map(|n| {
+                self.backends
+                    .get(*n)?
+                    .balancing
+                    .canary
+                    .as_ref()
+                    .map(|c| c.backend.clone())
+            })
+            .collect();
+        let mut backends = std::mem::take(&mut self.backends);
+        backends.retain(|n, _| used.contains(n.as_str()) || canaries.contains(n));
+
+        self.problems.sort();
+        self.problems.dedup();
+        Model {
+            servers,
+            backends,
+            certificates,
+            default_backend,
+            global: self.global,
+            problems: self.problems,
+        }
+    }
+
+    fn server_tls(
+        &mut self,
+        host: &str,
+        claim: &TlsClaim,
+        certs: &mut BTreeMap<String, Certificate>,
+    ) -> ServerTls {
+        let Some(secret) = &claim.secret else {
+            return ServerTls { certificate: None };
+        };
+        let ns = claim.owner.namespace.clone();
+        let name = format!("{ns}/{secret}");
+        let checked = match self.secrets.get(&(ns.as_str(), secret.as_str())) {
+            None => Err(format!("Secret {name} not found")),
+            Some(s) => tls::certificate(s, self.snap.settings.now)
+                .map_err(|e| format!("Secret {name}: {e}")),
+        };
+        let checked = checked.and_then(|c| {
+            if tls::covers(&c.names, host) {
+                Ok(c)
+            } else {
+                Err(format!(
+                    "Secret {name}: the certificate does not cover host {host} (names: {})",
+                    c.names.join(", ")
+                ))
+            }
+        });
+        match checked {
+            Ok(cert) => {
+                certs.insert(name.clone(), cert);
+                ServerTls {
+                    certificate: Some(name),
+                }
+            }
+            Err(e) => {
+                let owner = claim.owner.clone();
+                self.problem(
+                    &owner,
+                    Severity::Error,
+                    format!("spec.tls host {host}: {e}; serving the default certificate"),
+                );
+                ServerTls { certificate: None }
+            }
+        }
+    }
+
+    fn default_backend_flag(&mut self) -> Target {
+        let Some(flag) = self.snap.settings.default_backend_service.clone() else {
+            return Target::Status(404);
+        };
+        let (ns, name) = flag.split_once('/').unwrap_or(("default", flag.as_str()));
+        let port = self
+            .snap
+            .services
+            .iter()
+            .find(|s| meta_key(&s.metadata) == (ns, name))
+            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
+        let r = ResourceRef::new("Service", ns, name);
+        let Some(port) = port else {
+            self.problem(&r, Severity::Error, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
+            return Target::Status(503);
+        };
+        let backend = IngressBackend {
+            service: Some(k8s_openapi::api::networking::v1::IngressServiceBackend {
+                name: name.to_owned(),
+                port: Some(k8s_openapi::api::networking::v1::ServiceBackendPort {
+                    number: Some(port),
+                    name: None,
+                }),
+            }),
+            resource: None,
+        };
+        self.target(ns, &r, &backend, "--default-backend-service")
+    }
+}
+
+fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (&str, &str) {
+    (
+        m.namespace.as_deref().unwrap_or_default(),
+        m.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn ingress_ref(ing: &Ingress) -> ResourceRef {
+    let (ns, name) = meta_key(&ing.metadata);
+    ResourceRef::new("Ingress", ns, name)
+}
+
+/// Oldest first: creationTimestamp, then namespace/name. A missing timestamp sorts first.
+fn age_key(ing: &Ingress) -> (Option<i64>, &str, &str) {
+    let ts = ing
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second());
+    let (ns, name) = meta_key(&ing.metadata);
+    (ts, ns, name)
+}

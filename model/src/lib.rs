@@ -1,0 +1,18 @@
+//! Ferrule's model: a pure function from a cluster snapshot to an immutable NGINX model,
+//! and the diff between two models.
+//!
+//! This crate never does I/O and never depends on the controller. See
+//! `ARCHITECTURE.md` ("Model rules") for the semantics it implements.
+
+pub mod annotations;
+mod build;
+pub mod diff;
+pub mod model;
+pub mod objects;
+pub mod route;
+pub mod snapshot;
+
+pub use build::build;
+pub use diff::{Diff, diff};
+pub use model::*;
+pub use snapshot::{Settings, Snapshot};

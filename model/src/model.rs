@@ -1,0 +1,281 @@
+//! The model: an immutable description of what NGINX must serve.
+//!
+//! Every collection is ordered (sorted vectors or `BTreeMap`s) so that the same
+//! snapshot always produces the same value, the same JSON and the same hash.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::annotations::{Affinity, BackendProtocol, Canary, LoadBalance, Snippet};
+
+/// Identifies a Kubernetes object that contributed to the model.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResourceRef {
+    /// Kind, e.g. `Ingress`, `Service`, `Secret`, `ConfigMap`.
+    pub kind: String,
+    /// Namespace (empty for cluster-scoped objects).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ResourceRef {
+    /// A reference to an object of `kind` named `namespace/name`.
+    pub fn new(kind: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for ResourceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} {}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// How bad a problem is: errors drop (part of) a resource, warnings only inform.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The resource is served, but something is off (e.g. no ready endpoints).
+    Warning,
+    /// The resource, or the named part of it, is not served.
+    Error,
+}
+
+/// Something wrong with one resource, found while building the model.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Problem {
+    /// The resource the problem is reported on.
+    pub resource: ResourceRef,
+    /// Warning or error.
+    pub severity: Severity,
+    /// A stable, human readable message naming the field and the value.
+    pub message: String,
+}
+
+/// The whole desired state of NGINX.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Model {
+    /// Virtual servers, sorted by host; the catch-all server has host `_`.
+    pub servers: Vec<Server>,
+    /// Upstreams by name (`namespace_service_port`).
+    pub backends: BTreeMap<String, Backend>,
+    /// Certificates by name (`namespace/secret`).
+    pub certificates: BTreeMap<String, Certificate>,
+    /// Where unknown hosts and unmatched paths go: the catch-all Ingress's
+    /// `spec.defaultBackend`, else `--default-backend-service`, else 404.
+    pub default_backend: Target,
+    /// Settings shared by every server (from the controller ConfigMap).
+    pub global: Global,
+    /// Problems found while building, sorted.
+    pub problems: Vec<Problem>,
+}
+
+/// Host name of the catch-all server (unknown hosts and `spec.defaultBackend`).
+pub const DEFAULT_SERVER: &str = "_";
+
+/// One virtual server (an NGINX `server` block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Server {
+    /// Lower-cased host, `*.example.com` for wildcards, [`DEFAULT_SERVER`] for the catch-all.
+    pub host: String,
+    /// The certificate served for this host, when it has TLS.
+    pub tls: Option<ServerTls>,
+    /// The resource whose server-level annotations apply (the oldest on this host).
+    pub owner: Option<ResourceRef>,
+    /// `server-snippet` of the owner (only when snippets are allowed).
+    pub server_snippet: Option<Snippet>,
+    /// Locations, sorted by path then match kind.
+    pub locations: Vec<Location>,
+}
+
+/// TLS settings of a server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerTls {
+    /// Key into [`Model::certificates`]; `None` means the default certificate.
+    pub certificate: Option<String>,
+}
+
+/// How a location's path matches a request path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathMatch {
+    /// The request path equals the path.
+    Exact,
+    /// Element-wise prefix: `/foo` matches `/foo` and `/foo/bar`, never `/foobar`.
+    Prefix,
+    /// A case-sensitive regular expression (`use-regex` or `rewrite-target`).
+    Regex,
+}
+
+/// One location: a path rule on a host, routed to a backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    /// The path as written in the rule (trailing slash removed for prefixes, `/` kept).
+    pub path: String,
+    /// How it matches.
+    pub path_match: PathMatch,
+    /// The Ingress that owns this host + path + match kind (the oldest).
+    pub owner: ResourceRef,
+    /// Where the traffic goes.
+    pub target: Target,
+    /// Per-location proxy settings from the owner's annotations.
+    pub settings: LocationSettings,
+}
+
+/// Where a location sends its traffic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum Target {
+    /// A backend in [`Model::backends`].
+    Backend(String),
+    /// A fixed status (503 when the Service is missing, 404 for the default server without backend).
+    Status(u16),
+}
+
+/// Proxy settings of a location (parsed annotations and ConfigMap defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LocationSettings {
+    /// Redirect HTTP to HTTPS when the server has TLS (`ssl-redirect`, default true).
+    pub ssl_redirect: bool,
+    /// Redirect HTTP to HTTPS even without TLS on the server (`force-ssl-redirect`).
+    pub force_ssl_redirect: bool,
+    /// Protocol used to talk to the backend.
+    pub backend_protocol: BackendProtocol,
+    /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).
+    pub proxy_body_size: Option<String>,
+    /// `proxy_connect_timeout` in seconds.
+    pub proxy_connect_timeout: Option<u32>,
+    /// `proxy_read_timeout` in seconds.
+    pub proxy_read_timeout: Option<u32>,
+    /// `proxy_send_timeout` in seconds.
+    pub proxy_send_timeout: Option<u32>,
+    /// `rewrite-target`: replacement for the matched path (may use `$1`… captures).
+    pub rewrite_target: Option<String>,
+    /// `configuration-snippet` (only when snippets are allowed).
+    pub configuration_snippet: Option<Snippet>,
+}
+
+/// An upstream: one Service port and its ready endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backend {
+    /// `namespace_service_port`, unique in the model.
+    pub name: String,
+    /// The Service.
+    pub service: ResourceRef,
+    /// The Service port as referenced by the Ingress (number or name).
+    pub service_port: String,
+    /// Ready endpoints, sorted.
+    pub endpoints: Vec<Endpoint>,
+    /// Balancing settings (changing them needs no reload).
+    pub balancing: Balancing,
+}
+
+/// A ready endpoint of a backend.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// IPv4 or IPv6 address, as in the EndpointSlice.
+    pub address: String,
+    /// Target port.
+    pub port: u16,
+}
+
+/// How the in-NGINX balancer spreads requests over a backend's endpoints.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Balancing {
+    /// Algorithm.
+    pub load_balance: LoadBalance,
+    /// `upstream-hash-by`: an NGINX variable expression for consistent hashing.
+    pub upstream_hash_by: Option<String>,
+    /// Cookie affinity.
+    pub affinity: Option<Affinity>,
+    /// Canary split towards another backend, paired by host + path.
+    pub canary: Option<CanaryRoute>,
+}
+
+/// A canary attached to a primary backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanaryRoute {
+    /// The canary backend.
+    pub backend: String,
+    /// How requests are chosen for it.
+    pub rules: Canary,
+}
+
+/// A TLS certificate and its key, checked while building.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Certificate {
+    /// The Secret it comes from.
+    pub secret: ResourceRef,
+    /// PEM certificate chain.
+    pub cert_pem: String,
+    /// PEM private key.
+    pub key_pem: String,
+    /// Names (SANs) the certificate covers, lower-cased.
+    pub names: Vec<String>,
+    /// Expiry as seconds since the Unix epoch.
+    pub not_after: i64,
+}
+
+/// Settings shared by all servers, from the controller ConfigMap.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Global {
+    /// Whether snippet annotations on Ingresses are honoured.
+    pub allow_snippet_annotations: bool,
+    /// Default of the `ssl-redirect` annotation.
+    pub ssl_redirect: bool,
+    /// Default `client_max_body_size`.
+    pub proxy_body_size: String,
+    /// Default timeouts in seconds: connect, read, send.
+    pub proxy_connect_timeout: u32,
+    /// Default `proxy_read_timeout`.
+    pub proxy_read_timeout: u32,
+    /// Default `proxy_send_timeout`.
+    pub proxy_send_timeout: u32,
+    /// ConfigMap `http-snippet` (administrator-owned).
+    pub http_snippet: Option<String>,
+    /// ConfigMap `server-snippet` (administrator-owned, every server).
+    pub server_snippet: Option<String>,
+    /// ConfigMap `location-snippet` (administrator-owned, every location).
+    pub location_snippet: Option<String>,
+}
+
+impl Model {
+    /// The blake3 hash of the model's canonical encoding, as 64 hex digits.
+    pub fn hash(&self) -> String {
+        content_hash(self)
+    }
+
+    /// Problems reported on one resource.
+    pub fn problems_of<'a>(&'a self, r: &'a ResourceRef) -> impl Iterator<Item = &'a Problem> {
+        self.problems.iter().filter(move |p| &p.resource == r)
+    }
+
+    /// The server for an exact host key (`*.example.com` for wildcard servers).
+    pub fn server(&self, host: &str) -> Option<&Server> {
+        self.servers
+            .binary_search_by(|s| s.host.as_str().cmp(host))
+            .ok()
+            .map(|i| &self.servers[i])
+    }
+}
+
+/// blake3 over the canonical JSON encoding of any serializable value.
+///
+/// JSON is canonical here because every map in the model is a `BTreeMap` and every
+/// list is sorted by construction.
+pub fn content_hash<T: Serialize>(value: &T) -> String {
+    let mut hasher = blake3::Hasher::new();
+    serde_json::to_writer(&mut hasher, value).expect("model serialization cannot fail");
+    hasher.finalize().to_hex().to_string()
+}

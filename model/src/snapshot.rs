@@ -1,0 +1,66 @@
+//! The inputs of model building: the cluster objects Ferrule reads and its settings.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+
+/// The default value of `IngressClass.spec.controller` that Ferrule claims.
+pub const DEFAULT_CONTROLLER: &str = "ferrule.dev/ingress-controller";
+
+/// Controller settings that influence the model (flags, not cluster objects).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `IngressClass.spec.controller` value that Ferrule owns.
+    pub controller: String,
+    /// Legacy `kubernetes.io/ingress.class` annotation value (and IngressClass name) Ferrule owns.
+    pub ingress_class: String,
+    /// Serve Ingresses without any class.
+    pub watch_without_class: bool,
+    /// `namespace/name` of the Service used for unknown hosts and unmatched paths.
+    pub default_backend_service: Option<String>,
+    /// `namespace/name` of the Secret used when a host has no valid certificate.
+    pub default_certificate: Option<String>,
+    /// Honour `configuration-snippet` / `server-snippet` annotations.
+    pub allow_snippet_annotations: bool,
+    /// "Now" as seconds since the Unix epoch, for certificate expiry (kept as an
+    /// input so that model building stays pure and deterministic).
+    pub now: i64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            controller: DEFAULT_CONTROLLER.to_owned(),
+            ingress_class: "ferrule".to_owned(),
+            watch_without_class: false,
+            default_backend_service: None,
+            default_certificate: None,
+            allow_snippet_annotations: false,
+            now: 0,
+        }
+    }
+}
+
+/// An immutable view of the cluster at one instant.
+///
+/// Objects are shared (`Arc`) so that sources can hand out snapshots without copying
+/// what did not change. Order does not matter: model building sorts what it needs.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// Ingresses of every watched namespace.
+    pub ingresses: Vec<Arc<Ingress>>,
+    /// IngressClasses.
+    pub ingress_classes: Vec<Arc<IngressClass>>,
+    /// Services.
+    pub services: Vec<Arc<Service>>,
+    /// EndpointSlices.
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
+    /// Secrets (only TLS secrets matter).
+    pub secrets: Vec<Arc<Secret>>,
+    /// The controller ConfigMap, if configured and present.
+    pub config_map: Option<Arc<ConfigMap>>,
+    /// Controller settings.
+    pub settings: Settings,
+}
