@@ -79,11 +79,41 @@ local function parse(pem)
 end
 _M.parse = parse
 
--- Validation hook for the configuration API (PEM must parse).
+-- Does the private key belong to the first (leaf) certificate of the chain?
+-- Uses OpenSSL through the FFI (symbols of the libcrypto NGINX links);
+-- returns nil when that is not available, in which case the check is skipped.
+local key_matches
+do
+    local ok_ffi, ffi = pcall(require, "ffi")
+    if ok_ffi then
+        local ok = pcall(ffi.cdef, [[
+            void *OPENSSL_sk_value(const void *st, int i);
+            int X509_check_private_key(const void *x509, const void *pkey);
+            void ERR_clear_error(void);
+        ]])
+        if ok and pcall(function() return ffi.C.X509_check_private_key end) then
+            key_matches = function(chain, pkey)
+                local leaf = ffi.C.OPENSSL_sk_value(chain, 0)
+                if leaf == nil then
+                    return false
+                end
+                local r = ffi.C.X509_check_private_key(leaf, pkey) == 1
+                ffi.C.ERR_clear_error()
+                return r
+            end
+        end
+    end
+end
+
+-- Validation hook for the configuration API: PEM must parse and the key
+-- must match the certificate.
 function _M.check(cert, key)
-    local c, err = parse({ cert = cert, key = key })
+    local c, k = parse({ cert = cert, key = key })
     if not c then
-        return nil, err
+        return nil, k
+    end
+    if key_matches and not key_matches(c, k) then
+        return nil, "the private key does not match the certificate"
     end
     return true
 end

@@ -331,6 +331,15 @@ check "posted default serves clients without SNI" grep -q 'CN=ferrule-default' <
 check "removal POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 3 rm=a.example.com)")" = 201 ]
 check "removed host falls back to the default" grep -q 'CN=ferrule-default' <(subject a.example.com)
 check "broken PEM -> 400" [ "$(api POST /configuration/certificates '{"version":4,"certificates":[{"host":"b.example.com","cert":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","key":"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}]}')" = 400 ]
+python3 - "$WORK/certs" > "$WORK/out/mismatch.json" <<'EOF'
+import json, sys
+d = sys.argv[1]
+print(json.dumps({"version": 5, "certificates": [{"host": "m.example.com",
+    "cert": open(f"{d}/a.crt").read(), "key": open(f"{d}/wild.key").read()}]}))
+EOF
+check "certificate with a key that does not match -> 400" \
+    [ "$(api POST /configuration/certificates "$(cat "$WORK/out/mismatch.json")")" = 400 ]
+check "  ... and says so" grep -q 'does not match' "$WORK/out/api"
 check "GET certificates -> 200" [ "$(api GET /configuration/certificates)" = 200 ]
 check "  ... lists hosts" grep -q '\*.w.example.com' "$WORK/out/api"
 check "  ... never keys" bash -c "! grep -qi 'PRIVATE\|BEGIN' '$WORK/out/api'"
@@ -362,7 +371,7 @@ check "still no full re-sync in any worker" bash -c "! grep -v 'full_syncs=1$' '
 section "health"
 check "same master and worker pids as at start (no reload, no crash)" [ "$WORKERS_AT_START" = "$(workers)" ]
 check "no Lua runtime errors / alerts in error.log" \
-    bash -c "! grep -E 'runtime error|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
+    bash -c "! grep -E 'runtime error|writing a global|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
 
 section "reload keeps the dynamic configuration (shared dicts survive HUP)"
 kill -HUP "$MASTER"
@@ -378,7 +387,7 @@ check "certificates still served after reload" grep -q 'CN=\*.w.example.com' <(s
 check "hash mapping unchanged across workers and reload" \
     bash -c "curl -s '$PROXY/hash/?user=u[1-300]' | awk '{print \$2, \$1}' | sort | cmp -s - '$WORK/out/hash3'"
 check "no Lua runtime errors / alerts after reload" \
-    bash -c "! grep -E 'runtime error|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
+    bash -c "! grep -E 'runtime error|writing a global|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
 
 echo
 echo "summary: $PASS passed, $FAIL failed, $(( $(date +%s) - START ))s"
