@@ -6,7 +6,9 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ferrule_model::{Diff, Settings};
 
-mod source;
+use ferrule::source;
+
+mod commands;
 
 #[derive(Parser)]
 #[command(
@@ -74,8 +76,101 @@ impl ModelFlags {
     }
 }
 
+/// Where NGINX lives and listens.
+#[derive(clap::Args, Clone)]
+struct NginxFlags {
+    /// The NGINX binary.
+    #[arg(long, default_value = "nginx")]
+    nginx_binary: PathBuf,
+    /// Directory holding every NGINX file (config, certificates, pid, sockets, logs).
+    #[arg(long, default_value = "/var/lib/ferrule/nginx")]
+    nginx_prefix: PathBuf,
+    /// Address of the proxy listeners (`*` for every address).
+    #[arg(long, default_value = "*")]
+    listen_address: String,
+    /// Plain HTTP port.
+    #[arg(long, default_value_t = 80)]
+    http_port: u16,
+    /// HTTPS port.
+    #[arg(long, default_value_t = 443)]
+    https_port: u16,
+    /// NGINX `worker_processes`.
+    #[arg(long, default_value = "auto")]
+    worker_processes: String,
+    /// Directory of NGINX dynamic modules (ndk, lua).
+    #[arg(long, default_value = "/usr/lib/nginx/modules")]
+    nginx_modules: PathBuf,
+}
+
+impl NginxFlags {
+    fn render_options(&self, configmap: Option<String>) -> ferrule::nginx::render::RenderOptions {
+        let root = nix::unistd::geteuid().is_root();
+        let prefix =
+            std::path::absolute(&self.nginx_prefix).unwrap_or_else(|_| self.nginx_prefix.clone());
+        ferrule::nginx::render::RenderOptions {
+            prefix,
+            listen_address: self.listen_address.clone(),
+            http_port: self.http_port,
+            https_port: self.https_port,
+            worker_processes: self.worker_processes.clone(),
+            user: root.then(|| "nobody".to_owned()),
+            modules: ["ndk_http_module.so", "ngx_http_lua_module.so"]
+                .iter()
+                .map(|m| self.nginx_modules.join(m).to_string_lossy().into_owned())
+                .collect(),
+            configmap,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller: watch the inputs, drive NGINX, serve the status port.
+    Run {
+        /// Standalone mode: a directory of Kubernetes manifests to serve.
+        #[arg(long)]
+        manifests: PathBuf,
+        /// Status port (`/healthz`, `/readyz`, `/metrics`, `/status/resources`).
+        #[arg(long, default_value_t = 10254)]
+        status_port: u16,
+        /// Address of the status port.
+        #[arg(long, default_value = "0.0.0.0")]
+        status_address: std::net::IpAddr,
+        /// Coalescing window for changes, in milliseconds.
+        #[arg(long, default_value_t = 100)]
+        coalesce_ms: u64,
+        /// Minimum milliseconds between two reloads (endpoint changes are not limited).
+        #[arg(long, default_value_t = 0)]
+        min_reload_interval_ms: u64,
+        #[command(flatten)]
+        nginx: NginxFlags,
+        #[command(flatten)]
+        flags: ModelFlags,
+    },
+    /// Render the NGINX files of a manifests directory without running NGINX.
+    Render {
+        /// Directory of Kubernetes manifests.
+        #[arg(long)]
+        manifests: PathBuf,
+        /// Output directory (used as the NGINX prefix in the files).
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        nginx: NginxFlags,
+        #[command(flatten)]
+        flags: ModelFlags,
+    },
+    /// Render to a temporary directory, run `nginx -t`, print per-resource problems;
+    /// exit non-zero if any resource is rejected.
+    Validate {
+        /// Directory of Kubernetes manifests.
+        #[arg(long)]
+        manifests: PathBuf,
+        #[command(flatten)]
+        nginx: NginxFlags,
+        #[command(flatten)]
+        flags: ModelFlags,
+    },
     /// Print the model built from a manifests directory as JSON.
     Model {
         /// Directory of Kubernetes manifests.
@@ -98,7 +193,8 @@ enum Command {
     },
 }
 
-fn main() -> Result<()> {
+#[tokio::main]
+async fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -106,6 +202,60 @@ fn main() -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Run {
+            manifests,
+            status_port,
+            status_address,
+            coalesce_ms,
+            min_reload_interval_ms,
+            nginx,
+            flags,
+        } => {
+            commands::run(commands::RunArgs {
+                manifests,
+                status: std::net::SocketAddr::new(status_address, status_port),
+                coalesce: std::time::Duration::from_millis(coalesce_ms),
+                min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
+                render: nginx.render_options(flags.configmap.clone()),
+                nginx_binary: nginx.nginx_binary.clone(),
+                settings: flags.settings(),
+                config_map: flags
+                    .config_map()
+                    .map(|(a, b)| (a.to_owned(), b.to_owned())),
+            })
+            .await?;
+        }
+        Command::Render {
+            manifests,
+            out,
+            nginx,
+            flags,
+        } => {
+            let model = flags.model(&manifests)?;
+            let mut nginx = nginx.clone();
+            nginx.nginx_prefix = out;
+            let opts = nginx.render_options(flags.configmap.clone());
+            let written = commands::render(&model, opts)?;
+            println!("wrote {written} files");
+        }
+        Command::Validate {
+            manifests,
+            nginx,
+            flags,
+        } => {
+            let model = flags.model(&manifests)?;
+            let snap = source::manifests::load(&manifests, flags.settings(), flags.config_map())?;
+            let ok = commands::validate(
+                &snap,
+                &model,
+                &nginx.nginx_binary,
+                nginx.render_options(flags.configmap.clone()),
+            )
+            .await?;
+            if !ok {
+                std::process::exit(1);
+            }
+        }
         Command::Model {
             manifests,
             hash,

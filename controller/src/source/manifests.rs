@@ -90,3 +90,58 @@ pub fn load(
     }
     Ok(snap)
 }
+
+/// Watches `dir` and publishes a new snapshot whenever a file changes (including
+/// atomic renames), checking every `interval`. An unreadable directory or invalid
+/// document is logged and the previous snapshot stays in force.
+pub async fn watch(
+    dir: PathBuf,
+    settings: Settings,
+    config_map: Option<(String, String)>,
+    interval: std::time::Duration,
+    tx: tokio::sync::watch::Sender<Option<std::sync::Arc<Snapshot>>>,
+) {
+    let mut last_fingerprint = None;
+    loop {
+        let fp = fingerprint(&dir);
+        if fp.is_some() && fp != last_fingerprint {
+            let cm = config_map.as_ref().map(|(a, b)| (a.as_str(), b.as_str()));
+            let mut settings = settings.clone();
+            settings.now = now();
+            match load(&dir, settings, cm) {
+                Ok(snap) => {
+                    tracing::debug!(dir = %dir.display(), "manifests changed");
+                    tx.send_replace(Some(std::sync::Arc::new(snap)));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "manifests not loaded; keeping the previous state")
+                }
+            }
+            last_fingerprint = fp;
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Paths, sizes, modification times and inodes of every manifest file.
+fn fingerprint(dir: &Path) -> Option<Vec<(PathBuf, u64, i128, u64)>> {
+    use std::os::unix::fs::MetadataExt;
+    let files = files(dir).ok()?;
+    Some(
+        files
+            .into_iter()
+            .filter_map(|p| {
+                let m = std::fs::metadata(&p).ok()?;
+                let mtime = m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128;
+                Some((p, m.len(), mtime, m.ino()))
+            })
+            .collect(),
+    )
+}

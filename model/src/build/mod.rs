@@ -81,6 +81,8 @@ pub fn build(snap: &Snapshot) -> Model {
 /// A host's TLS claim: the oldest Ingress listing the host in `spec.tls` wins.
 struct TlsClaim {
     owner: ResourceRef,
+    /// `namespace/name` of the Secret (a Secret lives in its Ingress's namespace, so
+    /// the same name in two namespaces is two different Secrets).
     secret: Option<String>,
 }
 
@@ -237,7 +239,11 @@ impl Builder<'_> {
                     );
                     continue;
                 };
-                let secret = tls.secret_name.clone().filter(|s| !s.is_empty());
+                let secret = tls
+                    .secret_name
+                    .as_deref()
+                    .filter(|s| !s.is_empty())
+                    .map(|s| format!("{ns}/{s}"));
                 match self.tls_claims.get(&host) {
                     None => {
                         self.tls_claims.insert(
@@ -484,9 +490,9 @@ impl Builder<'_> {
         let Some(secret) = &claim.secret else {
             return ServerTls { certificate: None };
         };
-        let ns = claim.owner.namespace.clone();
-        let name = format!("{ns}/{secret}");
-        let checked = match self.secrets.get(&(ns.as_str(), secret.as_str())) {
+        let name = secret.clone();
+        let key = secret.split_once('/').expect("claims hold namespace/name");
+        let checked = match self.secrets.get(&key) {
             None => Err(format!("Secret {name} not found")),
             Some(s) => tls::certificate(s, self.snap.settings.now)
                 .map_err(|e| format!("Secret {name}: {e}")),
@@ -571,4 +577,17 @@ fn age_key(ing: &Ingress) -> (Option<i64>, &str, &str) {
         .map(|t| t.0.as_second());
     let (ns, name) = meta_key(&ing.metadata);
     (ts, ns, name)
+}
+
+/// The Ingresses of the snapshot that belong to this controller (class selection).
+pub fn owned_ingresses(snap: &Snapshot) -> Vec<ResourceRef> {
+    let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
+    let mut out: Vec<ResourceRef> = snap
+        .ingresses
+        .iter()
+        .filter(|i| filter.is_ours(i))
+        .map(|i| ingress_ref(i))
+        .collect();
+    out.sort();
+    out
 }

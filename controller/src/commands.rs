@@ -1,0 +1,133 @@
+//! The subcommands that run NGINX or write its files.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use ferrule::nginx::render::{RenderOptions, Renderer};
+use ferrule::nginx::safety::Exclusions;
+use ferrule::nginx::{Dataplane, files};
+use ferrule::status::Shared;
+use ferrule::sync::{self, SyncOptions};
+use ferrule_model::{Model, Settings, Severity, Snapshot};
+
+/// Everything `ferrule run` needs.
+pub struct RunArgs {
+    pub manifests: PathBuf,
+    pub status: SocketAddr,
+    pub coalesce: Duration,
+    pub min_reload_interval: Duration,
+    pub render: RenderOptions,
+    pub nginx_binary: PathBuf,
+    pub settings: Settings,
+    pub config_map: Option<(String, String)>,
+}
+
+/// `ferrule run`: the whole loop in standalone mode.
+pub async fn run(args: RunArgs) -> Result<()> {
+    let default_pem = ferrule::tls::self_signed_default()?;
+    let dataplane = Dataplane::new(
+        Renderer::new(args.render.clone()),
+        args.nginx_binary.clone(),
+        default_pem,
+    )
+    .with_context(|| {
+        format!(
+            "preparing the NGINX prefix {}",
+            args.render.prefix.display()
+        )
+    })?;
+    let shared = Arc::new(Shared::default());
+    let listener = tokio::net::TcpListener::bind(args.status)
+        .await
+        .with_context(|| format!("binding the status port {}", args.status))?;
+    drop(listener);
+    tokio::spawn({
+        let shared = shared.clone();
+        async move {
+            if let Err(e) = ferrule::status::serve(args.status, shared).await {
+                tracing::error!(error = %e, "status port failed");
+            }
+        }
+    });
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(ferrule::source::manifests::watch(
+        args.manifests.clone(),
+        args.settings.clone(),
+        args.config_map.clone(),
+        Duration::from_millis(200),
+        tx,
+    ));
+    tracing::info!(manifests = %args.manifests.display(), prefix = %args.render.prefix.display(), "ferrule running");
+    let opts = SyncOptions {
+        coalesce: args.coalesce,
+        min_reload_interval: args.min_reload_interval,
+    };
+    sync::run(rx, dataplane, shared, opts, shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}
+
+/// `ferrule render`: writes the files of `model` under `opts.prefix`.
+pub fn render(model: &Model, opts: RenderOptions) -> Result<usize> {
+    let prefix = opts.prefix.clone();
+    let default_pem = ferrule::tls::self_signed_default()?;
+    let dataplane = Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), default_pem)?;
+    let (_, specs) = dataplane.files(model)?;
+    files::write_all(&prefix, &specs)?;
+    Ok(specs.len())
+}
+
+/// `ferrule validate`: config safety without serving; prints problems per resource.
+pub async fn validate(
+    snap: &Snapshot,
+    model: &Model,
+    nginx: &std::path::Path,
+    mut opts: RenderOptions,
+) -> Result<bool> {
+    let dir = tempfile::tempdir()?;
+    opts.prefix = dir.path().to_owned();
+    opts.user = None;
+    let default_pem = ferrule::tls::self_signed_default()?;
+    let mut dataplane = Dataplane::new(Renderer::new(opts), nginx.to_owned(), default_pem)?;
+    dataplane.dry_run = true;
+    let mut excl = Exclusions::default();
+    dataplane.apply(snap, &mut excl).await.context("nginx -t")?;
+    let mut rejected = false;
+    for (r, e) in &excl.ingresses {
+        rejected = true;
+        println!("{r}: rejected: nginx -t failed: {}", e.message);
+    }
+    if let Some(held) = &excl.configmap {
+        rejected = true;
+        println!("ConfigMap: rejected: {}", held.message);
+    }
+    for p in &model.problems {
+        let level = match p.severity {
+            Severity::Error => {
+                rejected = true;
+                "error"
+            }
+            Severity::Warning => "warning",
+        };
+        println!("{}: {level}: {}", p.resource, p.message);
+    }
+    if !rejected {
+        println!(
+            "ok: {} servers, {} backends",
+            model.servers.len(),
+            model.backends.len()
+        );
+    }
+    Ok(!rejected)
+}

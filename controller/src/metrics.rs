@@ -1,0 +1,145 @@
+//! Prometheus metrics of the controller.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Label: an outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+/// Labels of dynamic updates.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DynamicLabel {
+    /// `backends` or `certificates`.
+    pub kind: String,
+    /// `success` or `failure`.
+    pub result: String,
+}
+
+/// Label: a resource state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    /// `applied` or `rejected`.
+    pub state: String,
+}
+
+/// Every metric Ferrule exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Reloads by result.
+    pub reloads: Family<ResultLabel, Counter>,
+    /// Time from the start of a reload pass (render, write, test, reload, verify) to its end.
+    pub reload_duration: Histogram,
+    /// Reloads whose new workers did not confirm the version in time.
+    pub reload_verify_failures: Counter,
+    /// Time to build and diff the model after a change.
+    pub sync_duration: Histogram,
+    /// Resources by state.
+    pub resources: Family<StateLabel, Gauge>,
+    /// Dynamic (no reload) updates by kind and result.
+    pub dynamic_updates: Family<DynamicLabel, Counter>,
+    /// Time from a detected change to the balancer having it.
+    pub dynamic_latency: Histogram,
+    /// NGINX master restarts after it died.
+    pub nginx_restarts: Counter,
+    /// `nginx -t` runs.
+    pub config_tests: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("ferrule");
+        let reloads = Family::<ResultLabel, Counter>::default();
+        registry.register("reloads", "NGINX reloads by result", reloads.clone());
+        let reload_duration = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "reload_duration_seconds",
+            "Duration of reload passes",
+            reload_duration.clone(),
+        );
+        let reload_verify_failures = Counter::default();
+        registry.register(
+            "reload_verify_failures",
+            "Reloads not confirmed by new workers in time",
+            reload_verify_failures.clone(),
+        );
+        let sync_duration = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "sync_duration_seconds",
+            "Duration of model build and diff",
+            sync_duration.clone(),
+        );
+        let resources = Family::<StateLabel, Gauge>::default();
+        registry.register("resources", "Resources by state", resources.clone());
+        let dynamic_updates = Family::<DynamicLabel, Counter>::default();
+        registry.register(
+            "dynamic_updates",
+            "Updates applied without reload",
+            dynamic_updates.clone(),
+        );
+        let dynamic_latency = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        registry.register(
+            "dynamic_update_latency_seconds",
+            "Time from a detected change to the balancer having it",
+            dynamic_latency.clone(),
+        );
+        let nginx_restarts = Counter::default();
+        registry.register(
+            "nginx_restarts",
+            "NGINX restarts after it died",
+            nginx_restarts.clone(),
+        );
+        let config_tests = Counter::default();
+        registry.register("config_tests", "nginx -t runs", config_tests.clone());
+        Self {
+            registry,
+            reloads,
+            reload_duration,
+            reload_verify_failures,
+            sync_duration,
+            resources,
+            dynamic_updates,
+            dynamic_latency,
+            nginx_restarts,
+            config_tests,
+        }
+    }
+}
+
+impl Metrics {
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("encoding to a String");
+        out
+    }
+
+    /// Counts a reload.
+    pub fn reload(&self, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.reloads
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a dynamic update.
+    pub fn dynamic(&self, kind: &str, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.dynamic_updates
+            .get_or_create(&DynamicLabel {
+                kind: kind.to_owned(),
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+}

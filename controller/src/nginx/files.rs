@@ -1,0 +1,203 @@
+//! Writing NGINX files: atomic (temp + rename), unchanged files untouched, stale
+//! generated files removed, and every change undoable until it is committed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Directories whose `*.conf` / `*.pem` files Ferrule owns: files it did not render
+/// this time are stale and removed.
+const MANAGED_DIRS: &[&str] = &["conf/servers", "conf/certs"];
+
+/// A file to write: contents and Unix mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSpec {
+    /// Contents.
+    pub bytes: Vec<u8>,
+    /// Permission bits (0o600 for keys and tokens).
+    pub mode: u32,
+}
+
+/// What a write changed, so that it can be undone.
+#[derive(Debug, Default)]
+pub struct Change {
+    /// (path, previous contents or `None` if the file was new).
+    undo: Vec<(PathBuf, Option<(Vec<u8>, u32)>)>,
+}
+
+impl Change {
+    /// Whether anything was written or removed.
+    pub fn is_empty(&self) -> bool {
+        self.undo.is_empty()
+    }
+
+    /// Paths written or removed.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.undo.iter().map(|(p, _)| p.as_path())
+    }
+}
+
+/// Writes `files` (relative to `prefix`); returns what changed.
+///
+/// Files whose contents are identical are not rewritten, so their mtime and inode
+/// stay the same. In the managed directories, files not in `files` are removed.
+pub fn write_all(prefix: &Path, files: &BTreeMap<String, FileSpec>) -> std::io::Result<Change> {
+    let mut change = Change::default();
+    let result = write_inner(prefix, files, &mut change);
+    if let Err(e) = result {
+        // Leave the tree as it was: a half-written change is worse than none.
+        let _ = rollback(change);
+        return Err(e);
+    }
+    Ok(change)
+}
+
+fn write_inner(
+    prefix: &Path,
+    files: &BTreeMap<String, FileSpec>,
+    change: &mut Change,
+) -> std::io::Result<()> {
+    for (rel, spec) in files {
+        let path = prefix.join(rel);
+        let old = read(&path)?;
+        if old
+            .as_ref()
+            .is_some_and(|(b, m)| *b == spec.bytes && *m == spec.mode)
+        {
+            continue;
+        }
+        atomic_write(&path, &spec.bytes, spec.mode)?;
+        change.undo.push((path, old));
+    }
+    for dir in MANAGED_DIRS {
+        let dir = prefix.join(dir);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            let rel = path
+                .strip_prefix(prefix)
+                .unwrap_or(&path)
+                .to_string_lossy()
+                .into_owned();
+            if !files.contains_key(&rel) && path.is_file() {
+                let old = read(&path)?;
+                fs::remove_file(&path)?;
+                change.undo.push((path, old));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Undoes a change: restores previous contents, removes files that were new.
+pub fn rollback(change: Change) -> std::io::Result<()> {
+    for (path, old) in change.undo.into_iter().rev() {
+        match old {
+            Some((bytes, mode)) => atomic_write(&path, &bytes, mode)?,
+            None => match fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            },
+        }
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> std::io::Result<Option<(Vec<u8>, u32)>> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some((b, fs::metadata(path)?.permissions().mode() & 0o7777))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes a temporary file beside `path` with `mode`, then renames it over `path`.
+pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+    }
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+    fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(s: &str) -> FileSpec {
+        FileSpec {
+            bytes: s.as_bytes().to_vec(),
+            mode: 0o644,
+        }
+    }
+
+    #[test]
+    fn unchanged_files_are_not_rewritten_and_changes_roll_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = BTreeMap::new();
+        files.insert("conf/nginx.conf".to_owned(), spec("a"));
+        files.insert("conf/servers/host_a.conf".to_owned(), spec("server a"));
+        let first = write_all(dir.path(), &files).unwrap();
+        assert_eq!(first.paths().count(), 2);
+        assert!(write_all(dir.path(), &files).unwrap().is_empty());
+
+        let mut next = BTreeMap::new();
+        next.insert("conf/nginx.conf".to_owned(), spec("b"));
+        next.insert("conf/servers/host_b.conf".to_owned(), spec("server b"));
+        let change = write_all(dir.path(), &next).unwrap();
+        assert!(
+            !dir.path().join("conf/servers/host_a.conf").exists(),
+            "stale server file removed"
+        );
+        rollback(change).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("conf/nginx.conf")).unwrap(),
+            "a"
+        );
+        assert_eq!(
+            fs::read_to_string(dir.path().join("conf/servers/host_a.conf")).unwrap(),
+            "server a"
+        );
+        assert!(
+            !dir.path().join("conf/servers/host_b.conf").exists(),
+            "new file removed by rollback"
+        );
+    }
+
+    #[test]
+    fn secrets_get_their_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut files = BTreeMap::new();
+        files.insert(
+            "conf/certs/x.pem".to_owned(),
+            FileSpec {
+                bytes: b"k".to_vec(),
+                mode: 0o600,
+            },
+        );
+        write_all(dir.path(), &files).unwrap();
+        let mode = fs::metadata(dir.path().join("conf/certs/x.pem"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+}

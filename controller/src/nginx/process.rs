@@ -1,0 +1,188 @@
+//! The NGINX process: test, start, reload, verify, quit.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+use super::api;
+
+/// `nginx -t` rejected the configuration.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct TestFailure {
+    /// The first `[emerg]` line (or the whole output when none).
+    pub message: String,
+    /// File and line named by NGINX, when it named one.
+    pub location: Option<(PathBuf, usize)>,
+}
+
+impl TestFailure {
+    fn parse(output: &str) -> Self {
+        let line = output
+            .lines()
+            .find(|l| l.contains("[emerg]") || l.contains("[crit]"))
+            .or_else(|| output.lines().find(|l| !l.trim().is_empty()))
+            .unwrap_or("nginx -t failed without output")
+            .trim();
+        let message = line.strip_prefix("nginx: ").unwrap_or(line).to_owned();
+        let location = line.rsplit_once(" in ").and_then(|(_, at)| {
+            let (file, line) = at.rsplit_once(':')?;
+            Some((PathBuf::from(file), line.trim().parse().ok()?))
+        });
+        Self { message, location }
+    }
+}
+
+/// Controls one NGINX master process running from a prefix directory.
+pub struct Nginx {
+    binary: PathBuf,
+    prefix: PathBuf,
+    child: Option<Child>,
+}
+
+impl Nginx {
+    /// An NGINX that is not running yet.
+    pub fn new(binary: impl Into<PathBuf>, prefix: impl Into<PathBuf>) -> Self {
+        Self {
+            binary: binary.into(),
+            prefix: prefix.into(),
+            child: None,
+        }
+    }
+
+    /// The prefix directory.
+    pub fn prefix(&self) -> &Path {
+        &self.prefix
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(&self.binary);
+        c.arg("-p")
+            .arg(&self.prefix)
+            .arg("-c")
+            .arg(self.prefix.join("conf/nginx.conf"));
+        c.arg("-e").arg(self.prefix.join("logs/error.log"));
+        c
+    }
+
+    /// Runs `nginx -t` on the files in the prefix.
+    pub async fn test(&self) -> Result<(), TestFailure> {
+        let out = self
+            .command()
+            .arg("-t")
+            .arg("-q")
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(|e| TestFailure {
+                message: format!("cannot run {}: {e}", self.binary.display()),
+                location: None,
+            })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(TestFailure::parse(&String::from_utf8_lossy(&out.stderr)))
+    }
+
+    /// Starts the master process (in the foreground, as our child).
+    pub async fn start(&mut self) -> std::io::Result<()> {
+        let child = self
+            .command()
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// The master's pid, when running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
+    /// Whether the master process is still alive.
+    pub fn is_running(&mut self) -> bool {
+        match self.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(None)) => true,
+            Some(_) => {
+                self.child = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Asks the master to reload its configuration (SIGHUP).
+    pub fn reload(&self) -> std::io::Result<()> {
+        self.signal(Signal::SIGHUP)
+    }
+
+    fn signal(&self, sig: Signal) -> std::io::Result<()> {
+        let pid = self
+            .pid()
+            .ok_or_else(|| std::io::Error::other("nginx is not running"))?;
+        kill(Pid::from_raw(pid as i32), sig).map_err(std::io::Error::from)
+    }
+
+    /// Graceful shutdown (SIGQUIT): workers finish their requests; waits up to `timeout`
+    /// and then kills.
+    pub async fn quit(&mut self, timeout: Duration) {
+        if self.signal(Signal::SIGQUIT).is_err() {
+            return;
+        }
+        if let Some(child) = self.child.as_mut()
+            && tokio::time::timeout(timeout, child.wait()).await.is_err()
+        {
+            let _ = child.kill().await;
+        }
+        self.child = None;
+    }
+
+    /// Waits until new connections are answered by workers serving `version`.
+    pub async fn wait_for_version(&self, version: &str, timeout: Duration) -> bool {
+        let socket = self.prefix.join("run/balancer.sock");
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(resp) =
+                api::request(&socket, "GET", "/ferrule/config-version", None, None).await
+                && resp.status == 200
+                && resp.body.trim() == version
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Waits for the master to exit; returns when it does (for supervision).
+    pub async fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.wait().await.ok();
+        self.child = None;
+        status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestFailure;
+
+    #[test]
+    fn nginx_errors_name_file_and_line() {
+        let out = "nginx: [emerg] unknown directive \"bogus\" in /p/conf/servers/host_a.conf:12\nnginx: configuration file /p/conf/nginx.conf test failed\n";
+        let f = TestFailure::parse(out);
+        assert_eq!(
+            f.message,
+            "[emerg] unknown directive \"bogus\" in /p/conf/servers/host_a.conf:12"
+        );
+        assert_eq!(f.location, Some(("/p/conf/servers/host_a.conf".into(), 12)));
+        assert_eq!(
+            TestFailure::parse("nginx: [emerg] no events section\n").location,
+            None
+        );
+    }
+}

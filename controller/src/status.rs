@@ -1,0 +1,136 @@
+//! Shared controller state and the status port: `/healthz`, `/readyz`, `/metrics`,
+//! `/status/resources`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde::Serialize;
+
+use crate::metrics::{Metrics, StateLabel};
+
+/// Whether a resource is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceState {
+    /// Served (possibly with warnings in the message).
+    Applied,
+    /// Not served, or partly not served; the message says why.
+    Rejected,
+}
+
+/// The state of one resource as users see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResourceStatus {
+    /// Kind.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Applied or rejected.
+    pub state: ResourceState,
+    /// Problems, joined with `; ` (empty when none).
+    pub message: String,
+}
+
+/// State shared between the sync loop and the status port.
+#[derive(Default)]
+pub struct Shared {
+    ready: AtomicBool,
+    resources: RwLock<Vec<ResourceStatus>>,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+impl Shared {
+    /// Sets readiness.
+    pub fn set_ready(&self, ready: bool) {
+        let was = self.ready.swap(ready, Ordering::SeqCst);
+        if was != ready {
+            tracing::info!(ready, "readiness changed");
+        }
+    }
+
+    /// Readiness.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
+    }
+
+    /// Replaces the resource states; logs one line per state change.
+    pub fn set_resources(&self, mut next: Vec<ResourceStatus>) {
+        next.sort_by(|a, b| {
+            (&a.kind, &a.namespace, &a.name).cmp(&(&b.kind, &b.namespace, &b.name))
+        });
+        let mut cur = self.resources.write().expect("status lock");
+        for r in &next {
+            let old = cur
+                .iter()
+                .find(|o| o.kind == r.kind && o.namespace == r.namespace && o.name == r.name);
+            if old.map(|o| (o.state, &o.message)) != Some((r.state, &r.message)) {
+                match r.state {
+                    ResourceState::Applied => {
+                        tracing::info!(kind = %r.kind, namespace = %r.namespace, name = %r.name, message = %r.message, "resource applied")
+                    }
+                    ResourceState::Rejected => {
+                        tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name, message = %r.message, "resource rejected")
+                    }
+                }
+            }
+        }
+        for (state, label) in [
+            (ResourceState::Applied, "applied"),
+            (ResourceState::Rejected, "rejected"),
+        ] {
+            let n = next.iter().filter(|r| r.state == state).count();
+            self.metrics
+                .resources
+                .get_or_create(&StateLabel {
+                    state: label.to_owned(),
+                })
+                .set(n as i64);
+        }
+        *cur = next;
+    }
+
+    /// Current resource states.
+    pub fn resources(&self) -> Vec<ResourceStatus> {
+        self.resources.read().expect("status lock").clone()
+    }
+}
+
+/// Serves the status port until the process exits.
+pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/status/resources", get(resources))
+        .with_state(shared);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    axum::serve(listener, app).await
+}
+
+async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    if s.is_ready() {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        s.metrics.encode(),
+    )
+}
+
+async fn resources(State(s): State<Arc<Shared>>) -> impl IntoResponse {
+    axum::Json(s.resources())
+}

@@ -1,0 +1,292 @@
+//! The loop: snapshots in; the endpoint fast path and the reload path out.
+//!
+//! Two tasks, so that the fast path never waits behind a reload:
+//! - the *model task* coalesces snapshot changes, builds the model, posts backend and
+//!   certificate changes to the balancer at once, and hands the snapshot to the
+//!   reload task when the configuration files must change;
+//! - the *reload task* owns NGINX: render, `nginx -t`, reload, verify, config safety,
+//!   and supervision (restart NGINX when it dies).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use ferrule_model::{Diff, Model, ResourceRef, Severity, Snapshot};
+use tokio::sync::{Mutex, watch};
+
+use crate::balancer::BalancerClient;
+use crate::nginx::safety::Exclusions;
+use crate::nginx::{Applied, Dataplane};
+use crate::status::{ResourceState, ResourceStatus, Shared};
+
+/// Loop settings.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// How long to wait for more changes after one arrives.
+    pub coalesce: Duration,
+    /// Minimum time between two reloads (endpoint changes are never limited).
+    pub min_reload_interval: Duration,
+}
+
+struct Common {
+    shared: Arc<Shared>,
+    balancer: Mutex<BalancerClient>,
+    exclusions: RwLock<Exclusions>,
+    /// The model NGINX serves (set by the reload task).
+    applied: watch::Sender<Option<Arc<Model>>>,
+}
+
+/// Runs the loop until `shutdown` resolves; then stops NGINX gracefully.
+pub async fn run(
+    snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+    dataplane: Dataplane,
+    shared: Arc<Shared>,
+    opts: SyncOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned());
+    let (applied, _) = watch::channel(None);
+    let common = Arc::new(Common {
+        shared,
+        balancer: Mutex::new(balancer),
+        exclusions: RwLock::new(Exclusions::default()),
+        applied,
+    });
+    let (reload_tx, reload_rx) = watch::channel::<Option<Arc<Snapshot>>>(None);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let reload = tokio::spawn(reload_task(
+        dataplane,
+        reload_rx,
+        common.clone(),
+        opts.clone(),
+        stop_rx,
+    ));
+    let model = tokio::spawn(model_task(snapshots, reload_tx, common.clone(), opts));
+    shutdown.await;
+    tracing::info!("shutting down: no more changes, draining NGINX");
+    model.abort();
+    let _ = stop_tx.send(true);
+    reload.await?;
+    Ok(())
+}
+
+async fn model_task(
+    mut snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+    reload_tx: watch::Sender<Option<Arc<Snapshot>>>,
+    common: Arc<Common>,
+    opts: SyncOptions,
+) {
+    let mut applied_rx = common.applied.subscribe();
+    loop {
+        tokio::select! {
+            r = snapshots.changed() => if r.is_err() { return },
+            // A reload finished: the diff base changed, re-evaluate.
+            r = applied_rx.changed() => if r.is_err() { return },
+        }
+        let detected = Instant::now();
+        tokio::time::sleep(opts.coalesce).await;
+        let Some(snap) = snapshots.borrow_and_update().clone() else {
+            continue;
+        };
+        let started = Instant::now();
+        let model = {
+            let excl = common.exclusions.read().expect("exclusions lock").clone();
+            ferrule_model::build(&excl.apply(&snap, &Default::default()))
+        };
+        let applied = common.applied.borrow().clone();
+        let diff = applied.as_deref().map(|a| ferrule_model::diff(a, &model));
+        common
+            .shared
+            .metrics
+            .sync_duration
+            .observe(started.elapsed().as_secs_f64());
+        publish_status(&common, &snap, &model);
+        match &diff {
+            None | Some(Diff::Reload { .. }) => {
+                if let Some(Diff::Reload { reasons }) = &diff {
+                    tracing::info!(?reasons, "configuration change needs a reload");
+                }
+                reload_tx.send_replace(Some(snap.clone()));
+            }
+            Some(Diff::Unchanged) | Some(Diff::Dynamic { .. }) => {}
+        }
+        // The fast path: whatever the reload task is doing, the balancer gets the new
+        // backends and certificates now.
+        if applied.is_some() {
+            post_dynamic(&common, &model, detected).await;
+        }
+    }
+}
+
+async fn post_dynamic(common: &Common, model: &Model, detected: Instant) {
+    let mut balancer = common.balancer.lock().await;
+    match balancer.sync(model).await {
+        Ok(p) => {
+            if p.backends > 0 {
+                common.shared.metrics.dynamic("backends", true);
+            }
+            if p.certificates > 0 {
+                common.shared.metrics.dynamic("certificates", true);
+            }
+            if p.backends + p.certificates > 0 {
+                common
+                    .shared
+                    .metrics
+                    .dynamic_latency
+                    .observe(detected.elapsed().as_secs_f64());
+                tracing::debug!(
+                    backends = p.backends,
+                    certificates = p.certificates,
+                    "balancer updated"
+                );
+            }
+        }
+        Err(e) => {
+            common.shared.metrics.dynamic("backends", false);
+            tracing::warn!(error = %e, "balancer update failed");
+        }
+    }
+}
+
+async fn reload_task(
+    mut dataplane: Dataplane,
+    mut rx: watch::Receiver<Option<Arc<Snapshot>>>,
+    common: Arc<Common>,
+    opts: SyncOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut last_reload: Option<Instant> = None;
+    let mut restart_backoff = Duration::from_millis(100);
+    let mut supervise = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            r = rx.changed() => if r.is_err() { break },
+            _ = supervise.tick() => {
+                if dataplane.applied().is_none() || dataplane.nginx().is_running() {
+                    continue;
+                }
+                tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
+                common.shared.metrics.nginx_restarts.inc();
+                common.shared.set_ready(false);
+                tokio::time::sleep(restart_backoff).await;
+                restart_backoff = (restart_backoff * 2).min(Duration::from_secs(10));
+                dataplane.nginx_died();
+                common.balancer.lock().await.reset();
+            }
+        }
+        if let Some(min) = last_reload.map(|t| opts.min_reload_interval.saturating_sub(t.elapsed()))
+            && !min.is_zero()
+        {
+            tokio::time::sleep(min).await;
+        }
+        let Some(snap) = rx.borrow_and_update().clone() else {
+            continue;
+        };
+        let started = Instant::now();
+        let mut excl = common.exclusions.read().expect("exclusions lock").clone();
+        let result = dataplane.apply(&snap, &mut excl).await;
+        *common.exclusions.write().expect("exclusions lock") = excl;
+        match result {
+            Ok(outcome) => {
+                let m = &common.shared.metrics;
+                m.config_tests.inc_by(outcome.tests as u64);
+                m.reload_duration.observe(started.elapsed().as_secs_f64());
+                match outcome.applied {
+                    Applied::Unchanged => {}
+                    Applied::Started => {
+                        restart_backoff = Duration::from_millis(100);
+                        common.balancer.lock().await.reset();
+                    }
+                    Applied::Reloaded => m.reload(true),
+                    Applied::ReloadUnverified => {
+                        m.reload(true);
+                        m.reload_verify_failures.inc();
+                        tracing::warn!("reload not confirmed by new workers in time");
+                    }
+                }
+                if outcome.applied != Applied::Unchanged {
+                    last_reload = Some(Instant::now());
+                    tracing::info!(applied = ?outcome.applied, tests = outcome.tests, test_time = ?outcome.test_time, took = ?started.elapsed(), "configuration applied");
+                }
+                // Full state after a start, the delta after a reload: the balancer
+                // must hold every backend before the pod says Ready.
+                let synced = common.balancer.lock().await.sync(&outcome.model).await;
+                if let Err(e) = &synced {
+                    tracing::error!(error = %e, "posting state to the balancer failed");
+                }
+                publish_status(&common, &snap, &outcome.model);
+                let owned = ferrule_model::owned_ingresses(&snap).len();
+                let excluded = common
+                    .exclusions
+                    .read()
+                    .expect("exclusions lock")
+                    .ingresses
+                    .len();
+                common
+                    .shared
+                    .set_ready(synced.is_ok() && !(owned > 0 && excluded >= owned));
+                let model = outcome.model;
+                common.applied.send_if_modified(|cur| {
+                    let changed = cur.as_ref().map(|c| c.hash()) != Some(model.hash());
+                    *cur = Some(model);
+                    changed
+                });
+            }
+            Err(e) => {
+                common.shared.metrics.reload(false);
+                tracing::error!(error = %e, "applying the configuration failed; the last good configuration keeps serving");
+            }
+        }
+    }
+    dataplane.nginx().quit(Duration::from_secs(30)).await;
+}
+
+/// Recomputes what `/status/resources` reports.
+fn publish_status(common: &Common, snap: &Snapshot, model: &Model) {
+    let excl = common.exclusions.read().expect("exclusions lock").clone();
+    let mut by_resource: BTreeMap<ResourceRef, (bool, Vec<String>)> = BTreeMap::new();
+    for r in ferrule_model::owned_ingresses(snap) {
+        by_resource.entry(r).or_default();
+    }
+    for (r, e) in &excl.ingresses {
+        let entry = by_resource.entry(r.clone()).or_default();
+        entry.0 = true;
+        entry.1.push(format!(
+            "excluded from the configuration: nginx -t failed: {}",
+            e.message
+        ));
+    }
+    if let Some(cm) = snap.config_map.as_deref() {
+        let r = ResourceRef::new(
+            "ConfigMap",
+            cm.metadata.namespace.as_deref().unwrap_or_default(),
+            cm.metadata.name.as_deref().unwrap_or_default(),
+        );
+        let entry = by_resource.entry(r).or_default();
+        if let Some(held) = &excl.configmap {
+            entry.0 = true;
+            entry.1.push(held.message.clone());
+        }
+    }
+    for p in &model.problems {
+        let entry = by_resource.entry(p.resource.clone()).or_default();
+        entry.0 |= p.severity == Severity::Error;
+        entry.1.push(p.message.clone());
+    }
+    let statuses = by_resource
+        .into_iter()
+        .map(|(r, (rejected, messages))| ResourceStatus {
+            kind: r.kind,
+            namespace: r.namespace,
+            name: r.name,
+            state: if rejected {
+                ResourceState::Rejected
+            } else {
+                ResourceState::Applied
+            },
+            message: messages.join("; "),
+        })
+        .collect();
+    common.shared.set_resources(statuses);
+}
