@@ -1,0 +1,281 @@
+//! Diff classification: what the controller must do when the model changes, and the
+//! hash that tells whether it changed at all.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use ferrule_model::{Diff, Model, build, diff};
+use serde_json::{Value, json};
+
+/// The running state: two hosts (one with TLS), a canary, the controller ConfigMap.
+fn base() -> Vec<Value> {
+    let mut objs = vec![our_class(), config_map(&[("proxy-body-size", "8m")])];
+    objs.extend(app("default/a", "10.0.0.1"));
+    objs.extend(app("default/b", "10.0.0.2"));
+    objs.extend(app("default/next", "10.0.0.3"));
+    objs.push(tls_secret("default/a-tls", "a.crt", "a.key"));
+    objs.push(
+        Ing::new("default/main", 1)
+            .ann("proxy-read-timeout", "30")
+            .rule("a.example.com", &[("/", "Prefix", "a", "80")])
+            .tls(&["a.example.com"], "a-tls")
+            .0,
+    );
+    objs.push(ingress(
+        "default/other",
+        2,
+        "b.test",
+        &[("/", "Prefix", "b", "80")],
+    ));
+    objs.push(
+        Ing::new("default/canary", 3)
+            .ann("canary", "true")
+            .ann("canary-weight", "10")
+            .rule("b.test", &[("/", "Prefix", "next", "80")])
+            .0,
+    );
+    objs
+}
+
+fn model(objs: &[Value]) -> Model {
+    build(&snapshot(&docs![objs.to_vec()]))
+}
+
+/// The object of `kind` named `name` (`namespace/name`).
+fn obj<'a>(objs: &'a mut [Value], kind: &str, name: &str) -> &'a mut Value {
+    let (ns, n) = name.split_once('/').unwrap();
+    objs.iter_mut()
+        .find(|o| {
+            o["kind"] == kind && o["metadata"]["name"] == n && o["metadata"]["namespace"] == ns
+        })
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+fn annotate(objs: &mut [Value], ing: &str, key: &str, value: &str) {
+    obj(objs, "Ingress", ing)["metadata"]["annotations"][format!("{P}{key}")] = json!(value);
+}
+
+fn endpoints<'a>(objs: &'a mut [Value], slice: &str) -> &'a mut Vec<Value> {
+    obj(objs, "EndpointSlice", slice)["endpoints"]
+        .as_array_mut()
+        .unwrap()
+}
+
+fn dynamic(backends: &[&str], certificates: &[&str]) -> Diff {
+    Diff::Dynamic {
+        backends: backends.iter().map(|s| s.to_string()).collect(),
+        certificates: certificates.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn reload(reasons: &[&str]) -> Diff {
+    Diff::Reload {
+        reasons: reasons.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+type Edit = fn(&mut Vec<Value>);
+
+#[test]
+fn classification() {
+    let cases: &[(&str, Edit, Diff)] = &[
+        ("identical", |_| {}, Diff::Unchanged),
+        (
+            "endpoint added",
+            |o| endpoints(o, "default/a-abc").push(json!({ "addresses": ["10.0.0.9"] })),
+            dynamic(&["default_a_80"], &[]),
+        ),
+        (
+            "endpoint removed",
+            |o| endpoints(o, "default/a-abc").clear(),
+            dynamic(&["default_a_80"], &[]),
+        ),
+        (
+            "endpoint not ready",
+            |o| endpoints(o, "default/a-abc")[0]["conditions"] = json!({ "ready": false }),
+            dynamic(&["default_a_80"], &[]),
+        ),
+        (
+            "endpoint slice added",
+            |o| {
+                o.push(slice(
+                    "default/b-xyz",
+                    "b",
+                    &[("http", 8080)],
+                    &[("fd00::2", Some(true))],
+                ))
+            },
+            dynamic(&["default_b_80"], &[]),
+        ),
+        (
+            "canary endpoint change",
+            |o| endpoints(o, "default/next-abc").push(json!({ "addresses": ["10.0.0.4"] })),
+            dynamic(&["default_next_80"], &[]),
+        ),
+        (
+            "load-balance",
+            |o| annotate(o, "default/main", "load-balance", "ewma"),
+            dynamic(&["default_a_80"], &[]),
+        ),
+        (
+            "upstream-hash-by",
+            |o| annotate(o, "default/main", "upstream-hash-by", "$remote_addr"),
+            dynamic(&["default_a_80"], &[]),
+        ),
+        (
+            "affinity",
+            |o| {
+                annotate(o, "default/other", "affinity", "cookie");
+                annotate(o, "default/other", "session-cookie-name", "sticky");
+            },
+            dynamic(&["default_b_80"], &[]),
+        ),
+        (
+            "canary weight",
+            |o| annotate(o, "default/canary", "canary-weight", "50"),
+            dynamic(&["default_b_80"], &[]),
+        ),
+        (
+            "canary removed",
+            |o| o.retain(|x| x["metadata"]["name"] != "canary"),
+            dynamic(&["default_b_80", "default_next_80"], &[]),
+        ),
+        (
+            "certificate rotated",
+            |o| {
+                *obj(o, "Secret", "default/a-tls") =
+                    tls_secret("default/a-tls", "a-rotated.crt", "a.key")
+            },
+            dynamic(&[], &["default/a-tls"]),
+        ),
+        (
+            "path added",
+            |o| {
+                let ing = obj(o, "Ingress", "default/other");
+                ing["spec"]["rules"][0]["http"]["paths"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({
+                        "path": "/new", "pathType": "Prefix",
+                        "backend": { "service": { "name": "b", "port": { "number": 80 } } },
+                    }));
+            },
+            reload(&["server-changed:b.test"]),
+        ),
+        (
+            "host added",
+            |o| {
+                o.push(ingress(
+                    "default/new",
+                    9,
+                    "new.test",
+                    &[("/", "Prefix", "b", "80")],
+                ))
+            },
+            reload(&["server-added:new.test"]),
+        ),
+        (
+            "host removed",
+            |o| o.retain(|x| x["metadata"]["name"] != "other"),
+            reload(&["server-removed:b.test"]),
+        ),
+        (
+            "proxy-read-timeout",
+            |o| annotate(o, "default/main", "proxy-read-timeout", "90"),
+            reload(&["server-changed:a.example.com"]),
+        ),
+        (
+            "ConfigMap",
+            |o| {
+                *obj(o, "ConfigMap", "ingress-nginx/ferrule") =
+                    config_map(&[("proxy-body-size", "16m")])
+            },
+            reload(&["global-settings"]),
+        ),
+        (
+            "Service gone",
+            |o| o.retain(|x| !(x["kind"] == "Service" && x["metadata"]["name"] == "a")),
+            reload(&["server-changed:a.example.com"]),
+        ),
+        (
+            "TLS secret broken",
+            |o| {
+                *obj(o, "Secret", "default/a-tls") =
+                    tls_secret("default/a-tls", "a.crt", "other.key")
+            },
+            reload(&["server-changed:a.example.com"]),
+        ),
+        (
+            "catch-all added",
+            |o| o.push(Ing::new("default/catch", 9).default_backend("b", "80").0),
+            reload(&["default-backend"]),
+        ),
+    ];
+    let old = model(&base());
+    assert!(old.problems.is_empty(), "{}", problem_list(&old));
+    for (name, edit, want) in cases {
+        let mut objs = base();
+        edit(&mut objs);
+        let new = model(&objs);
+        let got = diff(&old, &new);
+        assert_eq!(&got, want, "{name}");
+        // the hash changes exactly when the model does
+        assert_eq!(
+            old == new,
+            old.hash() == new.hash(),
+            "{name}: hash vs equality"
+        );
+        assert_eq!(matches!(want, Diff::Unchanged), old == new, "{name}");
+    }
+}
+
+#[test]
+fn problems_only_change_is_unchanged_for_nginx_but_changes_the_hash() {
+    let old = model(&base());
+    let mut objs = base();
+    // a rejected Ingress serves nothing, but its problem is part of the model
+    objs.push(
+        Ing::new("default/broken", 9)
+            .ann("proxy-read-timeout", "never")
+            .rule("broken.test", &[("/", "Prefix", "a", "80")])
+            .0,
+    );
+    let new = model(&objs);
+    assert_eq!(diff(&old, &new), Diff::Unchanged);
+    assert_ne!(old.hash(), new.hash());
+    assert_eq!(new.problems.len(), 1);
+}
+
+#[test]
+fn hash_is_stable_across_rebuilds_and_input_order() {
+    let objs = base();
+    let one = model(&objs);
+    let two = model(&objs);
+    assert_eq!(one, two);
+    assert_eq!(one.hash(), two.hash());
+    assert_eq!(one.hash().len(), 64);
+    let mut reversed = objs.clone();
+    reversed.reverse();
+    let three = model(&reversed);
+    assert_eq!(one, three);
+    assert_eq!(one.hash(), three.hash());
+    // the hash is the blake3 of the canonical JSON: the same value re-encoded agrees
+    let json = serde_json::to_string(&one).unwrap();
+    let back: Model = serde_json::from_str(&json).unwrap();
+    assert_eq!(back.hash(), one.hash());
+}
+
+#[test]
+fn diff_is_symmetric_in_kind() {
+    // Going back is the same kind of change.
+    let old = model(&base());
+    let mut objs = base();
+    endpoints(&mut objs, "default/a-abc").clear();
+    let new = model(&objs);
+    assert_eq!(diff(&new, &old), dynamic(&["default_a_80"], &[]));
+    let mut objs = base();
+    objs.retain(|x| x["metadata"]["name"] != "other");
+    let new = model(&objs);
+    assert_eq!(diff(&new, &old), reload(&["server-added:b.test"]));
+}

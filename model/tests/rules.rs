@@ -1,0 +1,1077 @@
+//! Data-driven rule tests: (manifests, request host + path) → expected backend or status,
+//! one table per rule of ARCHITECTURE.md "Model rules" (and issue 2, section 3).
+//!
+//! Backends are named `namespace_service_port`; statuses are "404" (no default backend)
+//! and "503" (missing Service, port or ready endpoint).
+
+#[macro_use]
+mod common;
+
+use common::*;
+use ferrule_model::{PathMatch, Severity, Target};
+use serde_json::json;
+
+// ---------------------------------------------------------------------------------------
+// Ingress class
+
+fn class_fixture() -> String {
+    docs![
+        ingress_class("other", "example.com/other-controller", false),
+        ingress_class("mislabelled", "example.com/other-controller", false),
+        app("default/web", "10.0.0.1"),
+        ingress(
+            "default/by-name",
+            1,
+            "by-name.test",
+            &[("/", "Prefix", "web", "80")]
+        ),
+        Ing::new("default/other-class", 1)
+            .class(Some("other"))
+            .rule("other-class.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/unknown-class", 1)
+            .class(Some("does-not-exist"))
+            .rule("unknown-class.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/legacy", 1)
+            .class(None)
+            .ann("kubernetes.io/ingress.class", "ferrule")
+            .rule("legacy.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/legacy-other", 1)
+            .class(None)
+            .ann("kubernetes.io/ingress.class", "nginx")
+            .rule("legacy-other.test", &[("/", "Prefix", "web", "80")]),
+        // ingressClassName decides even when the legacy annotation says otherwise.
+        Ing::new("default/name-beats-annotation", 1)
+            .class(Some("other"))
+            .ann("kubernetes.io/ingress.class", "ferrule")
+            .rule(
+                "name-beats-annotation.test",
+                &[("/", "Prefix", "web", "80")]
+            ),
+        Ing::new("default/no-class", 1)
+            .class(None)
+            .rule("no-class.test", &[("/", "Prefix", "web", "80")]),
+    ]
+}
+
+#[test]
+fn class_by_ingress_class_name_and_legacy_annotation() {
+    check(
+        &class_fixture(),
+        &[
+            ("by-name.test", "/", "default_web_80"),
+            ("other-class.test", "/", "404"),
+            ("unknown-class.test", "/", "404"),
+            ("legacy.test", "/", "default_web_80"),
+            ("legacy-other.test", "/", "404"),
+            ("name-beats-annotation.test", "/", "404"),
+            // no class, no default class of ours, no --watch-ingress-without-class
+            ("no-class.test", "/", "404"),
+        ],
+    );
+}
+
+#[test]
+fn class_no_class_served_when_the_default_class_is_ours() {
+    let yaml = class_fixture()
+        + &docs![ingress_class(
+            "ferrule-default",
+            ferrule_model::snapshot::DEFAULT_CONTROLLER,
+            true
+        )];
+    check(
+        &yaml,
+        &[
+            ("no-class.test", "/", "default_web_80"),
+            ("other-class.test", "/", "404"),
+            ("legacy-other.test", "/", "404"),
+        ],
+    );
+}
+
+#[test]
+fn class_no_class_ignored_when_the_default_class_is_another_controllers() {
+    let yaml = class_fixture()
+        + &docs![ingress_class(
+            "their-default",
+            "example.com/other-controller",
+            true
+        )];
+    check(&yaml, &[("no-class.test", "/", "404")]);
+}
+
+#[test]
+fn class_no_class_served_with_watch_without_class() {
+    let yaml = class_fixture() + &docs![test_settings(json!({ "watchWithoutClass": true }))];
+    check(
+        &yaml,
+        &[
+            ("no-class.test", "/", "default_web_80"),
+            // a class that is not ours stays not ours
+            ("other-class.test", "/", "404"),
+            ("legacy-other.test", "/", "404"),
+        ],
+    );
+}
+
+#[test]
+fn class_named_class_with_another_controller_is_not_ours() {
+    // An IngressClass that happens to be called "ferrule" but belongs to someone else.
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        Ing::new("default/x", 1)
+            .class(Some("mislabelled"))
+            .rule("x.test", &[("/", "Prefix", "web", "80")]),
+        ingress_class("mislabelled", "example.com/other-controller", false),
+    ];
+    check(&yaml, &[("x.test", "/", "404")]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Paths: the table of https://kubernetes.io/docs/concepts/services-networking/ingress/#examples
+
+/// One host per table row; services `a`, `b`, `c` tell which path matched.
+fn path_rows(rows: &[(&str, &[(&str, &str, &str)])]) -> String {
+    let mut objs = vec![];
+    for s in ["a", "b", "c"] {
+        objs.extend(app(&format!("default/{s}"), "10.0.0.1"));
+    }
+    for (host, paths) in rows {
+        let paths: Vec<(&str, &str, &str, &str)> = paths
+            .iter()
+            .map(|(path, ty, svc)| (*path, *ty, *svc, "80"))
+            .collect();
+        objs.push(ingress(
+            &format!("default/{}", host.replace('.', "-")),
+            1,
+            host,
+            &paths,
+        ));
+    }
+    docs![objs]
+}
+
+#[test]
+fn paths_kubernetes_docs_table() {
+    let yaml = path_rows(&[
+        ("root.test", &[("/", "Prefix", "a")]),
+        ("exact.test", &[("/foo", "Exact", "a")]),
+        ("exact-slash.test", &[("/foo/", "Exact", "a")]),
+        ("prefix.test", &[("/foo", "Prefix", "a")]),
+        ("prefix-slash.test", &[("/foo/", "Prefix", "a")]),
+        ("bb.test", &[("/aaa/bb", "Prefix", "a")]),
+        ("bbb.test", &[("/aaa/bbb", "Prefix", "a")]),
+        ("bbb-slash.test", &[("/aaa/bbb/", "Prefix", "a")]),
+        ("two.test", &[("/", "Prefix", "a"), ("/aaa", "Prefix", "b")]),
+        (
+            "three.test",
+            &[
+                ("/", "Prefix", "a"),
+                ("/aaa", "Prefix", "b"),
+                ("/aaa/bbb", "Prefix", "c"),
+            ],
+        ),
+        ("aaa.test", &[("/aaa", "Prefix", "a")]),
+        (
+            "mixed.test",
+            &[("/foo", "Prefix", "a"), ("/foo", "Exact", "b")],
+        ),
+    ]);
+    check(
+        &yaml,
+        &[
+            // Prefix / matches every path
+            ("root.test", "/", "default_a_80"),
+            ("root.test", "/anything", "default_a_80"),
+            ("root.test", "/deep/er/path/", "default_a_80"),
+            // Exact /foo
+            ("exact.test", "/foo", "default_a_80"),
+            ("exact.test", "/bar", "404"),
+            ("exact.test", "/foo/", "404"),
+            ("exact.test", "/foo/bar", "404"),
+            // Exact /foo/ does not match /foo
+            ("exact-slash.test", "/foo", "404"),
+            ("exact-slash.test", "/foo/", "default_a_80"),
+            // Prefix /foo and /foo/ both match /foo and /foo/
+            ("prefix.test", "/foo", "default_a_80"),
+            ("prefix.test", "/foo/", "default_a_80"),
+            ("prefix.test", "/foobar", "404"),
+            ("prefix-slash.test", "/foo", "default_a_80"),
+            ("prefix-slash.test", "/foo/", "default_a_80"),
+            // Prefix /aaa/bb does not match /aaa/bbb
+            ("bb.test", "/aaa/bbb", "404"),
+            // Prefix /aaa/bbb
+            ("bbb.test", "/aaa/bbb", "default_a_80"),
+            ("bbb.test", "/aaa/bbb/", "default_a_80"),
+            ("bbb.test", "/aaa/bbb/ccc", "default_a_80"),
+            ("bbb.test", "/aaa/bbbxyz", "404"),
+            // Prefix /aaa/bbb/ ignores its trailing slash
+            ("bbb-slash.test", "/aaa/bbb", "default_a_80"),
+            ("bbb-slash.test", "/aaa/bbb/", "default_a_80"),
+            ("bbb-slash.test", "/aaa/bbb/ccc", "default_a_80"),
+            ("bbb-slash.test", "/aaa/bbbxyz", "404"),
+            // Prefix /, /aaa: /aaa/ccc matches /aaa
+            ("two.test", "/aaa/ccc", "default_b_80"),
+            ("two.test", "/aaaa", "default_a_80"),
+            // Prefix /, /aaa, /aaa/bbb: the longest prefix wins
+            ("three.test", "/aaa/bbb", "default_c_80"),
+            ("three.test", "/aaa/bbb/x", "default_c_80"),
+            ("three.test", "/aaa/bbbb", "default_b_80"),
+            ("three.test", "/aaa", "default_b_80"),
+            ("three.test", "/ccc", "default_a_80"),
+            // Prefix /aaa does not match /ccc: default backend (none: 404)
+            ("aaa.test", "/ccc", "404"),
+            // Mixed: Exact beats Prefix for the same path
+            ("mixed.test", "/foo", "default_b_80"),
+            ("mixed.test", "/foo/", "default_a_80"),
+            ("mixed.test", "/foo/bar", "default_a_80"),
+        ],
+    );
+}
+
+#[test]
+fn paths_are_case_sensitive() {
+    let yaml = path_rows(&[(
+        "case.test",
+        &[("/Foo", "Prefix", "a"), ("/BAR", "Exact", "b")],
+    )]);
+    check(
+        &yaml,
+        &[
+            ("case.test", "/Foo", "default_a_80"),
+            ("case.test", "/Foo/x", "default_a_80"),
+            ("case.test", "/foo", "404"),
+            ("case.test", "/FOO", "404"),
+            ("case.test", "/BAR", "default_b_80"),
+            ("case.test", "/bar", "404"),
+        ],
+    );
+}
+
+#[test]
+fn paths_implementation_specific_is_prefix() {
+    let yaml = path_rows(&[(
+        "impl.test",
+        &[
+            ("/foo", "ImplementationSpecific", "a"),
+            ("/", "Prefix", "b"),
+        ],
+    )]);
+    check(
+        &yaml,
+        &[
+            ("impl.test", "/foo", "default_a_80"),
+            ("impl.test", "/foo/bar", "default_a_80"),
+            ("impl.test", "/foobar", "default_b_80"),
+        ],
+    );
+}
+
+#[test]
+fn paths_prefix_with_and_without_trailing_slash_are_the_same_rule() {
+    // `/aaa/bbb` and `/aaa/bbb/` (both Prefix) are one rule: the first listed wins and
+    // the duplicate is reported.
+    let yaml = path_rows(&[(
+        "dup.test",
+        &[("/aaa/bbb", "Prefix", "a"), ("/aaa/bbb/", "Prefix", "b")],
+    )]);
+    let m = check(
+        &yaml,
+        &[
+            ("dup.test", "/aaa/bbb", "default_a_80"),
+            ("dup.test", "/aaa/bbb/", "default_a_80"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/dup-test",
+            "host dup.test path /aaa/bbb (Prefix) is already served by Ingress default/dup-test",
+        )],
+    );
+}
+
+#[test]
+fn paths_invalid_are_skipped_with_a_problem() {
+    let yaml = path_rows(&[(
+        "bad.test",
+        &[
+            ("foo", "Prefix", "a"),
+            ("/x", "Bogus", "a"),
+            ("/ok", "Prefix", "b"),
+        ],
+    )]);
+    let m = check(
+        &yaml,
+        &[
+            ("bad.test", "/ok", "default_b_80"),
+            ("bad.test", "/x", "404"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/bad-test",
+                "path \"foo\" must start with \"/\"",
+            ),
+            (
+                "Ingress default/bad-test",
+                "pathType \"Bogus\" is not valid",
+            ),
+        ],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Hosts
+
+#[test]
+fn hosts_are_case_insensitive_and_ports_ignored() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        ingress(
+            "default/x",
+            1,
+            "Foo.Example.COM",
+            &[("/", "Prefix", "a", "80")]
+        ),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("foo.example.com", "/", "default_a_80"),
+            ("FOO.EXAMPLE.COM", "/", "default_a_80"),
+            ("foo.example.com:8443", "/x", "default_a_80"),
+        ],
+    );
+    assert!(m.server("foo.example.com").is_some());
+}
+
+#[test]
+fn hosts_exact_before_wildcard_and_wildcard_is_one_label() {
+    let yaml = docs![
+        app("default/exact", "10.0.0.1"),
+        app("default/wild", "10.0.0.2"),
+        ingress(
+            "default/w",
+            1,
+            "*.foo.com",
+            &[("/", "Prefix", "wild", "80")]
+        ),
+        ingress(
+            "default/e",
+            2,
+            "bar.foo.com",
+            &[("/", "Prefix", "exact", "80")]
+        ),
+    ];
+    check(
+        &yaml,
+        &[
+            ("bar.foo.com", "/", "default_exact_80"),
+            ("baz.foo.com", "/", "default_wild_80"),
+            ("BAZ.foo.com", "/", "default_wild_80"),
+            ("baz.bar.foo.com", "/", "404"),
+            ("foo.com", "/", "404"),
+            ("bar.foo.com.evil", "/", "404"),
+        ],
+    );
+}
+
+#[test]
+fn hosts_exact_server_does_not_fall_back_to_wildcard_paths() {
+    // The exact server owns the host: a path only the wildcard serves is not reachable
+    // through it (as in NGINX: one server block per request).
+    let yaml = docs![
+        app("default/exact", "10.0.0.1"),
+        app("default/wild", "10.0.0.2"),
+        ingress(
+            "default/w",
+            1,
+            "*.foo.com",
+            &[("/only-wild", "Prefix", "wild", "80")]
+        ),
+        ingress(
+            "default/e",
+            2,
+            "bar.foo.com",
+            &[("/api", "Prefix", "exact", "80")]
+        ),
+    ];
+    check(
+        &yaml,
+        &[
+            ("bar.foo.com", "/api", "default_exact_80"),
+            ("bar.foo.com", "/only-wild", "404"),
+            ("qux.foo.com", "/only-wild", "default_wild_80"),
+        ],
+    );
+}
+
+#[test]
+fn hosts_invalid_rule_host_is_skipped_with_a_problem() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        Ing::new("default/x", 1)
+            .rule("bad_host.test", &[("/", "Prefix", "a", "80")])
+            .rule("good.test", &[("/", "Prefix", "a", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("good.test", "/", "default_a_80"),
+            ("bad_host.test", "/", "404"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[("Ingress default/x", "invalid host \"bad_host.test\"")],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Default backend and catch-all
+
+#[test]
+fn default_unknown_host_is_404_without_default_backend() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        ingress(
+            "default/x",
+            1,
+            "known.test",
+            &[("/app", "Prefix", "a", "80")]
+        ),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("unknown.test", "/", "404"),
+            ("known.test", "/other", "404"),
+            ("known.test", "/app", "default_a_80"),
+        ],
+    );
+    assert_eq!(m.default_backend, Target::Status(404));
+}
+
+#[test]
+fn default_rule_without_host_is_the_catch_all_server() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("default/any", "10.0.0.2"),
+        ingress("default/x", 1, "known.test", &[("/", "Prefix", "a", "80")]),
+        ingress("default/catch", 2, "", &[("/api", "Prefix", "any", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("unknown.test", "/api", "default_any_80"),
+            ("10.1.2.3", "/api/v1", "default_any_80"),
+            ("unknown.test", "/", "404"),
+            // a known host does not fall back to the catch-all server's paths
+            ("known.test", "/api", "default_a_80"),
+        ],
+    );
+    assert!(m.server(ferrule_model::DEFAULT_SERVER).is_some());
+}
+
+#[test]
+fn default_catch_all_ingress_serves_unknown_hosts_and_unmatched_paths() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("default/fallback", "10.0.0.9"),
+        app("default/late", "10.0.0.8"),
+        ingress(
+            "default/x",
+            1,
+            "known.test",
+            &[("/app", "Prefix", "a", "80")]
+        ),
+        Ing::new("default/catch-all", 5).default_backend("fallback", "http"),
+        // a younger catch-all loses and is told who wins
+        Ing::new("default/late-catch-all", 6).default_backend("late", "80"),
+        test_settings(json!({ "defaultBackendService": "default/late" })),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("unknown.test", "/", "default_fallback_http"),
+            ("known.test", "/other", "default_fallback_http"),
+            ("known.test", "/app", "default_a_80"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/late-catch-all",
+            "spec.defaultBackend ignored: Ingress default/catch-all is older",
+        )],
+    );
+    // the losing catch-all's backend does not survive
+    assert!(
+        !m.backends.contains_key("default_late_80"),
+        "{:?}",
+        m.backends.keys()
+    );
+}
+
+#[test]
+fn default_backend_service_flag() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("kube-system/fallback", "10.0.0.9"),
+        ingress(
+            "default/x",
+            1,
+            "known.test",
+            &[("/app", "Prefix", "a", "80")]
+        ),
+        test_settings(json!({ "defaultBackendService": "kube-system/fallback" })),
+    ];
+    check(
+        &yaml,
+        &[
+            ("unknown.test", "/", "kube-system_fallback_80"),
+            ("known.test", "/nope", "kube-system_fallback_80"),
+            ("known.test", "/app", "default_a_80"),
+        ],
+    );
+}
+
+#[test]
+fn default_backend_service_flag_missing_service_is_503_with_problem() {
+    let yaml = docs![test_settings(
+        json!({ "defaultBackendService": "kube-system/gone" })
+    )];
+    let m = check(&yaml, &[("unknown.test", "/", "503")]);
+    expect_problems(
+        &m,
+        &[(
+            "Service kube-system/gone",
+            "--default-backend-service kube-system/gone: Service not found",
+        )],
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Conflicts and merging
+
+#[test]
+fn conflict_oldest_wins_host_path_path_type() {
+    let yaml = docs![
+        app("default/old", "10.0.0.1"),
+        app("default/new", "10.0.0.2"),
+        app("team/ns-a", "10.0.0.3"),
+        app("team/ns-b", "10.0.0.4"),
+        // listed youngest first: order in the input does not matter
+        ingress(
+            "default/young",
+            20,
+            "c.test",
+            &[("/api", "Prefix", "new", "80")]
+        ),
+        ingress(
+            "default/old",
+            10,
+            "c.test",
+            &[("/api", "Prefix", "old", "80")]
+        ),
+        // same timestamp: namespace/name decides (team/b-ing < team/z-ing)
+        ingress(
+            "team/z-ing",
+            30,
+            "tie.test",
+            &[("/", "Prefix", "ns-b", "80")]
+        ),
+        ingress(
+            "team/b-ing",
+            30,
+            "tie.test",
+            &[("/", "Prefix", "ns-a", "80")]
+        ),
+        // same path, other pathType: no conflict
+        ingress(
+            "default/exact",
+            40,
+            "c.test",
+            &[("/api", "Exact", "new", "80")]
+        ),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("c.test", "/api/x", "default_old_80"),
+            ("c.test", "/api", "default_new_80"),
+            ("tie.test", "/", "team_ns-a_80"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/young",
+                "host c.test path /api (Prefix) is already served by Ingress default/old (oldest wins)",
+            ),
+            ("Ingress team/z-ing", "already served by Ingress team/b-ing"),
+        ],
+    );
+    expect_no_problems_on(&m, "Ingress default/old");
+    expect_no_problems_on(&m, "Ingress default/exact");
+    expect_no_problems_on(&m, "Ingress team/b-ing");
+    let loc = |host: &str, path: &str, pm: PathMatch| {
+        m.server(host)
+            .unwrap()
+            .locations
+            .iter()
+            .find(|l| l.path == path && l.path_match == pm)
+            .unwrap()
+            .owner
+            .to_string()
+    };
+    assert_eq!(
+        loc("c.test", "/api", PathMatch::Prefix),
+        "Ingress default/old"
+    );
+    assert_eq!(
+        loc("c.test", "/api", PathMatch::Exact),
+        "Ingress default/exact"
+    );
+}
+
+#[test]
+fn conflict_paths_of_several_ingresses_on_one_host_merge() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("other/b", "10.0.0.2"),
+        ingress(
+            "default/one",
+            2,
+            "merge.test",
+            &[("/a", "Prefix", "a", "80")]
+        ),
+        ingress("other/two", 1, "merge.test", &[("/b", "Prefix", "b", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("merge.test", "/a", "default_a_80"),
+            ("merge.test", "/b/c", "other_b_80"),
+            ("merge.test", "/c", "404"),
+        ],
+    );
+    // the server's owner (server-level annotations) is the oldest Ingress on the host
+    let server = m.server("merge.test").unwrap();
+    assert_eq!(
+        server.owner.as_ref().unwrap().to_string(),
+        "Ingress other/two"
+    );
+    assert_eq!(server.locations.len(), 2);
+    assert!(m.problems.is_empty(), "{}", problem_list(&m));
+}
+
+// ---------------------------------------------------------------------------------------
+// Backends
+
+#[test]
+fn backend_missing_service_is_503_with_problem() {
+    let yaml = docs![ingress(
+        "default/x",
+        1,
+        "m.test",
+        &[("/", "Prefix", "gone", "80")]
+    )];
+    let m = check(&yaml, &[("m.test", "/", "503"), ("m.test", "/deep", "503")]);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/x",
+            "host m.test path /: Service default/gone not found; answering 503",
+        )],
+    );
+    assert!(m.backends.is_empty());
+}
+
+#[test]
+fn backend_service_port_by_number_and_by_name() {
+    let yaml = docs![
+        service(
+            "default/multi",
+            &[("http", 80, "web"), ("metrics", 9090, "9091")]
+        ),
+        slice(
+            "default/multi-1",
+            "multi",
+            &[("http", 8080), ("metrics", 9091)],
+            &[("10.0.0.1", Some(true))]
+        ),
+        ingress(
+            "default/x",
+            1,
+            "p.test",
+            &[
+                ("/num", "Prefix", "multi", "80"),
+                ("/name", "Prefix", "multi", "http"),
+                ("/metrics", "Prefix", "multi", "metrics"),
+                ("/missing-num", "Prefix", "multi", "81"),
+                ("/missing-name", "Prefix", "multi", "grpc"),
+            ]
+        ),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("p.test", "/num", "default_multi_80"),
+            ("p.test", "/name", "default_multi_http"),
+            ("p.test", "/metrics", "default_multi_metrics"),
+            ("p.test", "/missing-num", "503"),
+            ("p.test", "/missing-name", "503"),
+        ],
+    );
+    let eps = |b: &str| {
+        m.backends[b]
+            .endpoints
+            .iter()
+            .map(|e| format!("{}:{}", e.address, e.port))
+            .collect::<Vec<_>>()
+    };
+    // named target port `web` resolved through the EndpointSlice port named `http`
+    assert_eq!(eps("default_multi_80"), ["10.0.0.1:8080"]);
+    assert_eq!(eps("default_multi_http"), ["10.0.0.1:8080"]);
+    assert_eq!(eps("default_multi_metrics"), ["10.0.0.1:9091"]);
+    expect_problems(
+        &m,
+        &[
+            ("Ingress default/x", "Service default/multi has no port 81"),
+            (
+                "Ingress default/x",
+                "Service default/multi has no port grpc",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn backend_unnamed_single_port() {
+    let yaml = docs![
+        service("default/plain", &[("", 80, "8080")]),
+        slice(
+            "default/plain-1",
+            "plain",
+            &[("", 8080)],
+            &[("10.0.0.1", None)]
+        ),
+        ingress("default/x", 1, "u.test", &[("/", "Prefix", "plain", "80")]),
+    ];
+    let m = check(&yaml, &[("u.test", "/", "default_plain_80")]);
+    assert_eq!(m.backends["default_plain_80"].endpoints[0].port, 8080);
+}
+
+#[test]
+fn backend_endpoints_from_every_slice_ready_only_ipv4_and_ipv6() {
+    let yaml = docs![
+        service("default/web", &[("http", 80, "web")]),
+        slice(
+            "default/web-v4a",
+            "web",
+            &[("http", 8080)],
+            &[
+                ("10.0.0.2", Some(true)),
+                ("10.0.0.1", None),
+                ("10.0.0.3", Some(false))
+            ]
+        ),
+        slice(
+            "default/web-v4b",
+            "web",
+            &[("http", 8080)],
+            &[("10.0.1.1", Some(true)), ("10.0.0.2", Some(true))]
+        ),
+        slice(
+            "default/web-v6",
+            "web",
+            &[("http", 8080)],
+            &[("fd00::1", Some(true)), ("fd00::2", Some(false))]
+        ),
+        // a slice of another Service, and one of a same-named Service elsewhere
+        slice(
+            "default/other-1",
+            "other",
+            &[("http", 8080)],
+            &[("10.9.9.9", Some(true))]
+        ),
+        slice(
+            "elsewhere/web-1",
+            "web",
+            &[("http", 8080)],
+            &[("10.8.8.8", Some(true))]
+        ),
+        ingress("default/x", 1, "e.test", &[("/", "Prefix", "web", "http")]),
+    ];
+    let m = check(&yaml, &[("e.test", "/", "default_web_http")]);
+    let eps: Vec<String> = m.backends["default_web_http"]
+        .endpoints
+        .iter()
+        .map(|e| format!("{} {}", e.address, e.port))
+        .collect();
+    assert_eq!(
+        eps,
+        [
+            "10.0.0.1 8080",
+            "10.0.0.2 8080",
+            "10.0.1.1 8080",
+            "fd00::1 8080"
+        ]
+    );
+}
+
+#[test]
+fn backend_no_ready_endpoints_is_503_with_warning() {
+    let yaml = docs![
+        service("default/down", &[("http", 80, "web")]),
+        slice(
+            "default/down-1",
+            "down",
+            &[("http", 8080)],
+            &[("10.0.0.1", Some(false))]
+        ),
+        service("default/empty", &[("http", 80, "web")]),
+        ingress(
+            "default/x",
+            1,
+            "d.test",
+            &[
+                ("/down", "Prefix", "down", "80"),
+                ("/empty", "Prefix", "empty", "80")
+            ]
+        ),
+    ];
+    let m = check(
+        &yaml,
+        &[("d.test", "/down", "503"), ("d.test", "/empty", "503")],
+    );
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/x",
+                "host d.test path /down: Service default/down port 80 has no ready endpoints; answering 503",
+            ),
+            (
+                "Ingress default/x",
+                "Service default/empty port 80 has no ready endpoints",
+            ),
+        ],
+    );
+    assert!(m.problems.iter().all(|p| p.severity == Severity::Warning));
+    // the backend stays in the model, so endpoints arriving later are a dynamic update
+    assert!(m.backends["default_down_80"].endpoints.is_empty());
+}
+
+#[test]
+fn backend_endpoint_slice_without_the_service_port_name_contributes_nothing() {
+    // The Service port is `http`; a slice that only publishes `metrics` (or an unnamed
+    // port) has no endpoint for it.
+    let yaml = docs![
+        service("default/web", &[("http", 80, "web")]),
+        slice(
+            "default/web-1",
+            "web",
+            &[("metrics", 9091)],
+            &[("10.0.0.1", Some(true))]
+        ),
+        slice(
+            "default/web-2",
+            "web",
+            &[("", 8080)],
+            &[("10.0.0.2", Some(true))]
+        ),
+        ingress("default/x", 1, "n.test", &[("/", "Prefix", "web", "80")]),
+    ];
+    check(&yaml, &[("n.test", "/", "503")]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Annotations
+
+#[test]
+fn annotation_invalid_rejects_the_whole_ingress() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("default/b", "10.0.0.2"),
+        app("default/c", "10.0.0.3"),
+        Ing::new("default/bad", 1)
+            .ann("proxy-read-timeout", "soon")
+            .rule("bad.test", &[("/", "Prefix", "a", "80")])
+            .rule(
+                "shared.test",
+                &[("/x", "Prefix", "a", "80"), ("/y", "Prefix", "a", "80")]
+            )
+            .tls(&["bad.test"], "missing-secret")
+            .default_backend("a", "80"),
+        // younger, and would lose /x to `bad` if `bad` were served
+        ingress(
+            "default/good",
+            2,
+            "shared.test",
+            &[("/x", "Prefix", "b", "80")]
+        ),
+        Ing::new("default/fine", 3)
+            .ann("proxy-read-timeout", "120")
+            .rule("shared.test", &[("/z", "Prefix", "c", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("bad.test", "/", "404"),
+            ("shared.test", "/x", "default_b_80"),
+            ("shared.test", "/y", "404"),
+            ("shared.test", "/z", "default_c_80"),
+            ("unknown.test", "/", "404"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/bad",
+            "annotation nginx.ingress.kubernetes.io/proxy-read-timeout: invalid value \"soon\"|the Ingress is not served",
+        )],
+    );
+    // nothing of it is half-applied: no server, no TLS problem, no catch-all
+    assert!(m.server("bad.test").is_none());
+    assert_eq!(
+        m.problems_of(&ferrule_model::ResourceRef::new(
+            "Ingress", "default", "bad"
+        ))
+        .count(),
+        1,
+        "{}",
+        problem_list(&m)
+    );
+    expect_no_problems_on(&m, "Ingress default/good");
+    let z = &m.server("shared.test").unwrap().locations;
+    let z = z.iter().find(|l| l.path == "/z").unwrap();
+    assert_eq!(z.settings.proxy_read_timeout, Some(120));
+}
+
+#[test]
+fn annotation_invalid_values_each_name_the_annotation() {
+    for (key, value) in [
+        ("ssl-redirect", "yes"),
+        ("backend-protocol", "FTP"),
+        ("proxy-body-size", "1 m"),
+        ("proxy-connect-timeout", "-1"),
+        ("load-balance", "random"),
+        ("upstream-hash-by", "no-variable"),
+        ("affinity", "ip"),
+        ("canary-weight", "150"),
+    ] {
+        let mut ing = Ing::new("default/x", 1)
+            .ann(key, value)
+            .rule("v.test", &[("/", "Prefix", "a", "80")]);
+        if key == "canary-weight" {
+            ing = ing.ann("canary", "true");
+        }
+        let yaml = docs![app("default/a", "10.0.0.1"), ing];
+        let m = check(&yaml, &[("v.test", "/", "404")]);
+        expect_problems(
+            &m,
+            &[(
+                "Ingress default/x",
+                &format!("annotation {P}{key}: invalid value {value:?}"),
+            )],
+        );
+    }
+}
+
+#[test]
+fn annotation_balancing_settings_reach_the_backend() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        Ing::new("default/x", 1)
+            .ann("load-balance", "ewma")
+            .ann("upstream-hash-by", "$request_uri")
+            .ann("affinity", "cookie")
+            .ann("session-cookie-name", "route")
+            .rule("lb.test", &[("/", "Prefix", "a", "80")]),
+        // younger Ingress on the same backend: the oldest user's settings win
+        Ing::new("default/y", 2)
+            .ann("load-balance", "round_robin")
+            .rule("lb2.test", &[("/", "Prefix", "a", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("lb.test", "/", "default_a_80"),
+            ("lb2.test", "/", "default_a_80"),
+        ],
+    );
+    let b = &m.backends["default_a_80"].balancing;
+    assert_eq!(
+        b.load_balance,
+        ferrule_model::annotations::LoadBalance::Ewma
+    );
+    assert_eq!(b.upstream_hash_by.as_deref(), Some("$request_uri"));
+    assert_eq!(b.affinity.as_ref().unwrap().cookie_name, "route");
+}
+
+// ---------------------------------------------------------------------------------------
+// Canary
+
+#[test]
+fn canary_pairs_with_its_primary_by_host_and_path() {
+    let yaml = docs![
+        app("default/stable", "10.0.0.1"),
+        app("default/next", "10.0.0.2"),
+        app("default/orphan", "10.0.0.3"),
+        ingress(
+            "default/main",
+            1,
+            "shop.test",
+            &[("/", "Prefix", "stable", "80")]
+        ),
+        Ing::new("default/main-canary", 2)
+            .ann("canary", "true")
+            .ann("canary-weight", "20")
+            .ann("canary-by-header", "X-Canary")
+            .rule("shop.test", &[("/", "Prefix", "next", "80")]),
+        Ing::new("default/orphan-canary", 3)
+            .ann("canary", "true")
+            .ann("canary-weight", "50")
+            .rule("nothing-here.test", &[("/", "Prefix", "orphan", "80")])
+            .rule("shop.test", &[("/other", "Prefix", "orphan", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            // the canary adds no location: routing picks the primary, the balancer splits
+            ("shop.test", "/", "default_stable_80"),
+            ("shop.test", "/other", "default_stable_80"),
+            ("nothing-here.test", "/", "404"),
+        ],
+    );
+    let canary = m.backends["default_stable_80"]
+        .balancing
+        .canary
+        .as_ref()
+        .expect("canary set on the primary backend");
+    assert_eq!(canary.backend, "default_next_80");
+    assert_eq!(canary.rules.weight, 20);
+    assert_eq!(canary.rules.header.as_deref(), Some("X-Canary"));
+    assert!(m.backends.contains_key("default_next_80"));
+    assert!(!m.backends.contains_key("default_orphan_80"));
+    assert_eq!(m.server("shop.test").unwrap().locations.len(), 1);
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/orphan-canary",
+                "canary: no primary Ingress with a resolvable backend serves host nothing-here.test path /",
+            ),
+            (
+                "Ingress default/orphan-canary",
+                "host shop.test path /other",
+            ),
+        ],
+    );
+    expect_no_problems_on(&m, "Ingress default/main-canary");
+}

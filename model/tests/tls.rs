@@ -1,0 +1,301 @@
+//! TLS rules: `kubernetes.io/tls` Secrets are parsed and checked (key matches the
+//! certificate, SAN covers the host, not expired); otherwise the default certificate is
+//! served and a problem names the Secret. The fixtures are made by `fixtures/gen.sh`.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use ferrule_model::Model;
+use serde_json::json;
+
+/// The certificate a host is served with: `Some("ns/secret")`, or `None` for the default.
+fn served(m: &Model, host: &str) -> Option<String> {
+    let server = m.server(host).unwrap_or_else(|| panic!("no server {host}"));
+    server
+        .tls
+        .as_ref()
+        .unwrap_or_else(|| panic!("server {host} has no TLS"))
+        .certificate
+        .clone()
+}
+
+fn tls_ingress(ns_name: &str, t: u32, host: &str, secret: &str) -> Ing {
+    Ing::new(ns_name, t)
+        .rule(host, &[("/", "Prefix", "web", "80")])
+        .tls(&[host], secret)
+}
+
+#[test]
+fn valid_secrets_rsa_pkcs1_pkcs8_ec_sec1_pkcs8_and_wildcard() {
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("default/a-pkcs1", "a.crt", "a.key"),
+        tls_secret("default/a-pkcs8", "a.crt", "a-pkcs8.key"),
+        tls_secret("default/ec-sec1", "ec.crt", "ec.key"),
+        tls_secret("default/ec-pkcs8", "ec.crt", "ec-pkcs8.key"),
+        tls_secret("default/wild", "wildcard.crt", "wildcard.key"),
+        tls_ingress("default/a", 1, "a.example.com", "a-pkcs1"),
+        tls_ingress("default/ec", 1, "ec.example.com", "ec-sec1"),
+        tls_ingress("default/w", 1, "*.example.com", "wild"),
+        tls_ingress("default/x", 1, "x.example.com", "wild"),
+        // the same certificates in PKCS#8 form, on other hosts they cover
+        Ing::new("default/pk8", 1)
+            .rule("A.example.com", &[("/pk8", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "a-pkcs1"),
+        Ing::new("team/a8", 1)
+            .rule("y.example.com", &[("/", "Prefix", "web", "80")])
+            .tls(&["y.example.com"], "w"),
+    ];
+    let m = check(&yaml, &[("a.example.com", "/", "default_web_80")]);
+    assert_eq!(
+        served(&m, "a.example.com").as_deref(),
+        Some("default/a-pkcs1")
+    );
+    assert_eq!(
+        served(&m, "ec.example.com").as_deref(),
+        Some("default/ec-sec1")
+    );
+    assert_eq!(served(&m, "*.example.com").as_deref(), Some("default/wild"));
+    assert_eq!(served(&m, "x.example.com").as_deref(), Some("default/wild"));
+    let a = &m.certificates["default/a-pkcs1"];
+    assert_eq!(a.names, ["a.example.com"]);
+    assert_eq!(a.secret.to_string(), "Secret default/a-pkcs1");
+    assert!(a.not_after > NOW + 50 * 365 * 86_400, "{}", a.not_after);
+    assert!(a.cert_pem.contains("BEGIN CERTIFICATE"));
+    assert!(a.key_pem.contains("BEGIN RSA PRIVATE KEY"));
+    assert_eq!(m.certificates["default/wild"].names, ["*.example.com"]);
+    // the missing team/w Secret is reported on its Ingress, and only unused Secrets
+    // stay out of the model
+    expect_problems(
+        &m,
+        &[(
+            "Ingress team/a8",
+            "spec.tls host y.example.com: Secret team/w not found; serving the default certificate",
+        )],
+    );
+    assert_eq!(served(&m, "y.example.com"), None);
+    for unused in ["default/a-pkcs8", "default/ec-pkcs8"] {
+        assert!(!m.certificates.contains_key(unused));
+    }
+    expect_no_problems_on(&m, "Ingress default/a");
+    expect_no_problems_on(&m, "Ingress default/ec");
+    expect_no_problems_on(&m, "Ingress default/w");
+    expect_no_problems_on(&m, "Ingress default/x");
+}
+
+#[test]
+fn every_key_form_is_accepted() {
+    for (cert, key, host) in [
+        ("a.crt", "a.key", "a.example.com"),
+        ("a.crt", "a-pkcs8.key", "a.example.com"),
+        ("ec.crt", "ec.key", "ec.example.com"),
+        ("ec.crt", "ec-pkcs8.key", "ec.example.com"),
+        ("wildcard.crt", "wildcard.key", "foo.example.com"),
+    ] {
+        let yaml = docs![
+            app("default/web", "10.0.0.1"),
+            tls_secret("default/s", cert, key),
+            tls_ingress("default/i", 1, host, "s"),
+        ];
+        let m = check(&yaml, &[]);
+        assert_eq!(
+            served(&m, host).as_deref(),
+            Some("default/s"),
+            "{cert} + {key}: {}",
+            problem_list(&m)
+        );
+        assert!(
+            m.problems.is_empty(),
+            "{cert} + {key}: {}",
+            problem_list(&m)
+        );
+        assert!(m.certificates.contains_key("default/s"));
+    }
+}
+
+#[test]
+fn key_mismatch_serves_the_default_certificate() {
+    for (cert, key) in [
+        ("a.crt", "other.key"),
+        ("a.crt", "wildcard.key"),
+        ("ec.crt", "a.key"),
+        ("a.crt", "ec.key"),
+    ] {
+        let yaml = docs![
+            app("default/web", "10.0.0.1"),
+            tls_secret("default/mixed", cert, key),
+            tls_ingress("default/i", 1, "a.example.com", "mixed"),
+        ];
+        let m = check(&yaml, &[("a.example.com", "/", "default_web_80")]);
+        assert_eq!(served(&m, "a.example.com"), None, "{cert} + {key}");
+        assert!(m.certificates.is_empty());
+        expect_problems(
+            &m,
+            &[(
+                "Ingress default/i",
+                "spec.tls host a.example.com: Secret default/mixed:|serving the default certificate",
+            )],
+        );
+    }
+    // the plain RSA mismatch says what is wrong
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("default/mixed", "a.crt", "other.key"),
+        tls_ingress("default/i", 1, "a.example.com", "mixed"),
+    ];
+    let m = check(&yaml, &[]);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "Secret default/mixed: tls.key does not match the certificate in tls.crt",
+        )],
+    );
+}
+
+#[test]
+fn san_not_covering_the_host() {
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("default/a", "a.crt", "a.key"),
+        tls_secret("default/wild", "wildcard.crt", "wildcard.key"),
+        tls_ingress("default/b", 1, "b.example.com", "a"),
+        // a wildcard covers exactly one label
+        tls_ingress("default/deep", 1, "deep.x.example.com", "wild"),
+        tls_ingress("default/apex", 1, "example.com", "wild"),
+    ];
+    let m = check(&yaml, &[]);
+    for host in ["b.example.com", "deep.x.example.com", "example.com"] {
+        assert_eq!(served(&m, host), None, "{host}");
+    }
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/b",
+                "Secret default/a: the certificate does not cover host b.example.com (names: a.example.com)",
+            ),
+            (
+                "Ingress default/deep",
+                "does not cover host deep.x.example.com (names: *.example.com)",
+            ),
+            ("Ingress default/apex", "does not cover host example.com"),
+        ],
+    );
+    assert!(m.certificates.is_empty());
+}
+
+#[test]
+fn expired_certificate() {
+    let valid = check(
+        &docs![
+            app("default/web", "10.0.0.1"),
+            tls_secret("default/a", "a.crt", "a.key"),
+            tls_ingress("default/i", 1, "a.example.com", "a"),
+        ],
+        &[],
+    );
+    let not_after = valid.certificates["default/a"].not_after;
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("default/a", "a.crt", "a.key"),
+        tls_ingress("default/i", 1, "a.example.com", "a"),
+        test_settings(json!({ "now": not_after + 1 })),
+    ];
+    let m = check(&yaml, &[("a.example.com", "/", "default_web_80")]);
+    assert_eq!(served(&m, "a.example.com"), None);
+    assert!(m.certificates.is_empty());
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "Secret default/a: certificate in tls.crt expired at",
+        )],
+    );
+}
+
+#[test]
+fn missing_or_malformed_secret() {
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret_pem("default/garbage", "not a pem", &fixture("a.key")),
+        tls_secret_pem("default/no-cert", &fixture("a.key"), &fixture("a.key")),
+        tls_ingress("default/missing", 1, "m.example.com", "nope"),
+        tls_ingress("default/garbage", 1, "a.example.com", "garbage"),
+        tls_ingress("default/no-cert", 1, "ec.example.com", "no-cert"),
+    ];
+    let m = check(&yaml, &[]);
+    expect_problems(
+        &m,
+        &[
+            ("Ingress default/missing", "Secret default/nope not found"),
+            ("Ingress default/garbage", "Secret default/garbage: tls.crt"),
+            (
+                "Ingress default/no-cert",
+                "Secret default/no-cert: tls.crt: no CERTIFICATE block",
+            ),
+        ],
+    );
+    for host in ["m.example.com", "a.example.com", "ec.example.com"] {
+        assert_eq!(served(&m, host), None);
+    }
+}
+
+#[test]
+fn oldest_ingress_wins_a_hosts_tls() {
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("default/a", "a.crt", "a.key"),
+        tls_secret("default/wild", "wildcard.crt", "wildcard.key"),
+        tls_secret("team/a", "a.crt", "a-pkcs8.key"),
+        // listed young first; every Ingress has its own path, so only TLS conflicts
+        Ing::new("default/young", 9)
+            .rule("a.example.com", &[("/young", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "wild"),
+        tls_ingress("default/old", 3, "a.example.com", "a"),
+        // same Secret name, other namespace: another Secret, so a conflict too
+        Ing::new("team/younger", 12)
+            .rule("a.example.com", &[("/team", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "a"),
+        // the same Secret again is no conflict
+        Ing::new("default/same", 10)
+            .rule("a.example.com", &[("/same", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "a"),
+    ];
+    let m = check(&yaml, &[("a.example.com", "/", "default_web_80")]);
+    assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/a"));
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/young",
+                "spec.tls: the certificate of host a.example.com is already provided by Ingress default/old with Secret default/a (oldest wins)",
+            ),
+            (
+                "Ingress team/younger",
+                "already provided by Ingress default/old with Secret default/a",
+            ),
+        ],
+    );
+    expect_no_problems_on(&m, "Ingress default/old");
+    expect_no_problems_on(&m, "Ingress default/same");
+    // team/web does not exist: that is the only other problem of team/younger
+    assert_eq!(m.problems.len(), 3, "{}", problem_list(&m));
+    assert_eq!(m.certificates.keys().collect::<Vec<_>>(), ["default/a"]);
+}
+
+#[test]
+fn tls_host_without_rule_adds_nothing() {
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("default/a", "a.crt", "a.key"),
+        Ing::new("default/i", 1)
+            .rule("other.example.com", &[("/", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "a"),
+    ];
+    let m = check(&yaml, &[("a.example.com", "/", "404")]);
+    assert!(m.server("a.example.com").is_none());
+    assert!(m.server("other.example.com").unwrap().tls.is_none());
+    assert!(m.certificates.is_empty());
+}
