@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
-	libnginx-mod-http-js openssl curl wrk ca-certificates
+	libnginx-mod-http-js openssl curl wrk ca-certificates python3 procps iproute2
 
 .PHONY: deps build test lint bench run fmt cluster-up cluster-down
 
@@ -22,6 +22,7 @@ build:
 
 test: deps
 	$(CARGO) test --workspace
+	bash lua/test/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

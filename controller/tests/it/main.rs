@@ -1,0 +1,7 @@
+//! Ferrule's integration tests: one binary (so the suite builds once), a module per
+//! feature, shared helpers in `support`. Every test runs the real `ferrule` binary
+//! with a real NGINX on loopback and asserts on real HTTP traffic.
+
+mod support;
+
+mod dataplane;
