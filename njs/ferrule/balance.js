@@ -1,0 +1,139 @@
+// Peer selection (pure: no file or request access, so njs/test/unit.js can
+// test it). njs 0.7.9 keeps no JavaScript state between requests (every
+// request runs in a fresh clone of the VM), so every choice here is a
+// function of the stored backend and the request alone. See njs/README.md.
+
+// ---------------------------------------------------------------- round robin
+// Without per-worker memory there is no counter to advance. Instead:
+//  * requests on one client connection go round robin, using nginx's
+//    $connection_requests (1, 2, 3, ...);
+//  * each connection starts at an offset taken from $connection (nginx's
+//    connection serial number, one counter shared by all workers) through
+//    a golden-ratio (Weyl) sequence, which spreads consecutive connection
+//    numbers evenly over the endpoints whatever the stride between them.
+// So a keep-alive client is spread exactly evenly and a stream of one-shot
+// connections almost evenly (low-discrepancy, not random).
+var PHI = 0.6180339887498949;
+
+function rrIndex(n, connection, requests) {
+    if (n <= 1) {
+        return 0;
+    }
+    var c = Number(connection) % 1000000007;
+    var k = Number(requests);
+    if (!(c >= 0)) {
+        c = 0;
+    }
+    if (!(k >= 1)) {
+        k = 1;
+    }
+    var x = c * PHI;
+    var start = Math.floor((x - Math.floor(x)) * n);
+    return (start + (k - 1) % n) % n;
+}
+
+// ---------------------------------------------------------------- consistent hash
+// Rendezvous (highest random weight) hashing: score(key, endpoint) =
+// fmix32(h(key) xor h(endpoint)); the endpoint with the highest score wins.
+// h() is the first 32 bits of md5 (h(endpoint) is stored with the backend as
+// the first 8 hex digits of its affinity id), so the mapping depends only on
+// the key and the endpoint set: it is the same in every worker and across
+// reloads, independent of endpoint order, and adding one peer to N moves
+// ~1/(N+1) of the keys, all of them to the new peer. No ring is stored or
+// built, so a request costs one md5 and N integer mixes.
+function fmix32(h) {
+    h ^= h >>> 16;
+    h = Math.imul(h, 0x85ebca6b);
+    h ^= h >>> 13;
+    h = Math.imul(h, 0xc2b2ae35);
+    h ^= h >>> 16;
+    return h >>> 0;
+}
+
+// keyHash: uint32; ids: array of 32-hex-digit endpoint ids. Returns an index.
+function hashIndex(keyHash, ids) {
+    var best = -1;
+    var bestScore = -1;
+    for (var i = 0; i < ids.length; i++) {
+        var s = fmix32((keyHash ^ parseInt(ids[i].slice(0, 8), 16)) >>> 0);
+        // ties (practically never) go to the smaller id: still order-independent
+        if (s > bestScore || (s === bestScore && ids[i] < ids[best])) {
+            best = i;
+            bestScore = s;
+        }
+    }
+    return best;
+}
+
+// ---------------------------------------------------------------- canary
+// ingress-nginx semantics, identical to lua/ferrule/canary.lua.
+// policy: {header, header_value, cookie, weight, weight_total}
+// headerVal / cookieVal: the request's values (or undefined)
+// rand(): a float in [0, 1) (Math.random)
+function canary(policy, headerVal, cookieVal, rand) {
+    if (policy.header && headerVal !== undefined && headerVal !== null) {
+        if (policy.header_value) {
+            if (headerVal === policy.header_value) {
+                return true;
+            }
+            // any other value: ignored, fall through to cookie and weight
+        } else if (headerVal === 'always') {
+            return true;
+        } else if (headerVal === 'never') {
+            return false;
+        }
+    }
+    if (policy.cookie && cookieVal !== undefined && cookieVal !== null) {
+        if (cookieVal === 'always') {
+            return true;
+        } else if (cookieVal === 'never') {
+            return false;
+        }
+    }
+    var w = policy.weight || 0;
+    if (w > 0) {
+        var total = policy.weight_total || 100;
+        if (w >= total) {
+            return true;
+        }
+        return Math.floor(rand() * total) + 1 <= w;
+    }
+    return false;
+}
+
+// "X-Canary" -> "http_x_canary" (the nginx variable name)
+function headerVar(header) {
+    return 'http_' + header.toLowerCase().replace(/-/g, '_');
+}
+
+// ---------------------------------------------------------------- affinity
+// The cookie value is md5("addr:port") in hex, as in the Lua balancer: the
+// same in every worker, across reloads and across both balancers.
+function stickyIndex(ids, cookieVal) {
+    if (!cookieVal) {
+        return -1;
+    }
+    for (var i = 0; i < ids.length; i++) {
+        if (ids[i] === cookieVal) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+function setCookie(affinity, id) {
+    var parts = [affinity.cookie_name + '=' + id, 'Path=' + (affinity.path || '/')];
+    if (affinity.max_age !== null && affinity.max_age !== undefined) {
+        parts.push('Max-Age=' + affinity.max_age);
+    }
+    parts.push('HttpOnly');
+    return parts.join('; ');
+}
+
+// "addr:port" as proxy_pass wants it (IPv6 bracketed)
+function peer(ep) {
+    var a = ep.address;
+    return (a.indexOf(':') >= 0 ? '[' + a + ']' : a) + ':' + ep.port;
+}
+
+export default {rrIndex, fmix32, hashIndex, canary, headerVar, stickyIndex, setCookie, peer};

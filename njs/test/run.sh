@@ -1,0 +1,516 @@
+#!/usr/bin/env bash
+# Ferrule njs balancer tests: unit tests of the pure modules (run inside
+# nginx) and behaviour tests with curl/openssl against a private nginx started
+# from njs/test/nginx.conf. Needs: nginx + libnginx-mod-http-js (njs 0.7.9),
+# curl, openssl, python3 (stdlib), procps.
+# Usage: njs/test/run.sh   (KEEP=1 keeps the temp prefix; NGINX=/path/to/nginx)
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NJS_DIR=$(dirname "$HERE")
+NGINX=${NGINX:-nginx}
+JS_MODULE=/usr/lib/nginx/modules/ngx_http_js_module.so
+START=$(date +%s)
+
+for tool in "$NGINX" curl openssl python3 ps; do
+    command -v "$tool" >/dev/null || { echo "FATAL: $tool not found" >&2; exit 2; }
+done
+[ -f "$JS_MODULE" ] || { echo "FATAL: $JS_MODULE not found (apt-get install libnginx-mod-http-js)" >&2; exit 2; }
+
+WORK=$(mktemp -d /tmp/ferrule-njs-test.XXXXXX)
+mkdir -p "$WORK"/{conf,run,logs,tmp,certs,out}
+MASTER=""
+
+stop_nginx() {
+    if [ -n "$MASTER" ] && kill -0 "$MASTER" 2>/dev/null; then
+        kill -QUIT "$MASTER" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
+        kill -0 "$MASTER" 2>/dev/null && kill -KILL "$MASTER" 2>/dev/null
+    fi
+    MASTER=""
+}
+cleanup() {
+    stop_nginx
+    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PASS=0
+FAIL=0
+FAILED=()
+pass() { PASS=$((PASS + 1)); echo "  ok   $1"; }
+fail() { FAIL=$((FAIL + 1)); FAILED+=("$1"); echo "  FAIL $1" >&2; }
+check() { # check "description" test-command...
+    local what=$1; shift
+    if "$@"; then pass "$what"; else fail "$what"; fi
+}
+section() { echo "== $1"; }
+
+# ---------------------------------------------------------------- setup
+read -r PROXY_PORT TLS_PORT BACKEND_PORT DEAD_PORT LEAK_PORT < <(python3 - <<'EOF'
+import socket
+socks, ports = [], []
+for _ in range(5):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s); ports.append(s.getsockname()[1])
+print(*ports)
+EOF
+)
+
+TOKEN=$(openssl rand -hex 24)
+# JSON for js_preload_object; surrounding blanks in the token must be trimmed
+printf '{"token": "  %s  "}\n' "$TOKEN" > "$WORK/conf/balancer.token.json"
+chmod 600 "$WORK/conf/balancer.token.json"
+
+mkcert() { # mkcert name CN [extra openssl args]
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -subj "/CN=$2" -keyout "$WORK/certs/$1.key" -out "$WORK/certs/$1.crt" "${@:3}" 2>/dev/null
+}
+mkcert fallback static-fallback
+cp "$WORK/certs/fallback.crt" "$WORK/conf/default.crt"
+cp "$WORK/certs/fallback.key" "$WORK/conf/default.key"
+mkcert a a.example.com
+mkcert a2 a.example.com -set_serial 4242
+mkcert wild '*.w.example.com'
+mkcert dflt ferrule-default
+# other key formats: RSA with a PKCS#1 key, EC with a SEC1 key
+openssl genrsa -traditional -out "$WORK/certs/rsa.key" 2048 2>/dev/null
+openssl req -x509 -new -key "$WORK/certs/rsa.key" -days 2 -subj "/CN=rsa.example.com" \
+    -out "$WORK/certs/rsa.crt" 2>/dev/null
+openssl ecparam -name secp384r1 -genkey -noout -out "$WORK/certs/sec1.key" 2>/dev/null
+openssl req -x509 -new -key "$WORK/certs/sec1.key" -days 2 -subj "/CN=sec1.example.com" \
+    -out "$WORK/certs/sec1.crt" 2>/dev/null
+for k in rsa:'RSA PRIVATE KEY' sec1:'EC PRIVATE KEY'; do
+    grep -q "BEGIN ${k#*:}" "$WORK/certs/${k%%:*}.key" ||
+        { echo "FATAL: openssl did not write a ${k#*:}" >&2; exit 1; }
+done
+
+render() { # render template > out
+    sed -e "s#PREFIX#$WORK#g" -e "s#NJS_DIR#$NJS_DIR#g" \
+        -e "s#PROXY_PORT#$PROXY_PORT#g" -e "s#TLS_PORT#$TLS_PORT#g" \
+        -e "s#BACKEND_PORT#$BACKEND_PORT#g" -e "s#DEAD_PORT#$DEAD_PORT#g" \
+        -e "s#LEAK_PORT#$LEAK_PORT#g" "$1"
+}
+render "$HERE/nginx.conf" > "$WORK/conf/nginx.conf"
+
+# fail closed: without the token file the configuration does not load
+sed "s#$WORK/conf/balancer.token.json#$WORK/conf/missing.token.json#" "$WORK/conf/nginx.conf" \
+    > "$WORK/conf/notoken.conf"
+NOTOKEN_T=0
+"$NGINX" -p "$WORK" -c conf/notoken.conf -e "$WORK/logs/t.log" -t >/dev/null 2>&1 || NOTOKEN_T=1
+
+if ! "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" -t >"$WORK/logs/t.out" 2>&1; then
+    echo "FATAL: nginx -t failed:" >&2; cat "$WORK/logs/t.out" >&2; exit 1
+fi
+start_nginx() {
+    "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" || {
+        echo "FATAL: nginx did not start" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
+    for _ in $(seq 50); do [ -s "$WORK/run/nginx.pid" ] && [ -S "$WORK/run/balancer.sock" ] && break; sleep 0.1; done
+    MASTER=$(cat "$WORK/run/nginx.pid" 2>/dev/null)
+    [ -n "$MASTER" ] || { echo "FATAL: no nginx pid" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
+    for _ in $(seq 50); do [ "$(workers | wc -w)" = 2 ] && break; sleep 0.1; done
+}
+workers() { ps -o pid= --ppid "$MASTER" | sort | tr -d ' ' | tr '\n' ' '; }
+start_nginx
+echo "nginx master $MASTER, prefix $WORK, proxy :$PROXY_PORT tls :$TLS_PORT"
+
+SOCK="$WORK/run/balancer.sock"
+PROXY="http://127.0.0.1:$PROXY_PORT"
+B=$BACKEND_PORT
+
+# api METHOD PATH [BODY] -> prints the status; body in $WORK/out/api
+api() {
+    local args=(-s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK"
+                -H "Authorization: Bearer $TOKEN" -X "$1")
+    [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
+    curl "${args[@]}" "http://ferrule$2"
+}
+# hits URL-with-glob [curl args] -> identity lines ("addr:port ...") into $WORK/out/hits
+hits() { local u=$1; shift; curl -s "$@" "$PROXY$u" > "$WORK/out/hits"; }
+count() { grep -c "^$1 " "$WORK/out/hits"; }
+distinct() { awk '{print $1}' "$WORK/out/hits" | sort -u | wc -l; }
+total() { wc -l < "$WORK/out/hits"; }
+between() { [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
+status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
+ep() { printf '{"address":"%s","port":%s}' "$1" "$2"; }
+spread() { awk '{print $1}' "$WORK/out/hits" | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}'; }
+
+WORKERS_AT_START=$(workers)
+
+# ---------------------------------------------------------------- 1. unit tests
+section "unit tests (pure modules, run inside nginx)"
+UNIT_STATUS=$(curl -s -o "$WORK/out/unit" -w '%{http_code}' --unix-socket "$WORK/run/test.sock" http://t/t/unit)
+grep -E '^(not ok|#)' "$WORK/out/unit" | sed 's/^/    /'
+check "unit tests pass ($(grep -c '^ok' "$WORK/out/unit") ok)" [ "$UNIT_STATUS" = 200 ]
+
+# ---------------------------------------------------------------- 2. API access
+section "configuration API access control"
+check "nginx -t refuses a configuration whose token file is missing (fail closed)" [ $NOTOKEN_T = 1 ]
+check "no token -> 401" [ "$(status --unix-socket "$SOCK" http://x/configuration/version)" = 401 ]
+check "wrong token -> 401" [ "$(status --unix-socket "$SOCK" -H 'Authorization: Bearer nope' http://x/configuration/version)" = 401 ]
+check "token without Bearer -> 401" [ "$(status --unix-socket "$SOCK" -H "Authorization: $TOKEN" http://x/configuration/version)" = 401 ]
+check "token with one character changed -> 401" \
+    [ "$(status --unix-socket "$SOCK" -H "Authorization: Bearer ${TOKEN%?}x" http://x/configuration/version)" = 401 ]
+check "POST without token -> 401 and nothing written" \
+    [ "$(status --unix-socket "$SOCK" --data-binary '{"version":1,"backends":[{"name":"evil"}]}' http://x/configuration/backends)" = 401 -a ! -e "$WORK/run/ferrule-state/meta.json" ]
+check "right token (trimmed) -> 200" [ "$(api GET /configuration/version)" = 200 ]
+check "  ... version null before any POST" grep -q '"version":null' "$WORK/out/api"
+check "handler reached over TCP -> 403 even with the token" \
+    [ "$(status -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$LEAK_PORT/configuration/version")" = 403 ]
+check "unknown API path -> 404" [ "$(api GET /configuration/nope)" = 404 ]
+check "wrong method -> 405" [ "$(api DELETE /configuration/backends)" = 405 ]
+
+# ---------------------------------------------------------------- 3. backends
+section "POST /configuration/backends"
+EPS4="$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)"
+BODY=$(cat <<EOF
+{"version": 1, "backends": [
+  {"name": "default-echo-80", "endpoints": [$EPS4,$(ep ::1 $B)], "load_balance": "round_robin",
+   "upstream_hash_by": null, "affinity": null, "canary": null},
+  {"name": "rr", "endpoints": [$EPS4]},
+  {"name": "empty", "endpoints": []},
+  {"name": "hash", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)], "upstream_hash_by": "\$arg_user"},
+  {"name": "sticky", "endpoints": [$EPS4], "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 3600, "path": "/"}},
+  {"name": "main", "endpoints": [$(ep 127.0.0.2 $B)],
+   "canary": {"backend": "main-canary", "weight": 20, "weight_total": 100, "header": "X-Canary", "header_value": null, "cookie": "canary"}},
+  {"name": "main-canary", "endpoints": [$(ep 127.0.0.3 $B)]},
+  {"name": "dead", "endpoints": [$(ep 127.0.0.2 $DEAD_PORT),$(ep 127.0.0.3 $B)]},
+  {"name": "ewma", "endpoints": [$(ep 127.0.0.2 $B)], "load_balance": "ewma"}
+ ], "removed": []}
+EOF
+)
+check "POST backends -> 201" [ "$(api POST /configuration/backends "$BODY")" = 201 ]
+sed 's/^/    /' "$WORK/out/api"
+check "state files are private (dir 0700, files 0600)" \
+    [ "$(stat -c %a "$WORK/run/ferrule-state/b")" = 700 -a "$(stat -c %a "$WORK/run/ferrule-state/meta.json")" = 600 ]
+check "invalid JSON -> 400" [ "$(api POST /configuration/backends '{"version": 1, "backends": [')" = 400 ]
+check "400 says why (invalid JSON)" grep -q 'invalid JSON' "$WORK/out/api"
+check "invalid field -> 400" [ "$(api POST /configuration/backends '{"version":2,"backends":[{"name":"y"},{"name":"x","endpoints":[{"address":"nohost","port":1}]}]}')" = 400 ]
+check "400 names the field" grep -q 'backends\[1\] \\"x\\": endpoints\[0\]: address must be an IPv4 or IPv6 literal, got nohost' "$WORK/out/api"
+check "rejected POST changed nothing" [ "$(api GET /configuration/backends/y)" = 404 ]
+check "GET /configuration/backends/rr" [ "$(api GET /configuration/backends/rr)" = 200 ]
+check "  ... returns the stored backend" grep -q '"127.0.0.5"' "$WORK/out/api"
+check "GET /configuration/backends lists all 9" \
+    python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['backends']) != 9)" \
+    <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends)
+api GET /configuration/version >/dev/null
+check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
+
+section "the API is unreachable through the proxy"
+GEN_BEFORE=$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)
+leak=0
+for host in example.com localhost ferrule unix: 127.0.0.1 "unix:$SOCK" x.w.example.com; do
+    for path in /configuration/backends /configuration/version //configuration/backends \
+                /configuration/../configuration/backends /configuration/backends/rr; do
+        out=$(curl -s --path-as-is -H "Host: $host" -H "Authorization: Bearer $TOKEN" "$PROXY$path")
+        case "$out" in
+            127.0.0.*|::1*) ;;                  # an echo backend answered
+            *'400 Bad Request'*) ;;             # nginx rejected an invalid Host
+            *) leak=1; echo "    Host '$host' $path -> $out" ;;
+        esac
+    done
+done
+out=$(curl -s -H "Host;" -H "Authorization: Bearer $TOKEN" "$PROXY/configuration/version")
+case "$out" in *'400 Bad Request'*) ;; *) leak=1; echo "    no Host header -> $out" ;; esac
+out=$(curl -s -X POST -H "Authorization: Bearer $TOKEN" --data-binary '{"version":99,"removed":["rr"]}' "$PROXY/configuration/backends")
+case "$out" in 127.0.0.*|::1*) ;; *) leak=1; echo "    POST via proxy -> $out" ;; esac
+out=$(curl -sk --resolve "x.w.example.com:$TLS_PORT:127.0.0.1" -H "Authorization: Bearer $TOKEN" "https://x.w.example.com:$TLS_PORT/configuration/version")
+case "$out" in 127.0.0.*|::1*) ;; *) leak=1; echo "    via TLS -> $out" ;; esac
+check "every Host/path on the proxy ports reaches normal routing (an echo backend)" [ $leak = 0 ]
+check "a POST through the proxy changed nothing" \
+    [ "$GEN_BEFORE" = "$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)" ]
+
+# ---------------------------------------------------------------- 4. round robin
+section "round robin"
+hits "/rr/?[1-400]"
+echo "    one keep-alive connection: $(spread)"
+ok=1
+for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do between "$(count "$a:$B")" 90 110 || ok=0; done
+check "400 requests on one connection spread evenly over 4 endpoints (100±10 each)" [ $ok = 1 ]
+python3 - "$PROXY_PORT" 400 /rr/ > "$WORK/out/hits" <<'EOF'
+import http.client, sys
+port, n, path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+for _ in range(n):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", path, headers={"Connection": "close"})
+    sys.stdout.write(c.getresponse().read().decode())
+    c.close()
+EOF
+echo "    400 one-shot connections: $(spread)"
+ok=1
+for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do between "$(count "$a:$B")" 80 120 || ok=0; done
+check "400 requests on 400 new connections spread evenly (100±20 each)" [ $ok = 1 -a "$(total)" = 400 ]
+hits "/?[1-100]"
+check "IPv6 endpoint [::1] receives traffic" [ "$(count "::1:$B")" -ge 10 ]
+check "Host header passed through (not the peer address)" [ "$(awk '$4 == "h=127.0.0.1"' "$WORK/out/hits" | wc -l)" = 100 ]
+check "documented limit: no upstream keepalive (every upstream connection carried 1 request)" \
+    [ "$(awk '$3 != "c=1"' "$WORK/out/hits" | wc -l)" = 0 ]
+hits "/ewma/?[1-4]"
+check "load_balance ewma is accepted (served round robin)" [ "$(count "127.0.0.2:$B")" = 4 ]
+
+section "endpoint change without reload"
+W1=$(workers)
+api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
+hits "/rr/?[1-100]"   # immediately, no sleep
+check "the very next requests only reach the 2 new endpoints" \
+    [ "$(count "127.0.0.4:$B")" -ge 45 -a "$(count "127.0.0.5:$B")" -ge 45 -a "$(total)" = 100 ]
+check "worker pids unchanged (no reload)" [ "$W1" = "$(workers)" ]
+api POST /configuration/backends "{\"version\":3,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$EPS4]}]}" >/dev/null
+hits "/rr/?[1-100]"
+check "and back to 4 endpoints at once" [ "$(distinct)" = 4 -a "$(total)" = 100 ]
+check "  ... still the same workers" [ "$W1" = "$(workers)" ]
+
+section "concurrent writers (two workers, one lock)"
+api GET /configuration/version >/dev/null
+G0=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['backends']['generation'])" "$WORK/out/api")
+pids=()
+for i in $(seq 1 20); do
+    curl -s -o "$WORK/out/conc.$i" -w '%{http_code}\n' --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" \
+        --data-binary "{\"version\":$((100 + i)),\"backends\":[{\"name\":\"conc-$i\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}" \
+        http://x/configuration/backends > "$WORK/out/conc.status.$i" &
+    pids+=($!)
+done
+wait "${pids[@]}"
+check "20 parallel POSTs -> 20 x 201" [ "$(cat "$WORK/out/conc.status."* | grep -c '^201$')" = 20 ]
+api GET /configuration/version >/dev/null
+G1=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['backends']['generation'])" "$WORK/out/api")
+check "  ... generation advanced by exactly 20 ($G0 -> $G1: no lost update)" [ "$G1" = $((G0 + 20)) ]
+check "  ... all 20 backends stored, no temp files or lock left" \
+    [ "$(ls "$WORK/run/ferrule-state/b" | grep -c '\.json$')" = 29 -a \
+      -z "$(find "$WORK/run/ferrule-state" -name '*.tmp.*' -o -name lock)" ]
+
+section "503 for unknown backends and backends without endpoints"
+check "unknown backend -> 503" [ "$(status "$PROXY/unknown/")" = 503 ]
+check "backend with no endpoints -> 503" [ "$(status "$PROXY/empty/")" = 503 ]
+check "\$ferrule_backend not set -> 503" [ "$(status "$PROXY/unset/")" = 503 ]
+api POST /configuration/backends '{"version":4,"backends":[],"removed":["rr"]}' >/dev/null
+check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
+
+section "documented limit: no retry to the next peer"
+hits "/dead/?[1-40]" -w '%{http_code}\n'
+OK200=$(grep -c '^200$' "$WORK/out/hits")
+BAD502=$(grep -c '^502$' "$WORK/out/hits")
+echo "    one of 2 endpoints refuses connections: $OK200 x 200, $BAD502 x 502"
+check "requests routed to the dead endpoint fail with 502 (20), the others succeed (20)" \
+    [ "$OK200" = 20 -a "$BAD502" = 20 ]
+
+# ---------------------------------------------------------------- 5. hash
+section "consistent hash by \$arg_user"
+hits "/hash/?user=u[1-300]"
+awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash1"
+python3 - "$PROXY_PORT" > "$WORK/out/hits" <<'EOF'
+import http.client, sys
+for i in range(1, 301):
+    c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=5)
+    c.request("GET", f"/hash/?user=u{i}", headers={"Connection": "close"})
+    sys.stdout.write(c.getresponse().read().decode())
+    c.close()
+EOF
+awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash2"
+check "each user sticks to one endpoint (again, on new connections, both workers)" cmp -s "$WORK/out/hash1" "$WORK/out/hash2"
+echo "    $(awk '{print $2}' "$WORK/out/hash1" | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}')"
+check "users spread over all 3 endpoints (>= 60 each)" \
+    [ "$(awk '{print $2}' "$WORK/out/hash1" | sort | uniq -c | awk '$1 >= 60' | wc -l)" = 3 ]
+api POST /configuration/backends "{\"version\":5,\"backends\":[{\"name\":\"hash\",\"upstream_hash_by\":\"\$arg_user\",\"endpoints\":[$(ep 127.0.0.5 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.2 $B)]}]}" >/dev/null
+hits "/hash/?user=u[1-300]"
+awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash3"
+read -r MOVED MOVED_ELSEWHERE < <(join "$WORK/out/hash1" "$WORK/out/hash3" |
+    awk -v n="127.0.0.5:$B" '$2 != $3 { m++; if ($3 != n) e++ } END { print m+0, e+0 }')
+echo "    adding a 4th peer (endpoint order reversed) moved $MOVED/300 users (ideal ~75)"
+check "adding a peer moves few keys (20..120 of 300)" [ "$MOVED" -le 120 -a "$MOVED" -ge 20 ]
+check "moved keys all went to the new peer" [ "$MOVED_ELSEWHERE" = 0 ]
+
+# ---------------------------------------------------------------- 6. affinity
+section "cookie affinity"
+curl -s -D "$WORK/out/h1" -c "$WORK/out/jar" "$PROXY/sticky/" > "$WORK/out/hits"
+FIRST=$(awk '{print $1}' "$WORK/out/hits")
+check "first response sets route cookie (opaque id, Path, Max-Age, HttpOnly)" \
+    grep -qiE '^Set-Cookie: route=[0-9a-f]{32}; Path=/; Max-Age=3600; HttpOnly' "$WORK/out/h1"
+check "  ... exactly one Set-Cookie" [ "$(grep -ci '^Set-Cookie' "$WORK/out/h1")" = 1 ]
+check "  ... and the id is md5(addr:port), as with the Lua balancer" \
+    grep -qi "route=$(printf '%s' "$FIRST" | md5sum | cut -c1-32)" "$WORK/out/h1"
+hits "/sticky/?[1-30]" -b "$WORK/out/jar" -D "$WORK/out/h2"
+check "30 requests with the cookie stick to $FIRST" [ "$(count "$FIRST")" = 30 ]
+check "  ... and get no new cookie" bash -c "! grep -qi '^Set-Cookie' '$WORK/out/h2'"
+hits "/sticky/?[1-40]"
+check "requests without a cookie are spread (round robin)" [ "$(distinct)" = 4 ]
+REMAINING=""
+for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do
+    [ "$a:$B" = "$FIRST" ] || REMAINING="$REMAINING${REMAINING:+,}$(ep $a $B)"
+done
+api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"sticky\",\"endpoints\":[$REMAINING],\"affinity\":{\"mode\":\"cookie\",\"cookie_name\":\"route\",\"max_age\":3600,\"path\":\"/\"}}]}" >/dev/null
+curl -s -D "$WORK/out/h3" -b "$WORK/out/jar" -c "$WORK/out/jar" "$PROXY/sticky/" > "$WORK/out/hits"
+SECOND=$(awk '{print $1}' "$WORK/out/hits")
+check "endpoint removed -> re-picked ($FIRST -> $SECOND)" [ -n "$SECOND" -a "$SECOND" != "$FIRST" ]
+check "  ... with a new cookie" grep -qi '^Set-Cookie: route=' "$WORK/out/h3"
+hits "/sticky/?[1-20]" -b "$WORK/out/jar"
+check "  ... and sticks to the new endpoint" [ "$(count "$SECOND")" = 20 ]
+
+# ---------------------------------------------------------------- 7. canary
+section "canary"
+hits "/canary/?[1-2000]"
+CANARY=$(count "127.0.0.3:$B")
+echo "    canary got $CANARY/2000 (weight 20%)"
+check "weight 20 -> 20% ± 5% over 2000 requests" between "$CANARY" 300 500
+check "every request answered by primary or canary" [ "$(( CANARY + $(count "127.0.0.2:$B") ))" = 2000 ]
+hits "/canary/?[1-50]" -H "X-Canary: always"
+check "header always -> canary (50/50)" [ "$(count "127.0.0.3:$B")" = 50 ]
+hits "/canary/?[1-50]" -H "X-Canary: never"
+check "header never -> primary (50/50)" [ "$(count "127.0.0.2:$B")" = 50 ]
+hits "/canary/?[1-50]" -b "canary=always"
+check "cookie always -> canary" [ "$(count "127.0.0.3:$B")" = 50 ]
+hits "/canary/?[1-50]" -b "canary=never"
+check "cookie never -> primary" [ "$(count "127.0.0.2:$B")" = 50 ]
+hits "/canary/?[1-50]" -H "X-Canary: never" -b "canary=always"
+check "header wins over cookie" [ "$(count "127.0.0.2:$B")" = 50 ]
+api POST /configuration/backends "{\"version\":7,\"backends\":[{\"name\":\"main\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"main-canary\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
+hits "/canary/?[1-30]" -H "X-Canary: yes-please"
+check "header_value exact match -> canary" [ "$(count "127.0.0.3:$B")" = 30 ]
+hits "/canary/?[1-30]" -H "X-Canary: always"
+check "header_value set: 'always' is just another value -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
+hits "/canary/?[1-30]" -H "X-Canary: Yes-Please"
+check "header_value match is case-sensitive -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
+hits "/canary/?[1-30]"
+check "no header, weight 0 -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
+api POST /configuration/backends '{"version":8,"removed":["main-canary"]}' >/dev/null
+hits "/canary/?[1-20]" -H "X-Canary: yes-please"
+check "canary backend gone -> primary serves" [ "$(count "127.0.0.2:$B")" = 20 ]
+
+# ---------------------------------------------------------------- 8. certificates
+section "certificates (ssl_certificate data:\$ferrule_ssl_cert, chosen per handshake)"
+subject() { # subject SNI|"" -> "CN=... serial=..."
+    local sni=(-servername "$1"); [ -z "$1" ] && sni=(-noservername)
+    echo | timeout 5 openssl s_client -connect "127.0.0.1:$TLS_PORT" "${sni[@]}" 2>/dev/null |
+        openssl x509 -noout -subject -serial 2>/dev/null | sed -E 's/^subject=//; s/ = /=/g' | tr '\n' ' '
+}
+jcerts() { # jcerts version [host=name | rm=host | default=name]... -> JSON
+    python3 - "$WORK/certs" "$@" <<'EOF'
+import json, sys
+d, version, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+out = {"version": version, "certificates": [], "removed": []}
+for item in rest:
+    kind, _, val = item.partition("=")
+    if kind == "rm":
+        out["removed"].append(val)
+    else:
+        pem = {"cert": open(f"{d}/{val}.crt").read(), "key": open(f"{d}/{val}.key").read()}
+        if kind == "default":
+            out["default"] = pem
+        else:
+            out["certificates"].append(dict(host=kind, **pem))
+print(json.dumps(out))
+EOF
+}
+W2=$(workers)
+check "before any POST: static fallback" grep -q 'CN=static-fallback' <(subject a.example.com)
+check "POST certificates -> 201" [ "$(api POST /configuration/certificates "$(jcerts 1 a.example.com=a '*.w.example.com=wild')")" = 201 ]
+check "exact host served without reload" grep -q 'CN=a.example.com' <(subject a.example.com)
+check "SNI is case-insensitive" grep -q 'CN=a.example.com' <(subject A.Example.COM)
+check "wildcard *.w.example.com serves x.w.example.com" grep -q 'CN=\*.w.example.com' <(subject x.w.example.com)
+check "wildcard covers one label only (y.x.w.example.com -> fallback)" grep -q 'CN=static-fallback' <(subject y.x.w.example.com)
+check "unknown host without a default -> static fallback" grep -q 'CN=static-fallback' <(subject other.example.org)
+check "rotation POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 2 a.example.com=a2 default=dflt)")" = 201 ]
+check "rotated certificate served at once (serial 4242 = 0x1092)" grep -q 'serial=1092' <(subject a.example.com)
+check "posted default serves unknown hosts" grep -q 'CN=ferrule-default' <(subject other.example.org)
+check "posted default serves clients without SNI" grep -q 'CN=ferrule-default' <(subject "")
+check "RSA certificate with a PKCS#1 key and EC P-384 with a SEC1 key -> 201" \
+    [ "$(api POST /configuration/certificates "$(jcerts 3 rsa.example.com=rsa sec1.example.com=sec1)")" = 201 ]
+check "  ... RSA served" grep -q 'CN=rsa.example.com' <(subject rsa.example.com)
+check "  ... SEC1 EC served" grep -q 'CN=sec1.example.com' <(subject sec1.example.com)
+check "removal POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 4 rm=a.example.com)")" = 201 ]
+check "removed host falls back to the default" grep -q 'CN=ferrule-default' <(subject a.example.com)
+check "broken PEM -> 400" [ "$(api POST /configuration/certificates '{"version":5,"certificates":[{"host":"b.example.com","cert":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","key":"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}]}')" = 400 ]
+python3 - "$WORK/certs" > "$WORK/out/mismatch.json" <<'EOF'
+import json, sys
+d = sys.argv[1]
+print(json.dumps({"version": 6, "certificates": [
+    {"host": "ok.example.com", "cert": open(f"{d}/dflt.crt").read(), "key": open(f"{d}/dflt.key").read()},
+    {"host": "m.example.com", "cert": open(f"{d}/a.crt").read(), "key": open(f"{d}/wild.key").read()}]}))
+EOF
+check "certificate with a key that does not match -> 400" \
+    [ "$(api POST /configuration/certificates "$(cat "$WORK/out/mismatch.json")")" = 400 ]
+check "  ... and says so" grep -q 'certificates\[1\]: m.example.com: private key does not match' "$WORK/out/api"
+python3 - "$WORK/certs" > "$WORK/out/mismatch2.json" <<'EOF'
+import json, sys
+d = sys.argv[1]
+print(json.dumps({"version": 7, "certificates": [
+    {"host": "m.example.com", "cert": open(f"{d}/rsa.crt").read(), "key": open(f"{d}/a.key").read()}]}))
+EOF
+check "RSA certificate with an EC key -> 400" \
+    [ "$(api POST /configuration/certificates "$(cat "$WORK/out/mismatch2.json")")" = 400 ]
+check "GET certificates -> 200" [ "$(api GET /configuration/certificates)" = 200 ]
+check "  ... nothing of the rejected POSTs was written (ok.example.com absent)" \
+    bash -c "! grep -q ok.example.com '$WORK/out/api'"
+check "  ... lists hosts" grep -q '\*.w.example.com' "$WORK/out/api"
+check "  ... never keys" bash -c "! grep -qi 'PRIVATE\|BEGIN' '$WORK/out/api'"
+check "certificate files are private (0600)" \
+    [ -z "$(find "$WORK/run/ferrule-state/c" -type f ! -perm 600)" ]
+check "HTTPS traffic is proxied too" grep -qE "^(127.0.0|::1)" <(curl -sk --resolve "x.w.example.com:$TLS_PORT:127.0.0.1" "https://x.w.example.com:$TLS_PORT/")
+check "worker pids unchanged by certificate changes" [ "$W2" = "$(workers)" ]
+
+# ---------------------------------------------------------------- 9. scale
+section "10,000 backends: bulk load, then one change"
+python3 - "$B" > "$WORK/out/big.json" <<'EOF'
+import json, sys
+print(json.dumps({"version": 100, "backends": [
+    {"name": f"ns{i // 100}-svc{i}-80", "load_balance": "round_robin",
+     "endpoints": [{"address": f"10.{i // 250}.{i % 250}.{j}", "port": 8080} for j in (1, 2, 3)]}
+    for i in range(10000)]}))
+EOF
+T0=$(date +%s%N)
+check "POST 10k backends -> 201" [ "$(curl -s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK" \
+    -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/out/big.json" http://x/configuration/backends)" = 201 ]
+echo "    bulk POST of $(( $(stat -c %s "$WORK/out/big.json") / 1024 )) KiB took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
+echo "    worker peak RSS so far: $(for p in $(workers); do awk '/VmHWM/ {printf "%d MiB ", $2 / 1024}' /proc/$p/status; done)"
+T0=$(date +%s%N)
+api POST /configuration/backends "{\"version\":101,\"backends\":[{\"name\":\"default-echo-80\",\"endpoints\":[$(ep 127.0.0.4 $B)]}]}" >/dev/null
+hits "/?[1-20]"
+echo "    one change among 10k + 20 requests took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
+check "the single change is live at once" [ "$(count "127.0.0.4:$B")" = 20 ]
+
+# ---------------------------------------------------------------- wrap up
+section "health"
+check "same master and worker pids as at start (no reload, no crash)" [ "$WORKERS_AT_START" = "$(workers)" ]
+check "no njs exceptions / alerts in error.log" \
+    bash -c "! grep -E 'js exception|peer selection failed|lookup failed|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
+
+section "reload keeps the dynamic configuration (state files, same master)"
+kill -HUP "$MASTER"
+for _ in $(seq 50); do
+    now=$(workers); [ "$(echo $now | wc -w)" = 2 ] &&
+        ! echo "$now" | grep -qwFf <(echo "$WORKERS_AT_START" | tr ' ' '\n' | grep .) && break
+    sleep 0.1
+done
+check "new workers after HUP" [ "$(workers)" != "$WORKERS_AT_START" ]
+hits "/?[1-20]"
+check "backends still routed after reload without re-POSTing" [ "$(count "127.0.0.4:$B")" = 20 ]
+check "certificates still served after reload" grep -q 'CN=\*.w.example.com' <(subject x.w.example.com)
+check "hash mapping unchanged across reload" \
+    bash -c "curl -s '$PROXY/hash/?user=u[1-300]' | awk '{print \$2, \$1}' | sort | cmp -s - '$WORK/out/hash3'"
+
+section "restart: state of a previous master is not served"
+stop_nginx
+start_nginx
+check "new master started" [ -n "$MASTER" ]
+check "routes answer 503 until the controller posts again" [ "$(status "$PROXY/")" = 503 ]
+check "old certificates are not served (static fallback)" grep -q 'CN=static-fallback' <(subject x.w.example.com)
+api GET /configuration/version >/dev/null
+check "GET /configuration/version says version null (post everything)" \
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d['backends']['version'] is None and d['certificates']['version'] is None))" "$WORK/out/api"
+check "first POST after restart -> 201" \
+    [ "$(api POST /configuration/backends "{\"version\":1,\"backends\":[{\"name\":\"default-echo-80\",\"endpoints\":[$(ep 127.0.0.3 $B)]}]}")" = 201 ]
+hits "/?[1-5]"
+check "  ... serves the new state" [ "$(count "127.0.0.3:$B")" = 5 ]
+check "  ... and deleted the previous master's files" \
+    [ "$(ls "$WORK/run/ferrule-state/b" | wc -l)" = 1 -a "$(ls "$WORK/run/ferrule-state/c" | wc -l)" = 0 ]
+check "no njs exceptions / alerts in error.log after reload and restart" \
+    bash -c "! grep -E 'js exception|peer selection failed|lookup failed|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
+
+echo
+echo "summary: $PASS passed, $FAIL failed, $(( $(date +%s) - START ))s"
+if [ "$FAIL" -gt 0 ]; then
+    printf '  failed: %s\n' "${FAILED[@]}" >&2
+    echo "error.log tail:" >&2
+    grep -v 'connect() failed (111' "$WORK/logs/error.log" | tail -n 20 >&2
+    exit 1
+fi

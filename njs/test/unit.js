@@ -1,0 +1,222 @@
+// Unit tests of the pure njs modules, run inside nginx (GET /t/unit on the
+// test-only unix socket; there is no njs CLI in Debian's libnginx-mod-http-js).
+// Output: "ok <name>" / "not ok <name>: <why>" lines; 200 if all pass.
+import validate from 'ferrule/validate.js';
+import expr from 'ferrule/expr.js';
+import balance from 'ferrule/balance.js';
+import pem from 'ferrule/pem.js';
+import nodeCrypto from 'crypto';
+
+function md5hex(s) {
+    return nodeCrypto.createHash('md5').update(s).digest('hex');
+}
+
+function md5u32(s) {
+    var d = nodeCrypto.createHash('md5').update(s).digest();
+    return ((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0;
+}
+
+function eq(a, b, what) {
+    var sa = JSON.stringify(a);
+    var sb = JSON.stringify(b);
+    if (sa !== sb) {
+        throw new Error((what ? what + ': ' : '') + 'expected ' + sb + ', got ' + sa);
+    }
+}
+
+function ok(v, what) {
+    if (!v) {
+        throw new Error(what || 'assertion failed');
+    }
+}
+
+var tests = {
+    'validate: minimal backend is normalised with defaults': function () {
+        var p = validate.backendsPayload({version: 1, backends: [{name: 'a'}]});
+        eq(p.err, undefined);
+        eq(p.ok.backends[0], {name: 'a', endpoints: [], load_balance: 'round_robin',
+                              upstream_hash_by: null, affinity: null, canary: null});
+        eq(p.ok.removed, []);
+    },
+    'validate: endpoints keep IPv4/IPv6 literals, drop duplicates, unbracket': function () {
+        var p = validate.backendsPayload({version: 0, backends: [{name: 'a', endpoints: [
+            {address: '10.0.0.1', port: 80}, {address: '[::1]', port: 81},
+            {address: '10.0.0.1', port: 80}, {address: 'fe80::1', port: 82}]}]});
+        eq(p.ok.backends[0].endpoints, [{address: '10.0.0.1', port: 80},
+            {address: '::1', port: 81}, {address: 'fe80::1', port: 82}]);
+    },
+    'validate: messages name the field (same text as the Lua API)': function () {
+        var p = validate.backendsPayload({version: 2, backends: [{name: 'ok'},
+            {name: 'x', endpoints: [{address: 'nohost', port: 1}]}]});
+        eq(p.err, 'backends[1] "x": endpoints[0]: address must be an IPv4 or IPv6 literal, got nohost');
+        eq(validate.backendsPayload({version: -1}).err, 'version must be a non-negative integer');
+        ok(/port must be an integer/.test(validate.backendsPayload({version: 1, backends: [
+            {name: 'a', endpoints: [{address: '1.2.3.4', port: 70000}]}]}).err));
+        ok(/256/.test(validate.backendsPayload({version: 1, backends: [
+            {name: 'a', endpoints: [{address: '1.2.3.256', port: 1}]}]}).err) ||
+           /IPv4 or IPv6/.test(validate.backendsPayload({version: 1, backends: [
+            {name: 'a', endpoints: [{address: '1.2.3.256', port: 1}]}]}).err));
+    },
+    'validate: duplicates, removed-and-posted, control characters': function () {
+        ok(/duplicate backend name/.test(validate.backendsPayload({version: 1,
+            backends: [{name: 'a'}, {name: 'a'}]}).err));
+        ok(/also in backends/.test(validate.backendsPayload({version: 1,
+            backends: [{name: 'a'}], removed: ['a']}).err));
+        ok(validate.backendsPayload({version: 1, backends: [{name: 'a\nb'}]}).err);
+        ok(validate.backendsPayload({version: 1, backends: [{name: '__proto__'},
+            {name: 'constructor'}]}).ok, 'names that are Object.prototype keys');
+    },
+    'validate: canary and affinity rules': function () {
+        var p = validate.backendsPayload({version: 1, backends: [{name: 'a',
+            canary: {backend: 'b', weight: 5}, affinity: {mode: 'cookie', cookie_name: 'r'}}]});
+        eq(p.ok.backends[0].canary, {backend: 'b', weight: 5, weight_total: 100, header: null,
+                                     header_value: null, cookie: null});
+        eq(p.ok.backends[0].affinity, {mode: 'cookie', cookie_name: 'r', max_age: null, path: null});
+        ok(/weight must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            canary: {backend: 'b', weight: 101}}]}).err));
+        ok(/itself/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            canary: {backend: 'a'}}]}).err));
+        ok(/header must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            canary: {backend: 'b', header: 'X Bad'}}]}).err));
+        ok(/cookie_name/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            affinity: {mode: 'cookie', cookie_name: 'a;b'}}]}).err));
+        ok(/mode must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            affinity: {mode: 'balanced', cookie_name: 'r'}}]}).err));
+    },
+    'validate: hosts': function () {
+        eq(validate.host('A.Example.COM.'), 'a.example.com');
+        eq(validate.host('*.w.example.com'), '*.w.example.com');
+        eq(validate.host('a/../b'), null);
+        eq(validate.host('*'), null);
+        eq(validate.host('a..b'), null);
+        eq(validate.host(''), null);
+    },
+    'expr: parse and evaluate': function () {
+        eq(expr.parse('$request_uri').ok, [{v: 'request_uri'}]);
+        eq(expr.parse('$arg_user$http_x_a').ok, [{v: 'arg_user'}, {v: 'http_x_a'}]);
+        eq(expr.parse('${Host}-x').ok, [{v: 'host'}, {l: '-x'}]);
+        eq(expr.parse('pre$a.b').ok, [{l: 'pre'}, {v: 'a'}, {l: '.b'}]);
+        ok(expr.parse('${host').err);
+        ok(expr.parse('$').err);
+        ok(expr.parse('$-x').err);
+        var vars = {a: '1', b: undefined};
+        eq(expr.evaluate(expr.parse('x$a-$b-${a}').ok, function (n) { return vars[n]; }), 'x1--1');
+    },
+    'round robin: one connection visits every endpoint in turn': function () {
+        var seen = [];
+        for (var k = 1; k <= 8; k++) {
+            seen.push(balance.rrIndex(4, 12345, k));
+        }
+        var first = seen[0];
+        for (var j = 0; j < 8; j++) {
+            eq(seen[j], (first + j) % 4, 'request ' + (j + 1));
+        }
+    },
+    'round robin: one-shot connections spread evenly (any stride)': function () {
+        [1, 2, 3, 7].forEach(function (stride) {
+            var counts = [0, 0, 0, 0, 0];
+            for (var c = 0; c < 1000; c++) {
+                counts[balance.rrIndex(5, 1000 + c * stride, 1)]++;
+            }
+            counts.forEach(function (n) {
+                ok(n >= 180 && n <= 220, 'stride ' + stride + ': ' + JSON.stringify(counts));
+            });
+        });
+    },
+    'consistent hash: stable, spread, minimal movement': function () {
+        var eps = ['10.0.0.1:80', '10.0.0.2:80', '10.0.0.3:80'];
+        var ids = eps.map(md5hex);
+        var rev = ids.slice().reverse();
+        var before = {};
+        var counts = [0, 0, 0];
+        for (var u = 0; u < 3000; u++) {
+            var h = md5u32('user' + u);
+            var i = balance.hashIndex(h, ids);
+            before[u] = eps[i];
+            counts[i]++;
+            eq(eps[2 - balance.hashIndex(h, rev)], eps[i], 'order independent');
+        }
+        counts.forEach(function (n) { ok(n > 850 && n < 1150, 'spread ' + JSON.stringify(counts)); });
+        var eps4 = eps.concat(['10.0.0.4:80']);
+        var ids4 = eps4.map(md5hex);
+        var moved = 0;
+        for (var v = 0; v < 3000; v++) {
+            var now = eps4[balance.hashIndex(md5u32('user' + v), ids4)];
+            if (now !== before[v]) {
+                moved++;
+                eq(now, '10.0.0.4:80', 'moved keys go to the new peer');
+            }
+        }
+        ok(moved > 600 && moved < 900, 'moved ' + moved + '/3000 (ideal 750)');
+    },
+    'canary: ingress-nginx precedence': function () {
+        var never = function () { return 0.999; };
+        var always = function () { return 0; };
+        var p = {header: 'X-Canary', header_value: null, cookie: 'c', weight: 0, weight_total: 100};
+        eq(balance.canary(p, 'always', undefined, never), true);
+        eq(balance.canary(p, 'never', 'always', always), false);
+        eq(balance.canary(p, 'other', 'always', never), true);
+        eq(balance.canary(p, undefined, 'never', always), false);
+        eq(balance.canary(p, undefined, undefined, always), false, 'weight 0');
+        var v = {header: 'X-Canary', header_value: 'yes', cookie: null, weight: 0};
+        eq(balance.canary(v, 'yes', undefined, never), true);
+        eq(balance.canary(v, 'always', undefined, always), false);
+        eq(balance.canary(v, 'Yes', undefined, always), false);
+        var w = {weight: 20, weight_total: 100};
+        eq(balance.canary(w, undefined, undefined, function () { return 0.19; }), true);
+        eq(balance.canary(w, undefined, undefined, function () { return 0.2; }), false);
+        eq(balance.canary({weight: 100, weight_total: 100}, undefined, undefined, never), true);
+        eq(balance.headerVar('X-Canary-By'), 'http_x_canary_by');
+    },
+    'affinity: cookie ids and Set-Cookie': function () {
+        var ids = ['127.0.0.2:80', '[::1]:80'].map(md5hex);
+        eq(balance.stickyIndex(ids, ids[1]), 1);
+        eq(balance.stickyIndex(ids, 'nope'), -1);
+        eq(balance.stickyIndex(ids, undefined), -1);
+        eq(balance.setCookie({cookie_name: 'route', max_age: 60, path: '/a'}, 'abc'),
+           'route=abc; Path=/a; Max-Age=60; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'route', max_age: null, path: null}, 'abc'),
+           'route=abc; Path=/; HttpOnly');
+        eq(balance.peer({address: '::1', port: 8080}), '[::1]:8080');
+        eq(balance.peer({address: '10.1.2.3', port: 80}), '10.1.2.3:80');
+    },
+    'pem: PEM blocks and DER checks': function () {
+        var b = pem.blocks('junk\n-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n');
+        eq(b.length, 1);
+        eq(b[0].type, 'CERTIFICATE');
+        eq(Array.prototype.slice.call(b[0].der), [0x30, 3, 2, 1, 1]);
+        var threw = false;
+        try {
+            pem.blocks('-----BEGIN CERTIFICATE-----\nAA*A\n-----END CERTIFICATE-----');
+        } catch (e) {
+            threw = true;
+        }
+        ok(threw, 'bad base64 rejected');
+        threw = false;
+        try {
+            pem.certificateKey(Buffer.from([0x30, 0x05, 0x30, 0x01]));
+        } catch (e) {
+            threw = true;
+        }
+        ok(threw, 'truncated DER rejected');
+    },
+};
+
+function run(r) {
+    var out = [];
+    var failed = 0;
+    var names = Object.keys(tests);
+    for (var i = 0; i < names.length; i++) {
+        try {
+            tests[names[i]]();
+            out.push('ok ' + names[i]);
+        } catch (e) {
+            failed++;
+            out.push('not ok ' + names[i] + ': ' + e.message);
+        }
+    }
+    out.push('# ' + (names.length - failed) + '/' + names.length + ' passed (njs ' + njs.version + ')');
+    r.return(failed ? 500 : 200, out.join('\n') + '\n');
+}
+
+export default {run};
