@@ -13,9 +13,18 @@ use ferrule::status::Shared;
 use ferrule::sync::{self, SyncOptions};
 use ferrule_model::{Model, Settings, Severity, Snapshot};
 
+/// Kubernetes mode settings.
+pub struct KubeArgs {
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace: Option<String>,
+    pub publish: Option<ferrule::kube::status::Publish>,
+    pub lease: ferrule::kube::leader::LeaseOptions,
+}
+
 /// Everything `ferrule run` needs.
 pub struct RunArgs {
-    pub manifests: PathBuf,
+    pub manifests: Option<PathBuf>,
+    pub kube: KubeArgs,
     pub status: SocketAddr,
     pub coalesce: Duration,
     pub min_reload_interval: Duration,
@@ -53,19 +62,52 @@ pub async fn run(args: RunArgs) -> Result<()> {
         }
     });
     let (tx, rx) = tokio::sync::watch::channel(None);
-    tokio::spawn(ferrule::source::manifests::watch(
-        args.manifests.clone(),
-        args.settings.clone(),
-        args.config_map.clone(),
-        Duration::from_millis(200),
-        tx,
-    ));
-    tracing::info!(manifests = %args.manifests.display(), prefix = %args.render.prefix.display(), "ferrule running");
+    let (applied_tx, applied_rx) = tokio::sync::watch::channel(None);
+    match &args.manifests {
+        Some(dir) => {
+            tokio::spawn(ferrule::source::manifests::watch(
+                dir.clone(),
+                args.settings.clone(),
+                args.config_map.clone(),
+                Duration::from_millis(200),
+                tx,
+            ));
+            tracing::info!(manifests = %dir.display(), prefix = %args.render.prefix.display(), "ferrule running in standalone mode");
+        }
+        None => {
+            let client = ferrule::source::kube::client(args.kube.kubeconfig.as_deref()).await?;
+            let opts = ferrule::source::kube::KubeSourceOptions {
+                namespace: args.kube.namespace.clone(),
+                config_map: args.config_map.clone(),
+                coalesce: Duration::from_millis(10),
+            };
+            tokio::spawn(ferrule::source::kube::run(
+                client.clone(),
+                args.settings.clone(),
+                opts,
+                tx,
+            ));
+            let identity = args.kube.lease.identity.clone();
+            let leader = ferrule::kube::leader::elect(client.clone(), args.kube.lease.clone())
+                .await
+                .context("starting leader election")?;
+            tokio::spawn(ferrule::kube::writer::run(
+                client,
+                args.kube.publish.clone(),
+                identity,
+                leader,
+                applied_rx,
+                rx.clone(),
+                shared.clone(),
+            ));
+            tracing::info!(prefix = %args.render.prefix.display(), "ferrule running against the Kubernetes API");
+        }
+    }
     let opts = SyncOptions {
         coalesce: args.coalesce,
         min_reload_interval: args.min_reload_interval,
     };
-    sync::run(rx, dataplane, shared, opts, shutdown_signal()).await
+    sync::run(rx, dataplane, shared, opts, applied_tx, shutdown_signal()).await
 }
 
 async fn shutdown_signal() {

@@ -2,6 +2,7 @@
 //! status port. The binary (`main.rs`) is a thin CLI over this library.
 
 pub mod balancer;
+pub mod kube;
 pub mod metrics;
 pub mod nginx;
 pub mod source;

@@ -123,13 +123,85 @@ impl NginxFlags {
     }
 }
 
+/// Kubernetes mode.
+#[derive(clap::Args, Clone)]
+struct KubeFlags {
+    /// Path of a kubeconfig (default: in-cluster configuration, then ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Watch only this namespace.
+    #[arg(long)]
+    watch_namespace: Option<String>,
+    /// `NAMESPACE/NAME` of the Service whose address is published in Ingress status.
+    #[arg(long)]
+    publish_service: Option<String>,
+    /// Addresses published in Ingress status (comma separated), instead of a Service.
+    #[arg(long, value_delimiter = ',')]
+    publish_status_address: Vec<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "ferrule-leader")]
+    election_id: String,
+    /// Namespace of the Lease (default: $POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    lease_namespace: Option<String>,
+    /// Lease duration in seconds (how long a dead leader blocks others).
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+}
+
+impl KubeFlags {
+    fn options(&self) -> Result<commands::KubeArgs> {
+        let publish = match (
+            &self.publish_service,
+            self.publish_status_address.is_empty(),
+        ) {
+            (Some(s), _) => {
+                let (ns, name) = s
+                    .split_once('/')
+                    .context("--publish-service must be NAMESPACE/NAME")?;
+                Some(ferrule::kube::status::Publish::Service(
+                    ns.to_owned(),
+                    name.to_owned(),
+                ))
+            }
+            (None, false) => Some(ferrule::kube::status::Publish::Addresses(
+                self.publish_status_address.clone(),
+            )),
+            (None, true) => None,
+        };
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        Ok(commands::KubeArgs {
+            kubeconfig: self.kubeconfig.clone(),
+            namespace: self.watch_namespace.clone(),
+            publish,
+            lease: ferrule::kube::leader::LeaseOptions {
+                namespace: self
+                    .lease_namespace
+                    .clone()
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .unwrap_or_else(|| "default".to_owned()),
+                name: self.election_id.clone(),
+                identity,
+                duration: self.lease_duration_seconds,
+                grace: (self.lease_duration_seconds / 3).max(1),
+            },
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller: watch the inputs, drive NGINX, serve the status port.
     Run {
-        /// Standalone mode: a directory of Kubernetes manifests to serve.
+        /// Standalone mode: a directory of Kubernetes manifests to serve. Without it,
+        /// Ferrule watches the Kubernetes API (`--kubeconfig`, else in-cluster).
         #[arg(long)]
-        manifests: PathBuf,
+        manifests: Option<PathBuf>,
+        #[command(flatten)]
+        kube: KubeFlags,
         /// Status port (`/healthz`, `/readyz`, `/metrics`, `/status/resources`).
         #[arg(long, default_value_t = 10254)]
         status_port: u16,
@@ -204,6 +276,7 @@ async fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Run {
             manifests,
+            kube,
             status_port,
             status_address,
             coalesce_ms,
@@ -213,6 +286,7 @@ async fn main() -> Result<()> {
         } => {
             commands::run(commands::RunArgs {
                 manifests,
+                kube: kube.options()?,
                 status: std::net::SocketAddr::new(status_address, status_port),
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),

@@ -8,6 +8,7 @@
 //!   and supervision (restart NGINX when it dies).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -32,24 +33,29 @@ struct Common {
     shared: Arc<Shared>,
     balancer: Mutex<BalancerClient>,
     exclusions: RwLock<Exclusions>,
+    /// NGINX serves a configuration and the balancer holds its state (the reload
+    /// task's half of readiness; the other half is "not everything excluded").
+    serving: AtomicBool,
     /// The model NGINX serves (set by the reload task).
     applied: watch::Sender<Option<Arc<Model>>>,
 }
 
-/// Runs the loop until `shutdown` resolves; then stops NGINX gracefully.
+/// Runs the loop until `shutdown` resolves; then stops NGINX gracefully. `applied`
+/// receives every model NGINX starts serving (for status writers).
 pub async fn run(
     snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
     dataplane: Dataplane,
     shared: Arc<Shared>,
     opts: SyncOptions,
+    applied: watch::Sender<Option<Arc<Model>>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned());
-    let (applied, _) = watch::channel(None);
     let common = Arc::new(Common {
         shared,
         balancer: Mutex::new(balancer),
         exclusions: RwLock::new(Exclusions::default()),
+        serving: AtomicBool::new(false),
         applied,
     });
     let (reload_tx, reload_rx) = watch::channel::<Option<Arc<Snapshot>>>(None);
@@ -89,10 +95,12 @@ async fn model_task(
             continue;
         };
         let started = Instant::now();
-        let model = {
-            let excl = common.exclusions.read().expect("exclusions lock").clone();
-            ferrule_model::build(&excl.apply(&snap, &Default::default()))
-        };
+        // Refreshed against this snapshot, so that an edited excluded resource is
+        // built again (and its change triggers a reload that retries it), and a
+        // deleted one leaves the status. The reload task refreshes its own copy.
+        let mut excl = common.exclusions.read().expect("exclusions lock").clone();
+        excl.refresh(&snap);
+        let model = ferrule_model::build(&excl.apply(&snap, &Default::default()));
         let applied = common.applied.borrow().clone();
         let diff = applied.as_deref().map(|a| ferrule_model::diff(a, &model));
         common
@@ -100,15 +108,19 @@ async fn model_task(
             .metrics
             .sync_duration
             .observe(started.elapsed().as_secs_f64());
-        publish_status(&common, &snap, &model);
         match &diff {
             None | Some(Diff::Reload { .. }) => {
                 if let Some(Diff::Reload { reasons }) = &diff {
                     tracing::info!(?reasons, "configuration change needs a reload");
                 }
+                // The status says what NGINX serves: the reload task publishes it
+                // once it knows what NGINX accepted.
                 reload_tx.send_replace(Some(snap.clone()));
             }
-            Some(Diff::Unchanged) | Some(Diff::Dynamic { .. }) => {}
+            Some(Diff::Unchanged) | Some(Diff::Dynamic { .. }) => {
+                publish_status(&common, &snap, &model, &excl);
+                update_readiness(&common, &snap, &excl);
+            }
         }
         // The fast path: whatever the reload task is doing, the balancer gets the new
         // backends and certificates now.
@@ -168,6 +180,7 @@ async fn reload_task(
                 }
                 tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
                 common.shared.metrics.nginx_restarts.inc();
+                common.serving.store(false, Ordering::SeqCst);
                 common.shared.set_ready(false);
                 tokio::time::sleep(restart_backoff).await;
                 restart_backoff = (restart_backoff * 2).min(Duration::from_secs(10));
@@ -186,7 +199,7 @@ async fn reload_task(
         let started = Instant::now();
         let mut excl = common.exclusions.read().expect("exclusions lock").clone();
         let result = dataplane.apply(&snap, &mut excl).await;
-        *common.exclusions.write().expect("exclusions lock") = excl;
+        *common.exclusions.write().expect("exclusions lock") = excl.clone();
         match result {
             Ok(outcome) => {
                 let m = &common.shared.metrics;
@@ -215,17 +228,9 @@ async fn reload_task(
                 if let Err(e) = &synced {
                     tracing::error!(error = %e, "posting state to the balancer failed");
                 }
-                publish_status(&common, &snap, &outcome.model);
-                let owned = ferrule_model::owned_ingresses(&snap).len();
-                let excluded = common
-                    .exclusions
-                    .read()
-                    .expect("exclusions lock")
-                    .ingresses
-                    .len();
-                common
-                    .shared
-                    .set_ready(synced.is_ok() && !(owned > 0 && excluded >= owned));
+                publish_status(&common, &snap, &outcome.model, &excl);
+                common.serving.store(synced.is_ok(), Ordering::SeqCst);
+                update_readiness(&common, &snap, &excl);
                 let model = outcome.model;
                 common.applied.send_if_modified(|cur| {
                     let changed = cur.as_ref().map(|c| c.hash()) != Some(model.hash());
@@ -236,15 +241,29 @@ async fn reload_task(
             Err(e) => {
                 common.shared.metrics.reload(false);
                 tracing::error!(error = %e, "applying the configuration failed; the last good configuration keeps serving");
+                if let Some(model) = dataplane.applied() {
+                    publish_status(&common, &snap, &model, &excl);
+                }
             }
         }
     }
     dataplane.nginx().quit(Duration::from_secs(30)).await;
 }
 
-/// Recomputes what `/status/resources` reports.
-fn publish_status(common: &Common, snap: &Snapshot, model: &Model) {
-    let excl = common.exclusions.read().expect("exclusions lock").clone();
+/// Ready: NGINX serves and the balancer is synced, and not every Ingress is
+/// excluded. Recomputed on every sync, so it comes back by itself (e.g. when the
+/// excluded resources are fixed or deleted).
+fn update_readiness(common: &Common, snap: &Snapshot, excl: &Exclusions) {
+    let owned = ferrule_model::owned_ingresses(snap);
+    let serving = common.serving.load(Ordering::SeqCst);
+    common
+        .shared
+        .set_ready(serving && !excl.serves_none_of(&owned));
+}
+
+/// Recomputes what `/status/resources` reports from the model NGINX serves and the
+/// exclusions it was built with.
+fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclusions) {
     let mut by_resource: BTreeMap<ResourceRef, (bool, Vec<String>)> = BTreeMap::new();
     for r in ferrule_model::owned_ingresses(snap) {
         by_resource.entry(r).or_default();
@@ -252,10 +271,17 @@ fn publish_status(common: &Common, snap: &Snapshot, model: &Model) {
     for (r, e) in &excl.ingresses {
         let entry = by_resource.entry(r.clone()).or_default();
         entry.0 = true;
-        entry.1.push(format!(
-            "excluded from the configuration: nginx -t failed: {}",
-            e.message
-        ));
+        entry.1.push(if e.fallback {
+            format!(
+                "this version is not applied: nginx -t failed: {}; the previous version keeps serving",
+                e.message
+            )
+        } else {
+            format!(
+                "excluded from the configuration: nginx -t failed: {}",
+                e.message
+            )
+        });
     }
     if let Some(cm) = snap.config_map.as_deref() {
         let r = ResourceRef::new(

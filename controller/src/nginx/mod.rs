@@ -3,7 +3,15 @@
 //! [`Dataplane::apply`] is the reload path with config safety: build the model from
 //! the snapshot minus excluded resources, render, write (keeping the last good
 //! files), `nginx -t`; on failure undo the write, find the resource that caused the
-//! error (source map, else bisection, else one by one), exclude it and try again.
+//! error and exclude it (or serve its last accepted version), then try again:
+//! - the error's file:line names a resource through the source map (the ConfigMap's
+//!   snippets are attributed to the ConfigMap, which is then held back);
+//! - else bisection over the Ingresses; when even no Ingress fails, the ConfigMap is
+//!   held back;
+//! - shared input: when the ConfigMap changed and two Ingresses fail in one pass,
+//!   one test checks whether the old ConfigMap fixes them; if so it is held back
+//!   instead and their exclusions are undone;
+//! - when no step makes progress: the base configuration, then one by one.
 
 pub mod api;
 pub mod emit;
@@ -23,7 +31,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use files::FileSpec;
 use process::{Nginx, TestFailure};
 use render::{Rendered, Renderer};
-use safety::Exclusions;
+use safety::{Excluded, Exclusions};
 
 mod lua {
     include!(concat!(env!("OUT_DIR"), "/lua_files.rs"));
@@ -204,97 +212,171 @@ impl Dataplane {
     /// The reload path with config safety (see the module docs). `excl` is updated
     /// with every resource excluded on the way; the ConfigMap is held back when it
     /// breaks shared configuration.
+    ///
+    /// Every failing round makes progress (an Ingress excluded, its fallback dropped,
+    /// or the ConfigMap held back); when it cannot, the pass falls back to testing
+    /// resources one by one.
     pub async fn apply(
         &mut self,
         snap: &Snapshot,
         excl: &mut Exclusions,
     ) -> Result<Outcome, ApplyError> {
         excl.refresh(snap);
-        let configmap_changed = self.applied.as_ref().is_some_and(|m| {
-            ferrule_model::build(&excl.apply(&strip_ingresses(snap), &BTreeSet::new())).global
-                != m.global
-        });
-        let mut tests = 0;
-        let mut test_time = Duration::ZERO;
-        let mut failed_in_pass: Vec<ResourceRef> = Vec::new();
-        let max_rounds = snap.ingresses.len() + 8;
+        let mut pass = Pass::new(excl);
+        // An Ingress can fail twice (its new version, then its fallback), and the
+        // ConfigMap can be held back twice (last good, then defaults).
+        let max_rounds = 2 * snap.ingresses.len() + 4;
         for _ in 0..max_rounds {
-            let filtered = excl.apply(snap, &BTreeSet::new());
-            let model = Arc::new(ferrule_model::build(&filtered));
+            let served = excl.apply(snap, &BTreeSet::new());
+            let model = Arc::new(ferrule_model::build(&served));
             let (rendered, specs) = self.files(&model)?;
             let change = files::write_all(self.prefix(), &specs)?;
             if change.is_empty() && self.nginx.is_running() && !self.dry_run {
-                self.applied = Some(model.clone());
-                self.applied_configmap = filtered.config_map.clone();
-                return Ok(Outcome {
-                    applied: Applied::Unchanged,
-                    model,
-                    tests,
-                    test_time,
-                });
+                // Exactly what NGINX serves already: no test, no reload.
+                return Ok(self.served(model, &served, excl, Applied::Unchanged, pass));
             }
-            let started = Instant::now();
-            let result = self.nginx.test().await;
-            tests += 1;
-            test_time += started.elapsed();
-            let failure = match result {
+            let failure = match self.test(&mut pass).await {
                 Ok(()) => {
                     let applied = self.activate(&model).await?;
-                    self.applied_configmap = filtered.config_map.clone();
-                    return Ok(Outcome {
-                        applied,
-                        model,
-                        tests,
-                        test_time,
-                    });
+                    return Ok(self.served(model, &served, excl, applied, pass));
                 }
                 Err(f) => f,
             };
+            // Keep the last good files on disk: NGINX may restart or reload at any time.
             files::rollback(change)?;
             let culprit = match self.locate(&failure, &rendered) {
-                Some(r) => Some(r),
-                None => {
-                    let (r, n, t) = self.bisect(snap, excl).await?;
-                    tests += n;
-                    test_time += t;
-                    r
+                Some(r) => Ok((r, failure)),
+                None => self.bisect(snap, excl, &mut pass, failure).await?,
+            };
+            let progress = match culprit {
+                Ok((r, failure)) if r.kind == "Ingress" => {
+                    self.ingress_failed(snap, excl, &mut pass, r, &failure)
+                        .await?
+                }
+                // The ConfigMap's own lines, or a failure even without any Ingress.
+                Ok((_, failure)) | Err(failure) => {
+                    let message = format!(
+                        "nginx -t failed: {}; not applied, the last good ConfigMap stays in use",
+                        failure.message
+                    );
+                    self.blame_configmap(snap, excl, &mut pass, &message)
                 }
             };
-            match culprit {
-                Some(r) if r.kind == "Ingress" => {
-                    failed_in_pass.push(r.clone());
-                    if configmap_changed && failed_in_pass.len() >= 2 {
-                        // A shared input broke several resources in a row: blame it,
-                        // not them, and keep the last good ConfigMap.
-                        for r in &failed_in_pass {
-                            excl.ingresses.remove(r);
-                        }
-                        let msg = format!(
-                            "this ConfigMap change broke the configuration of {} and {} ({}); change not applied",
-                            failed_in_pass[0], failed_in_pass[1], failure.message
-                        );
-                        let last_good = self.last_good_configmap();
-                        excl.hold_configmap(snap, last_good, &msg);
-                        continue;
-                    }
-                    excl.exclude(snap, &r, &failure.message);
-                }
-                Some(r)
-                    if r.kind == "ConfigMap"
-                        && snap.config_map.is_some()
-                        && excl.configmap.is_none() =>
-                {
-                    let last_good = self.last_good_configmap();
-                    excl.hold_configmap(snap, last_good, &failure.message);
-                }
-                _ => return self.one_by_one(snap, excl, failure, tests, test_time).await,
+            if !progress {
+                return self.one_by_one(snap, excl, pass).await;
             }
         }
-        let failure = TestFailure {
-            message: "config safety did not converge".to_owned(),
-            location: None,
-        };
-        self.one_by_one(snap, excl, failure, tests, test_time).await
+        tracing::error!("config safety did not converge");
+        self.one_by_one(snap, excl, pass).await
+    }
+
+    /// Records a successful pass: what NGINX serves now, and each resource's last
+    /// accepted version (the fallback of later broken edits).
+    fn served(
+        &mut self,
+        model: Arc<Model>,
+        served: &Snapshot,
+        excl: &mut Exclusions,
+        applied: Applied,
+        pass: Pass,
+    ) -> Outcome {
+        self.applied = Some(model.clone());
+        self.applied_configmap = served.config_map.clone();
+        excl.remember(served);
+        Outcome {
+            applied,
+            model,
+            tests: pass.tests,
+            test_time: pass.test_time,
+        }
+    }
+
+    /// `nginx -t` on the files in the prefix, counted in `pass`.
+    async fn test(&self, pass: &mut Pass) -> Result<(), TestFailure> {
+        let started = Instant::now();
+        let result = self.nginx.test().await;
+        pass.tests += 1;
+        pass.test_time += started.elapsed();
+        result
+    }
+
+    /// Excludes an Ingress NGINX rejected; returns false when that changed nothing.
+    ///
+    /// Shared input: when the ConfigMap changed and a second resource fails in this
+    /// pass, one extra test checks whether the last two pass with the last good
+    /// ConfigMap. If they do, the ConfigMap is blamed and held back instead: the
+    /// pass's exclusions are undone, and nothing reloads for a change that was not
+    /// applied. The check keeps a harmless ConfigMap edit from being blamed for
+    /// Ingresses that are broken on their own.
+    async fn ingress_failed(
+        &mut self,
+        snap: &Snapshot,
+        excl: &mut Exclusions,
+        pass: &mut Pass,
+        r: ResourceRef,
+        failure: &TestFailure,
+    ) -> Result<bool, ApplyError> {
+        let before = excl.ingresses.get(&r).cloned();
+        excl.exclude(snap, &r, &failure.message);
+        if excl.ingresses.get(&r) == before.as_ref() {
+            return Ok(false);
+        }
+        if !pass.failed.contains(&r) {
+            pass.failed.push(r);
+        }
+        if pass.failed.len() < 2 || !self.configmap_suspect(snap, excl) {
+            return Ok(true);
+        }
+        let pair = pass.failed[pass.failed.len() - 2..].to_vec();
+        let mut trial = excl.clone();
+        for p in &pair {
+            match pass.start.get(p) {
+                Some(e) => trial.ingresses.insert(p.clone(), e.clone()),
+                None => trial.ingresses.remove(p),
+            };
+        }
+        trial.hold_configmap(snap, self.applied_configmap.clone(), "");
+        if self
+            .probe(snap, &trial, &BTreeSet::new(), pass)
+            .await?
+            .is_ok()
+        {
+            let message = format!(
+                "this ConfigMap change broke the configuration of {} and {} ({}); \
+                 not applied, the last good ConfigMap stays in use",
+                pair[0], pair[1], failure.message
+            );
+            self.blame_configmap(snap, excl, pass, &message);
+        }
+        Ok(true)
+    }
+
+    /// Holds the ConfigMap back (the last good one stays in use) and retries the
+    /// Ingresses excluded earlier in this pass, which may have failed because of it.
+    /// Returns false when the ConfigMap did not change, so cannot be the cause.
+    fn blame_configmap(
+        &self,
+        snap: &Snapshot,
+        excl: &mut Exclusions,
+        pass: &mut Pass,
+        message: &str,
+    ) -> bool {
+        if !self.configmap_suspect(snap, excl) {
+            return false;
+        }
+        excl.ingresses = pass.start.clone();
+        pass.failed.clear();
+        excl.hold_configmap(snap, self.applied_configmap.clone(), message);
+        true
+    }
+
+    /// Whether the snapshot's ConfigMap differs from the one NGINX last accepted (at
+    /// startup: whether there is one) and is not held back already.
+    fn configmap_suspect(&self, snap: &Snapshot, excl: &Exclusions) -> bool {
+        let fp = |cm: &Option<Arc<ConfigMap>>| cm.as_deref().map(safety::configmap_fingerprint);
+        excl.configmap.is_none()
+            && snap.config_map.is_some()
+            && fp(&snap.config_map) != fp(&self.applied_configmap)
     }
 
     /// Reloads (or starts) NGINX with the files just written and waits for the new
@@ -328,11 +410,11 @@ impl Dataplane {
             }
             Applied::Started
         };
-        self.applied = Some(model.clone());
         Ok(applied)
     }
 
-    /// Maps an `nginx -t` error to the resource that produced the named line.
+    /// Maps an `nginx -t` error to the Ingress or ConfigMap that produced the named
+    /// line. Lines Ferrule generated on its own (e.g. the default server) name nothing.
     fn locate(&self, failure: &TestFailure, rendered: &Rendered) -> Option<ResourceRef> {
         let (file, line) = failure.location.as_ref()?;
         let rel = file
@@ -344,143 +426,150 @@ impl Dataplane {
         (r.kind == "Ingress" || r.kind == "ConfigMap").then(|| r.clone())
     }
 
-    /// Finds one Ingress whose configuration fails, by switching off halves of the
-    /// candidates (oldest first). Returns `None` when the base alone fails.
-    async fn bisect(
-        &mut self,
-        snap: &Snapshot,
-        excl: &Exclusions,
-    ) -> Result<(Option<ResourceRef>, usize, Duration), ApplyError> {
-        let candidates: Vec<ResourceRef> = excl
+    /// The Ingresses in the configuration (sorted, so bisection is deterministic).
+    fn candidates(&self, snap: &Snapshot, excl: &Exclusions) -> Vec<ResourceRef> {
+        let owned: BTreeSet<ResourceRef> =
+            ferrule_model::owned_ingresses(snap).into_iter().collect();
+        let on: BTreeSet<ResourceRef> = excl
             .apply(snap, &BTreeSet::new())
             .ingresses
             .iter()
             .map(|i| safety::ingress_ref(i))
+            .filter(|r| owned.contains(r))
             .collect();
-        let mut tests = 0;
-        let mut time = Duration::ZERO;
-        // Smallest k such that the first k candidates fail together.
-        let (mut lo, mut hi) = (0usize, candidates.len());
-        if !self
-            .probe(
-                snap,
-                excl,
-                &candidates[..0].to_vec(),
-                &candidates,
-                &mut tests,
-                &mut time,
-            )
-            .await?
-        {
-            return Ok((None, tests, time));
-        }
-        while lo + 1 < hi {
-            let mid = (lo + hi) / 2;
-            let fails = !self
-                .probe(
-                    snap,
-                    excl,
-                    &candidates[..mid].to_vec(),
-                    &candidates,
-                    &mut tests,
-                    &mut time,
-                )
-                .await?;
-            if fails { hi = mid } else { lo = mid }
-        }
-        Ok((candidates.get(hi.saturating_sub(1)).cloned(), tests, time))
+        on.into_iter().collect()
     }
 
-    /// Tests a configuration with only `on` of `all` switched on; undoes the write.
+    /// For an error that names no resource: finds one Ingress whose configuration
+    /// fails, by switching off halves of the candidates, with the error it causes
+    /// (which may differ from `failure` when several are broken). `Err` with the error
+    /// of the configuration without any Ingress when that fails too: the shared
+    /// configuration is at fault.
+    async fn bisect(
+        &mut self,
+        snap: &Snapshot,
+        excl: &Exclusions,
+        pass: &mut Pass,
+        failure: TestFailure,
+    ) -> Result<Result<(ResourceRef, TestFailure), TestFailure>, ApplyError> {
+        let candidates = self.candidates(snap, excl);
+        let all_but_first =
+            |k: usize| -> BTreeSet<ResourceRef> { candidates[k..].iter().cloned().collect() };
+        if let Err(base) = self.probe(snap, excl, &all_but_first(0), pass).await? {
+            return Ok(Err(base));
+        }
+        // Invariant: the first `lo` candidates pass together, the first `hi` fail
+        // together with `failure` (all of them failed in the test that brought us here).
+        let (mut lo, mut hi, mut failure) = (0usize, candidates.len(), failure);
+        while lo + 1 < hi {
+            let mid = (lo + hi) / 2;
+            match self.probe(snap, excl, &all_but_first(mid), pass).await? {
+                Err(f) => (hi, failure) = (mid, f),
+                Ok(()) => lo = mid,
+            }
+        }
+        match hi.checked_sub(1) {
+            Some(i) => Ok(Ok((candidates[i].clone(), failure))),
+            // Nothing to switch off, yet the base passed: treat as a shared failure.
+            None => Ok(Err(failure)),
+        }
+    }
+
+    /// Tests the configuration of `excl` with `off` switched off as well; leaves the
+    /// last good files in place.
     async fn probe(
         &mut self,
         snap: &Snapshot,
         excl: &Exclusions,
-        on: &[ResourceRef],
-        all: &[ResourceRef],
-        tests: &mut usize,
-        time: &mut Duration,
-    ) -> Result<bool, ApplyError> {
-        let off: BTreeSet<ResourceRef> = all.iter().filter(|r| !on.contains(r)).cloned().collect();
-        let model = ferrule_model::build(&excl.apply(snap, &off));
+        off: &BTreeSet<ResourceRef>,
+        pass: &mut Pass,
+    ) -> Result<Result<(), TestFailure>, ApplyError> {
+        let model = ferrule_model::build(&excl.apply(snap, off));
         let (_, specs) = self.files(&model)?;
         let change = files::write_all(self.prefix(), &specs)?;
-        let started = Instant::now();
-        let ok = self.nginx.test().await.is_ok();
-        *tests += 1;
-        *time += started.elapsed();
+        let result = self.test(pass).await;
         files::rollback(change)?;
-        Ok(ok)
+        Ok(result)
     }
 
-    /// Last resort: the base configuration (no ConfigMap snippets, no Ingresses), then
-    /// every Ingress added one by one, each kept only if `nginx -t` accepts it.
+    /// Last resort: the base configuration (no Ingress; the last good ConfigMap, else
+    /// the defaults, when even that fails), then every Ingress added one by one, each
+    /// kept only if `nginx -t` accepts it.
     async fn one_by_one(
         &mut self,
         snap: &Snapshot,
         excl: &mut Exclusions,
-        failure: TestFailure,
-        mut tests: usize,
-        mut test_time: Duration,
+        mut pass: Pass,
     ) -> Result<Outcome, ApplyError> {
-        tracing::warn!(error = %failure, "config safety falling back to adding resources one by one");
-        let all: Vec<ResourceRef> = snap
+        tracing::warn!("config safety falling back to adding resources one by one");
+        let every: BTreeSet<ResourceRef> = snap
             .ingresses
             .iter()
             .map(|i| safety::ingress_ref(i))
             .collect();
-        if !self
-            .probe(snap, excl, &[], &all, &mut tests, &mut test_time)
-            .await?
-        {
-            if snap.config_map.is_some() && excl.configmap.is_none() {
-                excl.hold_configmap(snap, None, &failure.message);
-            }
-            if !self
-                .probe(snap, excl, &[], &all, &mut tests, &mut test_time)
-                .await?
-            {
-                return Err(ApplyError::Base(failure));
+        while let Err(f) = self.probe(snap, excl, &every, &mut pass).await? {
+            let last_good = match &excl.configmap {
+                None if snap.config_map.is_some() => self.applied_configmap.clone(),
+                Some(h) if h.last_good.is_some() => None,
+                _ => return Err(ApplyError::Base(f)),
+            };
+            let message = format!(
+                "nginx -t failed: {}; not applied, {} in use",
+                f.message,
+                if last_good.is_some() {
+                    "the last good ConfigMap stays"
+                } else {
+                    "the defaults are"
+                }
+            );
+            excl.ingresses = pass.start.clone();
+            excl.hold_configmap(snap, last_good, &message);
+        }
+        let candidates = self.candidates(snap, excl);
+        let mut off: BTreeSet<ResourceRef> = candidates.iter().cloned().collect();
+        for r in &candidates {
+            off.remove(r);
+            // A second round tests the fallback when the current version fails.
+            while let Err(f) = self.probe(snap, excl, &off, &mut pass).await? {
+                if !excl.exclude(snap, r, &f.message) {
+                    break;
+                }
             }
         }
-        let mut on: Vec<ResourceRef> = Vec::new();
-        for r in &all {
-            if excl.ingresses.contains_key(r) {
-                continue;
-            }
-            on.push(r.clone());
-            if !self
-                .probe(snap, excl, &on, &all, &mut tests, &mut test_time)
-                .await?
-            {
-                on.pop();
-                excl.exclude(snap, r, &failure.message);
-            }
-        }
-        let filtered = excl.apply(snap, &BTreeSet::new());
-        let model = Arc::new(ferrule_model::build(&filtered));
+        let served = excl.apply(snap, &BTreeSet::new());
+        let model = Arc::new(ferrule_model::build(&served));
         let (_, specs) = self.files(&model)?;
-        files::write_all(self.prefix(), &specs)?;
-        let applied = self.activate(&model).await?;
-        self.applied_configmap = filtered.config_map.clone();
-        Ok(Outcome {
-            applied,
-            model,
-            tests,
-            test_time,
-        })
-    }
-
-    /// The ConfigMap of the last good configuration (`None`: the defaults).
-    fn last_good_configmap(&self) -> Option<Arc<ConfigMap>> {
-        self.applied_configmap.clone()
+        let change = files::write_all(self.prefix(), &specs)?;
+        let applied = if change.is_empty() && self.nginx.is_running() && !self.dry_run {
+            Applied::Unchanged
+        } else {
+            self.activate(&model).await?
+        };
+        Ok(self.served(model, &served, excl, applied, pass))
     }
 }
 
-fn strip_ingresses(snap: &Snapshot) -> Snapshot {
-    Snapshot {
-        ingresses: Vec::new(),
-        ..snap.clone()
+/// Bookkeeping of one [`Dataplane::apply`] pass.
+struct Pass {
+    /// `nginx -t` runs so far.
+    tests: usize,
+    /// Their total duration.
+    test_time: Duration,
+    /// The Ingress exclusions when the pass began (restored when the ConfigMap is
+    /// blamed instead).
+    start: BTreeMap<ResourceRef, Excluded>,
+    /// Ingresses that failed in this pass, in order, each once.
+    failed: Vec<ResourceRef>,
+}
+
+impl Pass {
+    fn new(excl: &Exclusions) -> Self {
+        Self {
+            tests: 0,
+            test_time: Duration::ZERO,
+            start: excl.ingresses.clone(),
+            failed: Vec::new(),
+        }
     }
 }
 

@@ -1,0 +1,116 @@
+//! Kubernetes events about resources: a Warning per problem, a Normal on the first
+//! successful apply. Rate-limited per resource and message, so a flapping resource
+//! cannot storm the API server.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+use crate::status::{ResourceState, ResourceStatus};
+
+/// How often the same event may be repeated for the same resource.
+const REPEAT_AFTER: Duration = Duration::from_secs(600);
+/// At most this many events per publishing round (the rest waits for the next round).
+const MAX_PER_ROUND: usize = 50;
+
+/// Publishes events for resource states, remembering what it said.
+pub struct Events {
+    recorder: Recorder,
+    sent: HashMap<(String, String, String, String), Instant>,
+}
+
+impl Events {
+    /// A publisher reporting as `instance` of the Ferrule controller.
+    pub fn new(client: Client, instance: String) -> Self {
+        let reporter = Reporter {
+            controller: "ferrule".to_owned(),
+            instance: Some(instance),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+            sent: HashMap::new(),
+        }
+    }
+
+    /// Publishes what changed since the last call. `uid` finds an object's uid.
+    pub async fn publish(
+        &mut self,
+        statuses: &[ResourceStatus],
+        uid: impl Fn(&ResourceStatus) -> Option<String>,
+    ) {
+        let mut budget = MAX_PER_ROUND;
+        for s in statuses {
+            let (type_, reason, note) = match (s.state, s.message.is_empty()) {
+                (ResourceState::Rejected, _) => (EventType::Warning, "Rejected", s.message.clone()),
+                (ResourceState::Applied, false) => {
+                    (EventType::Warning, "Problem", s.message.clone())
+                }
+                (ResourceState::Applied, true) => (
+                    EventType::Normal,
+                    "Applied",
+                    "configuration applied".to_owned(),
+                ),
+            };
+            let key = (
+                s.kind.clone(),
+                s.namespace.clone(),
+                s.name.clone(),
+                format!("{reason}:{note}"),
+            );
+            if self
+                .sent
+                .get(&key)
+                .is_some_and(|t| t.elapsed() < REPEAT_AFTER)
+            {
+                continue;
+            }
+            if type_ == EventType::Normal
+                && self
+                    .sent
+                    .keys()
+                    .any(|k| k.0 == key.0 && k.1 == key.1 && k.2 == key.2)
+            {
+                continue; // only the first successful apply
+            }
+            if budget == 0 {
+                break;
+            }
+            budget -= 1;
+            let reference = ObjectReference {
+                api_version: Some(api_version(&s.kind).to_owned()),
+                kind: Some(s.kind.clone()),
+                namespace: Some(s.namespace.clone()).filter(|n| !n.is_empty()),
+                name: Some(s.name.clone()),
+                uid: uid(s),
+                ..Default::default()
+            };
+            let mut note = note;
+            note.truncate(1000);
+            let ev = Event {
+                type_,
+                reason: reason.to_owned(),
+                note: Some(note),
+                action: "Sync".to_owned(),
+                secondary: None,
+            };
+            match self.recorder.publish(&ev, &reference).await {
+                Ok(()) => {
+                    self.sent.insert(key, Instant::now());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = %s.kind, name = %s.name, "publishing an event failed")
+                }
+            }
+        }
+    }
+}
+
+fn api_version(kind: &str) -> &'static str {
+    match kind {
+        "Ingress" | "IngressClass" => "networking.k8s.io/v1",
+        _ => "v1",
+    }
+}
