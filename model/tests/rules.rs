@@ -1075,3 +1075,49 @@ fn canary_pairs_with_its_primary_by_host_and_path() {
     );
     expect_no_problems_on(&m, "Ingress default/main-canary");
 }
+
+#[test]
+fn canary_oldest_wins_a_primary() {
+    let yaml = docs![
+        app("default/stable", "10.0.0.1"),
+        app("default/c1", "10.0.0.2"),
+        app("default/c2", "10.0.0.3"),
+        ingress(
+            "default/main",
+            1,
+            "shop.test",
+            &[("/", "Prefix", "stable", "80")]
+        ),
+        Ing::new("default/young-canary", 9)
+            .ann("canary", "true")
+            .ann("canary-weight", "90")
+            .rule("shop.test", &[("/", "Prefix", "c2", "80")]),
+        Ing::new("default/old-canary", 2)
+            .ann("canary", "true")
+            .ann("canary-weight", "5")
+            .rule("shop.test", &[("/", "Prefix", "c1", "80")]),
+        // the same canary backend from a younger Ingress does not take over either
+        Ing::new("default/copy-canary", 10)
+            .ann("canary", "true")
+            .ann("canary-weight", "70")
+            .rule("shop.test", &[("/", "Prefix", "c1", "80")]),
+    ];
+    let m = check(&yaml, &[("shop.test", "/", "default_stable_80")]);
+    let canary = m.backends["default_stable_80"]
+        .balancing
+        .canary
+        .as_ref()
+        .unwrap();
+    assert_eq!(canary.backend, "default_c1_80");
+    assert_eq!(canary.rules.weight, 5);
+    assert!(!m.backends.contains_key("default_c2_80"));
+    for loser in ["default/young-canary", "default/copy-canary"] {
+        expect_problems(
+            &m,
+            &[(
+                &format!("Ingress {loser}"),
+                "canary: backend default_stable_80 already has a canary from Ingress default/old-canary, which is older (oldest wins)",
+            )],
+        );
+    }
+}

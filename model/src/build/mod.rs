@@ -45,6 +45,7 @@ pub fn build(snap: &Snapshot) -> Model {
         backends: BTreeMap::new(),
         resolved: HashMap::new(),
         balancing_set: HashMap::new(),
+        canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
         catch_all: None,
     };
@@ -105,6 +106,8 @@ struct Builder<'a> {
     resolved: HashMap<(String, String, String), Result<String, String>>,
     /// Backends whose balancing settings were set (by the oldest Ingress using them).
     balancing_set: HashMap<String, ResourceRef>,
+    /// The canary Ingress attached to each primary backend (the oldest wins).
+    canary_owners: HashMap<String, ResourceRef>,
     tls_claims: HashMap<String, TlsClaim>,
     catch_all: Option<(ResourceRef, Target)>,
 }
@@ -390,19 +393,19 @@ impl Builder<'_> {
                 else {
                     continue;
                 };
-                let b = self
-                    .backends
-                    .get_mut(&primary)
-                    .expect("primary backend exists");
-                match &b.balancing.canary {
-                    Some(existing) if existing.backend != canary => {
+                match self.canary_owners.get(&primary) {
+                    Some(owner) if owner != r => {
                         let msg = format!(
-                            "canary: backend {primary} already has canary {} from an older Ingress; canary ignored",
-                            existing.backend
+                            "canary: backend {primary} already has a canary from {owner}, which is older (oldest wins); canary ignored"
                         );
                         self.problem(r, Severity::Error, msg);
                     }
                     _ => {
+                        self.canary_owners.insert(primary.clone(), r.clone());
+                        let b = self
+                            .backends
+                            .get_mut(&primary)
+                            .expect("primary backend exists");
                         b.balancing.canary = Some(CanaryRoute {
                             backend: canary,
                             rules: rules.clone(),
