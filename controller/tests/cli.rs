@@ -1,0 +1,333 @@
+//! The `ferrule model` and `ferrule diff` commands over manifests directories, run as a
+//! user would: the built binary on temporary directories.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ferrule");
+
+fn fixture(name: &str) -> String {
+    let path = format!(
+        "{}/../model/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The manifests of a small cluster, one YAML document each.
+fn documents() -> Vec<String> {
+    let mut docs = vec![
+        r#"apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata:
+  name: ferrule
+spec:
+  controller: ferrule.dev/ingress-controller
+"#
+        .to_owned(),
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: shop
+  namespace: web
+  creationTimestamp: "2024-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/proxy-read-timeout: "30"
+spec:
+  ingressClassName: ferrule
+  tls:
+    - hosts: [a.example.com]
+      secretName: a-tls
+  rules:
+    - host: a.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service: { name: front, port: { name: http } }
+          - path: /api
+            pathType: Prefix
+            backend:
+              service: { name: api, port: { number: 8080 } }
+"#
+        .to_owned(),
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: blog
+  namespace: web
+spec:
+  ingressClassName: ferrule
+  rules:
+    - host: blog.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service: { name: front, port: { number: 80 } }
+"#
+        .to_owned(),
+    ];
+    for (svc, port, target, addrs) in [
+        ("front", 80, 8080, ["10.0.0.1", "10.0.0.2"]),
+        ("api", 8080, 9000, ["10.0.1.1", "fd00::1"]),
+    ] {
+        docs.push(format!(
+            r#"apiVersion: v1
+kind: Service
+metadata: {{ name: {svc}, namespace: web }}
+spec:
+  ports:
+    - {{ name: http, port: {port}, targetPort: {target} }}
+"#
+        ));
+        for (k, addr) in addrs.iter().enumerate() {
+            let ty = if addr.contains(':') { "IPv6" } else { "IPv4" };
+            docs.push(format!(
+                r#"apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {svc}-{k}
+  namespace: web
+  labels: {{ kubernetes.io/service-name: {svc} }}
+addressType: {ty}
+ports: [{{ name: http, port: {target} }}]
+endpoints:
+  - addresses: ["{addr}"]
+    conditions: {{ ready: true }}
+"#
+            ));
+        }
+    }
+    let secret = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": { "name": "a-tls", "namespace": "web" },
+        "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
+    });
+    docs.push(serde_yaml::to_string(&secret).unwrap());
+    docs
+}
+
+fn write(dir: &Path, name: &str, docs: &[String]) {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, docs.join("---\n")).unwrap();
+}
+
+/// The plain layout: one file of all documents.
+fn plain(docs: &[String]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cluster.yaml", docs);
+    dir
+}
+
+fn ferrule(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run ferrule")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn hash(dir: &Path) -> String {
+    let o = ferrule(&["model", "--manifests", dir.to_str().unwrap(), "--hash"]);
+    assert!(
+        o.status.success(),
+        "ferrule model --hash failed: {}",
+        stderr(&o)
+    );
+    let h = stdout(&o).trim().to_owned();
+    assert_eq!(h.len(), 64, "not a blake3 hex hash: {h:?}");
+    h
+}
+
+fn diff(old: &Path, new: &Path) -> Vec<String> {
+    let o = ferrule(&["diff", old.to_str().unwrap(), new.to_str().unwrap()]);
+    assert!(o.status.success(), "ferrule diff failed: {}", stderr(&o));
+    stdout(&o).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn model_prints_the_model_as_json() {
+    let dir = plain(&documents());
+    let o = ferrule(&["model", "--manifests", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let model: Value = serde_json::from_slice(&o.stdout).expect("JSON model");
+    let hosts: Vec<&str> = model["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, ["a.example.com", "blog.example.com"]);
+    assert_eq!(
+        model["servers"][0]["tls"]["certificate"], "web/a-tls",
+        "{}",
+        model["problems"]
+    );
+    let eps = &model["backends"]["web_api_8080"]["endpoints"];
+    assert_eq!(
+        eps,
+        &json!([{ "address": "10.0.1.1", "port": 9000 }, { "address": "fd00::1", "port": 9000 }])
+    );
+    assert_eq!(model["problems"], json!([]));
+}
+
+#[test]
+fn shuffled_and_resplit_copy_has_the_same_hash() {
+    let docs = documents();
+    let original = plain(&docs);
+
+    // The same objects: order reversed, spread over renamed files in subdirectories,
+    // some of them wrapped in a `List`, one as JSON, with comments and empty documents.
+    let copy = tempfile::tempdir().unwrap();
+    let mut rev: Vec<String> = docs.iter().rev().cloned().collect();
+    let as_value = |d: &String| serde_yaml::from_str::<Value>(d).unwrap();
+    let listed: Vec<Value> = rev.drain(0..3).map(|d| as_value(&d)).collect();
+    let list = json!({ "apiVersion": "v1", "kind": "List", "items": listed });
+    write(
+        copy.path(),
+        "z-list.yml",
+        &[format!(
+            "# objects as kubectl get -o yaml prints them\n{}",
+            serde_yaml::to_string(&list).unwrap()
+        )],
+    );
+    let json_doc = rev.remove(0);
+    std::fs::write(
+        copy.path().join("one.json"),
+        serde_json::to_string_pretty(&as_value(&json_doc)).unwrap(),
+    )
+    .unwrap();
+    let (first, second) = rev.split_at(rev.len() / 2);
+    let mut first = first.to_vec();
+    first.push(String::new()); // a trailing empty document
+    write(copy.path(), "nested/dir/b.yaml", &first);
+    write(copy.path(), "a.yaml", second);
+    // files of other types are ignored
+    std::fs::write(copy.path().join("README.md"), "not a manifest: {").unwrap();
+
+    assert_eq!(hash(original.path()), hash(copy.path()));
+    assert_eq!(diff(original.path(), copy.path()), ["unchanged"]);
+}
+
+#[test]
+fn endpoint_change_is_dynamic() {
+    let docs = documents();
+    let old = plain(&docs);
+    let changed: Vec<String> = docs
+        .iter()
+        .map(|d| d.replace(r#"["10.0.0.2"]"#, r#"["10.0.0.3"]"#))
+        .collect();
+    assert_ne!(changed, docs);
+    let new = plain(&changed);
+    assert_ne!(hash(old.path()), hash(new.path()));
+    let out = diff(old.path(), new.path());
+    assert_eq!(out[0], "dynamic", "{out:?}");
+    assert_eq!(out[1..], ["backend web_front_80", "backend web_front_http"]);
+}
+
+#[test]
+fn added_path_is_reload() {
+    let docs = documents();
+    let old = plain(&docs);
+    let changed: Vec<String> = docs
+        .iter()
+        .map(|d| {
+            d.replace(
+                "          - path: /api\n",
+                "          - path: /v2\n            pathType: Exact\n            backend:\n              service: { name: api, port: { number: 8080 } }\n          - path: /api\n",
+            )
+        })
+        .collect();
+    let new = plain(&changed);
+    assert_ne!(hash(old.path()), hash(new.path()));
+    let out = diff(old.path(), new.path());
+    assert_eq!(out, ["reload", "server-changed:a.example.com"]);
+}
+
+#[test]
+fn unknown_kind_is_a_warning() {
+    let mut docs = documents();
+    docs.push(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: { name: front, namespace: web }\n"
+            .to_owned(),
+    );
+    let with_unknown = plain(&docs);
+    let o = ferrule(&[
+        "model",
+        "--manifests",
+        with_unknown.path().to_str().unwrap(),
+        "--hash",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("WARN"), "{err}");
+    assert!(err.contains("Deployment"), "{err}");
+    assert!(err.contains("cluster.yaml"), "{err}");
+    // and the model is the one without it
+    assert_eq!(stdout(&o).trim(), hash(plain(&documents()).path()));
+}
+
+#[test]
+fn invalid_yaml_names_the_file_and_the_document() {
+    let mut docs = documents();
+    docs.insert(2, "kind: Service\nmetadata: { name: broken\n".to_owned());
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "good.yaml", &documents());
+    write(dir.path(), "sub/bad.yaml", &docs);
+    let o = ferrule(&["model", "--manifests", dir.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(o.stdout.is_empty(), "{}", stdout(&o));
+    let err = stderr(&o);
+    assert!(err.contains("sub/bad.yaml"), "{err}");
+    assert!(err.contains("document 2"), "{err}");
+
+    // a document that is valid YAML but not a valid object of its kind
+    let dir = tempfile::tempdir().unwrap();
+    let mut docs = documents();
+    docs.push("apiVersion: v1\nkind: Service\nmetadata: { name: x }\nspec: { ports: 7 }\n".into());
+    write(dir.path(), "objects.yaml", &docs);
+    let o = ferrule(&["model", "--manifests", dir.path().to_str().unwrap()]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    let index = format!("document {}", docs.len() - 1);
+    assert!(
+        err.contains("objects.yaml") && err.contains(&index),
+        "{err}"
+    );
+    assert!(err.contains("invalid Service"), "{err}");
+
+    // a document without a kind
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "nokind.yaml",
+        &["metadata: { name: x }\n".to_owned()],
+    );
+    let o = ferrule(&[
+        "diff",
+        dir.path().to_str().unwrap(),
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("nokind.yaml") && err.contains("document 0"),
+        "{err}"
+    );
+}
