@@ -5,3 +5,4 @@
 mod support;
 
 mod dataplane;
+mod e2e;

@@ -37,6 +37,12 @@ impl Echo {
     /// Starts an echo backend on `ip:port`.
     pub async fn start_on(ip: &str, port: u16) -> Echo {
         let listener = tokio::net::TcpListener::bind((ip, port)).await.unwrap();
+        Self::serve(listener)
+    }
+
+    /// Serves the echo app on an already bound listener (e.g. one bound inside a
+    /// network namespace).
+    pub fn serve(listener: tokio::net::TcpListener) -> Echo {
         let addr = listener.local_addr().unwrap();
         let app = axum::Router::new().fallback(move |req: Request| async move {
             let headers: BTreeMap<String, String> = req
@@ -49,13 +55,35 @@ impl Echo {
                     )
                 })
                 .collect();
-            axum::Json(json!({
-                "backend": addr.to_string(),
-                "method": req.method().as_str(),
-                "path": req.uri().to_string(),
-                "version": format!("{:?}", req.version()),
-                "headers": headers,
-            }))
+            // `x-echo-delay-ms: N` makes the backend slow (timeouts tests).
+            if let Some(ms) = headers
+                .get("x-echo-delay-ms")
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            let method = req.method().as_str().to_owned();
+            let path = req.uri().to_string();
+            let version = format!("{:?}", req.version());
+            let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+                .await
+                .map(|b| b.len())
+                .unwrap_or_default();
+            (
+                // Also in headers, for HEAD requests (no body).
+                [
+                    ("x-echo-backend", addr.to_string()),
+                    ("x-echo-method", method.clone()),
+                ],
+                axum::Json(json!({
+                    "backend": addr.to_string(),
+                    "method": method,
+                    "path": path,
+                    "version": version,
+                    "headers": headers,
+                    "body_bytes": body,
+                })),
+            )
         });
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
@@ -223,13 +251,22 @@ impl Ferrule {
 
     /// Starts Ferrule without waiting.
     pub fn spawn(manifests: &Path, extra: &[&str]) -> Ferrule {
+        let source = ["--manifests".to_owned(), manifests.to_string_lossy().into_owned()];
+        Self::spawn_source(&source, extra)
+    }
+
+    /// Starts Ferrule in Kubernetes mode (`args` carry `--kubeconfig` etc.).
+    pub fn spawn_kube(args: &[&str]) -> Ferrule {
+        Self::spawn_source(&[], args)
+    }
+
+    fn spawn_source(source: &[String], extra: &[&str]) -> Ferrule {
         let prefix = tempfile::tempdir().unwrap();
         let (http, https, status) = (free_port(), free_port(), free_port());
         let log = prefix.path().join("ferrule.log");
         let child = Command::new(env!("CARGO_BIN_EXE_ferrule"))
             .arg("run")
-            .arg("--manifests")
-            .arg(manifests)
+            .args(source)
             .arg("--nginx-prefix")
             .arg(prefix.path().join("nginx"))
             .args([
@@ -379,6 +416,13 @@ impl Drop for Ferrule {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // A Ferrule killed with SIGKILL leaves its NGINX behind: stop it too.
+        let pid_file = self.prefix.path().join("nginx/run/nginx.pid");
+        if let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok())
+            && pid > 1
+        {
+            let _ = nix_kill(pid, "KILL");
+        }
     }
 }
 
@@ -413,5 +457,320 @@ where
             return false;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Dynamic updates (added for tests/it/dynamic.rs; reusable).
+
+/// Starts one echo backend on each of `ips`, all on the same port (an EndpointSlice
+/// has one port for all its endpoints). Retries with another port if one is taken.
+pub async fn echo_group(ips: &[&str]) -> Vec<Echo> {
+    'port: for _ in 0..20 {
+        let port = free_port();
+        let mut out = Vec::new();
+        for ip in ips {
+            match tokio::net::TcpListener::bind((*ip, port)).await {
+                Ok(l) => drop(l),
+                Err(_) => continue 'port,
+            }
+            out.push(Echo::start_on(ip, port).await);
+        }
+        return out;
+    }
+    panic!("no common free port for {ips:?}");
+}
+
+/// YAML of a Service `name` (port 80 named `http`, target `port`) with one
+/// EndpointSlice holding `endpoints` as (IP, ready) pairs.
+pub fn service_endpoints(ns: &str, name: &str, port: u16, endpoints: &[(&str, bool)]) -> String {
+    let eps: String = endpoints
+        .iter()
+        .map(|(ip, ready)| {
+            format!("  - addresses: [\"{ip}\"]\n    conditions: {{ ready: {ready} }}\n")
+        })
+        .collect();
+    let eps = if eps.is_empty() {
+        "  []\n".to_owned()
+    } else {
+        eps
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{ name: {name}, namespace: {ns} }}
+spec:
+  ports: [{{ name: http, port: 80, targetPort: {port} }}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-1
+  namespace: {ns}
+  labels: {{ kubernetes.io/service-name: {name} }}
+addressType: IPv4
+ports: [{{ name: http, port: {port} }}]
+endpoints:
+{eps}"#
+    )
+}
+
+/// YAML of a `kubernetes.io/tls` Secret (PEM text in `stringData`).
+pub fn tls_secret(ns: &str, name: &str, cert_pem: &str, key_pem: &str) -> String {
+    let indent = |s: &str| {
+        s.trim_end()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{ name: {name}, namespace: {ns} }}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(cert_pem),
+        indent(key_pem)
+    )
+}
+
+/// Adds `spec.tls` (`hosts` served with `secret`) to YAML made by [`ingress`].
+pub fn with_tls(ingress_yaml: &str, hosts: &[&str], secret: &str) -> String {
+    let hosts: Vec<String> = hosts.iter().map(|h| format!("\"{h}\"")).collect();
+    format!(
+        "{ingress_yaml}  tls:\n  - hosts: [{}]\n    secretName: {secret}\n",
+        hosts.join(", ")
+    )
+}
+
+/// A self-signed certificate for `hosts` (SANs) made with the openssl CLI:
+/// (certificate PEM, key PEM, SHA-256 fingerprint as openssl prints it).
+pub fn self_signed(dir: &Path, name: &str, hosts: &[&str]) -> (String, String, String) {
+    let crt = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    let san: Vec<String> = hosts.iter().map(|h| format!("DNS:{h}")).collect();
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .args(["-subj", &format!("/CN={}", hosts[0])])
+        .args(["-addext", &format!("subjectAltName={}", san.join(","))])
+        .output()
+        .expect("openssl");
+    assert!(out.status.success(), "openssl req: {out:?}");
+    let fp = fingerprint_pem(&std::fs::read_to_string(&crt).unwrap());
+    (
+        std::fs::read_to_string(&crt).unwrap(),
+        std::fs::read_to_string(&key).unwrap(),
+        fp,
+    )
+}
+
+fn openssl_fingerprint(input: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The SHA-256 fingerprint of a PEM certificate ("" if it does not parse).
+pub fn fingerprint_pem(pem: &str) -> String {
+    openssl_fingerprint(pem.as_bytes())
+}
+
+impl Ferrule {
+    /// The balancer API's unix socket.
+    pub fn api_socket(&self) -> PathBuf {
+        self.prefix.path().join("nginx/run/balancer.sock")
+    }
+
+    /// The controller's token for the balancer API.
+    pub fn api_token(&self) -> String {
+        std::fs::read_to_string(self.prefix.path().join("nginx/conf/balancer.token"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    /// A request to the balancer API with `token` (None: no Authorization header).
+    pub async fn api(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let r = ferrule::nginx::api::request(
+            &self.api_socket(),
+            method,
+            path,
+            token,
+            body.map(str::as_bytes),
+        )
+        .await
+        .expect("balancer API socket");
+        (r.status, r.body)
+    }
+
+    /// A backend as the balancer store holds it (`Null` if unknown).
+    pub async fn balancer_backend(&self, name: &str) -> Value {
+        let token = self.api_token();
+        let (s, body) = self
+            .api(
+                "GET",
+                &format!("/configuration/backends/{name}"),
+                Some(&token),
+                None,
+            )
+            .await;
+        if s != 200 {
+            return Value::Null;
+        }
+        serde_json::from_str::<Value>(&body).unwrap_or_default()["backend"].clone()
+    }
+
+    /// Successful plus failed NGINX reloads so far.
+    pub async fn reloads(&self) -> f64 {
+        self.metric("ferrule_reloads_total", "").await
+    }
+
+    /// SHA-256 fingerprint of the certificate served on the HTTPS port for `sni`.
+    pub fn served_fingerprint(&self, sni: &str) -> String {
+        let out = Command::new("openssl")
+            .args(["s_client", "-connect"])
+            .arg(format!("127.0.0.1:{}", self.https))
+            .args(["-servername", sni])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .expect("openssl s_client");
+        openssl_fingerprint(&out.stdout)
+    }
+}
+
+/// A flexible Ingress manifest (written as JSON, which is YAML).
+#[derive(Clone)]
+pub struct Ing {
+    value: Value,
+}
+
+impl Ing {
+    /// An Ingress `ns/name` created at `created` (RFC 3339), without rules.
+    pub fn new(ns: &str, name: &str, created: &str) -> Self {
+        Ing {
+            value: json!({
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "Ingress",
+                "metadata": { "name": name, "namespace": ns, "creationTimestamp": created },
+                "spec": {},
+            }),
+        }
+    }
+
+    /// `spec.ingressClassName`.
+    pub fn class(mut self, class: &str) -> Self {
+        self.value["spec"]["ingressClassName"] = json!(class);
+        self
+    }
+
+    /// An annotation with its full key.
+    pub fn annotation(mut self, key: &str, value: &str) -> Self {
+        let meta = &mut self.value["metadata"];
+        if meta.get("annotations").is_none() {
+            meta["annotations"] = json!({});
+        }
+        meta["annotations"][key] = json!(value);
+        self
+    }
+
+    /// An `nginx.ingress.kubernetes.io/` annotation.
+    pub fn nginx(self, key: &str, value: &str) -> Self {
+        self.annotation(&format!("nginx.ingress.kubernetes.io/{key}"), value)
+    }
+
+    /// A rule for `host` ("" for none) with path rules (port 80 of each Service).
+    pub fn rule(mut self, host: &str, paths: &[PathRule]) -> Self {
+        let paths: Vec<Value> = paths
+            .iter()
+            .map(|(p, t, svc)| {
+                json!({
+                    "path": p,
+                    "pathType": t,
+                    "backend": { "service": { "name": svc, "port": { "number": 80 } } },
+                })
+            })
+            .collect();
+        let mut rule = json!({ "http": { "paths": paths } });
+        if !host.is_empty() {
+            rule["host"] = json!(host);
+        }
+        let spec = &mut self.value["spec"];
+        if spec.get("rules").is_none() {
+            spec["rules"] = json!([]);
+        }
+        spec["rules"].as_array_mut().unwrap().push(rule);
+        self
+    }
+
+    /// A `spec.tls` entry.
+    pub fn tls(mut self, hosts: &[&str], secret: &str) -> Self {
+        let spec = &mut self.value["spec"];
+        if spec.get("tls").is_none() {
+            spec["tls"] = json!([]);
+        }
+        spec["tls"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({ "hosts": hosts, "secretName": secret }));
+        self
+    }
+
+    /// `spec.defaultBackend` (port 80 of `svc`).
+    pub fn default_backend(mut self, svc: &str) -> Self {
+        self.value["spec"]["defaultBackend"] =
+            json!({ "service": { "name": svc, "port": { "number": 80 } } });
+        self
+    }
+
+    /// The manifest.
+    pub fn yaml(&self) -> String {
+        serde_json::to_string_pretty(&self.value).unwrap()
+    }
+}
+
+/// A file of the model crate's checked-in TLS fixtures (`model/tests/fixtures`).
+pub fn tls_fixture(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../model/tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+impl Ferrule {
+    /// The NGINX master's pid, from its pid file.
+    pub fn master_pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.prefix.path().join("nginx/run/nginx.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
     }
 }
