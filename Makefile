@@ -34,8 +34,9 @@ fmt:
 bench: deps
 	$(CARGO) bench -p ferrule-model
 
-run:
-	@echo "not yet: the NGINX data path is not implemented"
+## run: echo backends + Ferrule serving examples/ on localhost:8080 (standalone mode).
+run: deps build
+	examples/run.sh
 
 ## cluster-up / cluster-down: a real etcd + kube-apiserver on loopback for e2e tests.
 cluster-up:
