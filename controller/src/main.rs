@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use std::io::Write;
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ferrule_model::{Diff, Settings};
@@ -339,7 +341,13 @@ async fn main() -> Result<()> {
             if hash {
                 println!("{}", model.hash());
             } else {
-                println!("{}", serde_json::to_string_pretty(&model)?);
+                // Piped into `head` or `jq`: a closed pipe is not an error.
+                let mut out = std::io::stdout().lock();
+                match serde_json::to_writer_pretty(&mut out, &model) {
+                    Err(e) if e.is_io() => return Ok(()),
+                    other => other?,
+                }
+                let _ = writeln!(out);
             }
         }
         Command::Diff { old, new, flags } => {
