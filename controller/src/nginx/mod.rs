@@ -494,7 +494,8 @@ impl Dataplane {
 
     /// Last resort: the base configuration (no Ingress; the last good ConfigMap, else
     /// the defaults, when even that fails), then every Ingress added one by one, each
-    /// kept only if `nginx -t` accepts it.
+    /// kept only if `nginx -t` accepts it. Exclusions found earlier in the pass are
+    /// forgotten: they were found with a configuration that did not converge.
     async fn one_by_one(
         &mut self,
         snap: &Snapshot,
@@ -502,6 +503,7 @@ impl Dataplane {
         mut pass: Pass,
     ) -> Result<Outcome, ApplyError> {
         tracing::warn!("config safety falling back to adding resources one by one");
+        excl.ingresses = pass.start.clone();
         let every: BTreeSet<ResourceRef> = snap
             .ingresses
             .iter()
@@ -522,7 +524,6 @@ impl Dataplane {
                     "the defaults are"
                 }
             );
-            excl.ingresses = pass.start.clone();
             excl.hold_configmap(snap, last_good, &message);
         }
         let candidates = self.candidates(snap, excl);

@@ -47,8 +47,9 @@ pub struct Exclusions {
     pub ingresses: BTreeMap<ResourceRef, Excluded>,
     /// The held-back ConfigMap, if any.
     pub configmap: Option<HeldConfigMap>,
-    /// Every Ingress as it was in the last configuration NGINX accepted.
-    last_applied: BTreeMap<ResourceRef, Arc<Ingress>>,
+    /// Every Ingress as it was in the last configuration NGINX accepted (shared:
+    /// the sync loop clones the exclusions on every sync).
+    last_applied: Arc<BTreeMap<ResourceRef, Arc<Ingress>>>,
     /// Fingerprint of the ConfigMap the Ingress exclusions were found with.
     configmap_seen: Option<String>,
 }
@@ -133,11 +134,13 @@ impl Exclusions {
     /// Records what NGINX now serves (`served` is a snapshot made by [`Self::apply`]),
     /// as the fallback of resources edited into something NGINX rejects.
     pub fn remember(&mut self, served: &Snapshot) {
-        self.last_applied = served
-            .ingresses
-            .iter()
-            .map(|i| (ingress_ref(i), i.clone()))
-            .collect();
+        self.last_applied = Arc::new(
+            served
+                .ingresses
+                .iter()
+                .map(|i| (ingress_ref(i), i.clone()))
+                .collect(),
+        );
     }
 
     /// The snapshot without excluded resources (their last accepted version where
@@ -145,6 +148,12 @@ impl Exclusions {
     /// held back, and with `extra` Ingresses switched off.
     pub fn apply(&self, snap: &Snapshot, extra: &BTreeSet<ResourceRef>) -> Snapshot {
         let mut out = snap.clone();
+        if let Some(held) = &self.configmap {
+            out.config_map = held.last_good.clone();
+        }
+        if self.ingresses.is_empty() && extra.is_empty() {
+            return out;
+        }
         out.ingresses = snap
             .ingresses
             .iter()
@@ -160,9 +169,6 @@ impl Exclusions {
                 }
             })
             .collect();
-        if let Some(held) = &self.configmap {
-            out.config_map = held.last_good.clone();
-        }
         out
     }
 

@@ -6,3 +6,4 @@ mod support;
 
 mod dataplane;
 mod e2e;
+mod safety;
