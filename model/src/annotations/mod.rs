@@ -71,14 +71,28 @@ pub struct IngressAnnotations {
 
 /// Reads the annotation values of one Ingress.
 pub(crate) struct Reader<'a> {
-    annotations: &'a BTreeMap<String, String>,
+    /// `(name without PREFIX, value)` of the annotations with our prefix: a lookup is a
+    /// short scan, with no key to build (model building must not allocate per key).
+    ours: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Reader<'a> {
+    fn new(annotations: &'a BTreeMap<String, String>) -> Self {
+        let ours = annotations
+            .range::<str, _>((
+                std::ops::Bound::Included(PREFIX),
+                std::ops::Bound::Unbounded,
+            ))
+            .map_while(|(k, v)| k.strip_prefix(PREFIX).map(|k| (k, v.as_str())))
+            .collect();
+        Self { ours }
+    }
+
     fn get(&self, key: &str) -> Option<&'a str> {
-        self.annotations
-            .get(&format!("{PREFIX}{key}"))
-            .map(|v| v.trim())
+        self.ours
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.trim())
     }
 
     /// Parses `key` with `parse` when present; errors name the annotation and value.
@@ -102,7 +116,7 @@ impl<'a> Reader<'a> {
 pub fn parse(
     annotations: &BTreeMap<String, String>,
 ) -> Result<IngressAnnotations, AnnotationError> {
-    let r = Reader { annotations };
+    let r = Reader::new(annotations);
     let mut out = IngressAnnotations::default();
     redirect::parse(&r, &mut out)?;
     proxy::parse(&r, &mut out)?;

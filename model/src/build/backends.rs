@@ -108,12 +108,18 @@ impl<'a> ServiceIndex<'a> {
                     continue;
                 }
                 for addr in &ep.addresses {
-                    if let Ok(ip) = addr.parse::<IpAddr>() {
-                        out.push(Endpoint {
-                            address: ip.to_string(),
-                            port: target,
-                        });
-                    }
+                    // Rust's IPv4 parser accepts only the canonical dotted form, so a
+                    // parsed IPv4 address is kept as written (no formatting per endpoint);
+                    // IPv6 is normalised.
+                    let address = match addr.parse::<IpAddr>() {
+                        Ok(IpAddr::V4(_)) => addr.clone(),
+                        Ok(ip @ IpAddr::V6(_)) => ip.to_string(),
+                        Err(_) => continue,
+                    };
+                    out.push(Endpoint {
+                        address,
+                        port: target,
+                    });
                 }
             }
         }

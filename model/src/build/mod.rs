@@ -44,6 +44,7 @@ pub fn build(snap: &Snapshot) -> Model {
         servers: HashMap::new(),
         backends: BTreeMap::new(),
         resolved: HashMap::new(),
+        key_buf: String::new(),
         balancing_set: HashMap::new(),
         canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
@@ -103,7 +104,9 @@ struct Builder<'a> {
     backends: BTreeMap<String, Backend>,
     /// Memo of backend resolution per (namespace, service, port), so each Service is
     /// resolved once however many paths use it.
-    resolved: HashMap<(String, String, String), Result<String, String>>,
+    resolved: HashMap<String, Result<String, String>>,
+    /// Scratch buffer for `resolved` keys.
+    key_buf: String,
     /// Backends whose balancing settings were set (by the oldest Ingress using them).
     balancing_set: HashMap<String, ResourceRef>,
     /// The canary Ingress attached to each primary backend (the oldest wins).
@@ -140,7 +143,7 @@ impl Builder<'_> {
         };
 
         if let Some(default) = &spec.default_backend {
-            let target = self.target(ns, r, default, "spec.defaultBackend");
+            let target = self.target(ns, r, default, || "spec.defaultBackend".to_owned());
             match &self.catch_all {
                 None => self.catch_all = Some((r.clone(), target)),
                 Some((winner, _)) => {
@@ -203,8 +206,7 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, msg);
                     continue;
                 }
-                let what = format!("host {host} path {path}");
-                let target = self.target(ns, r, &p.backend, &what);
+                let target = self.target(ns, r, &p.backend, || format!("host {host} path {path}"));
                 if let Target::Backend(name) = &target
                     && !self.balancing_set.contains_key(name)
                 {
@@ -213,14 +215,15 @@ impl Builder<'_> {
                         b.balancing = balancing.clone();
                     }
                 }
-                let server = self
-                    .servers
-                    .entry(host.clone())
-                    .or_insert_with(|| ServerAcc {
+                if !self.servers.contains_key(&host) {
+                    let acc = ServerAcc {
                         owner: r.clone(),
                         server_snippet: server_snippet.clone(),
                         locations: HashMap::new(),
-                    });
+                    };
+                    self.servers.insert(host.clone(), acc);
+                }
+                let server = self.servers.get_mut(&host).expect("inserted above");
                 let location = Location {
                     path,
                     path_match,
@@ -295,28 +298,33 @@ impl Builder<'_> {
     }
 
     /// Resolves an Ingress backend into a target, recording problems on `r`.
+    /// `what` describes the reference for problem messages (built only when needed).
     fn target(
         &mut self,
         ns: &str,
         r: &ResourceRef,
         backend: &IngressBackend,
-        what: &str,
+        what: impl Fn() -> String,
     ) -> Target {
         let Some(svc) = backend.service.as_ref() else {
-            self.problem(
-                r,
-                Severity::Error,
-                format!("{what}: resource backends are not supported; answering 503"),
+            let msg = format!(
+                "{}: resource backends are not supported; answering 503",
+                what()
             );
+            self.problem(r, Severity::Error, msg);
             return Target::Status(503);
         };
-        let port = svc.port.as_ref().map(|p| match (&p.name, p.number) {
-            (Some(n), _) if !n.is_empty() => n.clone(),
-            (_, Some(n)) => n.to_string(),
-            _ => String::new(),
-        });
-        let key = (ns.to_owned(), svc.name.clone(), port.unwrap_or_default());
-        let resolved = match self.resolved.get(&key) {
+        // Memo key: namespace, Service and port, written into a reused buffer so that
+        // a path whose Service was already resolved costs no allocation but its name.
+        use std::fmt::Write as _;
+        let mut key = std::mem::take(&mut self.key_buf);
+        key.clear();
+        let _ = match svc.port.as_ref().map(|p| (&p.name, p.number)) {
+            Some((Some(n), _)) if !n.is_empty() => write!(key, "{ns}\0{}\0{n}", svc.name),
+            Some((_, Some(n))) => write!(key, "{ns}\0{}\0{n}", svc.name),
+            _ => write!(key, "{ns}\0{}\0", svc.name),
+        };
+        let resolved = match self.resolved.get(key.as_str()) {
             Some(res) => res.clone(),
             None => {
                 let res = self.index.resolve(ns, svc).map(|b| {
@@ -324,23 +332,27 @@ impl Builder<'_> {
                     self.backends.insert(name.clone(), b);
                     name
                 });
-                self.resolved.insert(key, res.clone());
+                self.resolved.insert(key.clone(), res.clone());
                 res
             }
         };
+        self.key_buf = key;
         match resolved {
             Ok(name) => {
                 if self.backends[&name].endpoints.is_empty() {
                     let msg = format!(
-                        "{what}: Service {ns}/{} port {} has no ready endpoints; answering 503",
-                        svc.name, self.backends[&name].service_port
+                        "{}: Service {ns}/{} port {} has no ready endpoints; answering 503",
+                        what(),
+                        svc.name,
+                        self.backends[&name].service_port
                     );
                     self.problem(r, Severity::Warning, msg);
                 }
                 Target::Backend(name)
             }
             Err(e) => {
-                self.problem(r, Severity::Error, format!("{what}: {e}; answering 503"));
+                let msg = format!("{}: {e}; answering 503", what());
+                self.problem(r, Severity::Error, msg);
                 Target::Status(503)
             }
         }
@@ -389,7 +401,7 @@ impl Builder<'_> {
                     continue;
                 };
                 let Target::Backend(canary) =
-                    self.target(ns, r, &p.backend, &format!("host {host} path {}", key.0))
+                    self.target(ns, r, &p.backend, || format!("host {host} path {}", key.0))
                 else {
                     continue;
                 };
@@ -555,7 +567,7 @@ impl Builder<'_> {
             }),
             resource: None,
         };
-        self.target(ns, &r, &backend, "--default-backend-service")
+        self.target(ns, &r, &backend, || "--default-backend-service".to_owned())
     }
 }
 
