@@ -213,7 +213,7 @@ enum Command {
         /// Coalescing window for changes, in milliseconds.
         #[arg(long, default_value_t = 100)]
         coalesce_ms: u64,
-        /// Minimum milliseconds between two reloads (endpoint changes are not limited).
+        /// Minimum milliseconds between two reloads, enforced by a rate limiter (endpoint changes are never limited).
         #[arg(long, default_value_t = 0)]
         min_reload_interval_ms: u64,
         #[command(flatten)]

@@ -167,7 +167,12 @@ async fn reload_task(
     opts: SyncOptions,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut last_reload: Option<Instant> = None;
+    // Reloads are rate-limited (endpoint changes never go through here).
+    let reload_limiter = std::num::NonZeroU32::new(1)
+        .zip((!opts.min_reload_interval.is_zero()).then_some(opts.min_reload_interval))
+        .and_then(|(burst, period)| governor::Quota::with_period(period).map(|q| q.allow_burst(burst)))
+        .map(governor::RateLimiter::direct);
+    let mut start_failed = false;
     let mut restart_backoff = Duration::from_millis(100);
     let mut supervise = tokio::time::interval(Duration::from_millis(250));
     loop {
@@ -175,11 +180,18 @@ async fn reload_task(
             _ = stop.changed() => break,
             r = rx.changed() => if r.is_err() { break },
             _ = supervise.tick() => {
-                if dataplane.applied().is_none() || dataplane.nginx().is_running() {
+                if dataplane.nginx().is_running() {
                     continue;
                 }
-                tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
-                common.shared.metrics.nginx_restarts.inc();
+                // Either NGINX died, or the last attempt to start it failed (e.g. its
+                // port was busy): try again with backoff, without waiting for a change.
+                if dataplane.applied().is_none() && !start_failed {
+                    continue;
+                }
+                if dataplane.applied().is_some() {
+                    tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
+                    common.shared.metrics.nginx_restarts.inc();
+                }
                 common.serving.store(false, Ordering::SeqCst);
                 common.shared.set_ready(false);
                 tokio::time::sleep(restart_backoff).await;
@@ -188,10 +200,8 @@ async fn reload_task(
                 common.balancer.lock().await.reset();
             }
         }
-        if let Some(min) = last_reload.map(|t| opts.min_reload_interval.saturating_sub(t.elapsed()))
-            && !min.is_zero()
-        {
-            tokio::time::sleep(min).await;
+        if let Some(limiter) = &reload_limiter {
+            limiter.until_ready().await;
         }
         let Some(snap) = rx.borrow_and_update().clone() else {
             continue;
@@ -218,8 +228,8 @@ async fn reload_task(
                         tracing::warn!("reload not confirmed by new workers in time");
                     }
                 }
+                start_failed = false;
                 if outcome.applied != Applied::Unchanged {
-                    last_reload = Some(Instant::now());
                     tracing::info!(applied = ?outcome.applied, tests = outcome.tests, test_time = ?outcome.test_time, took = ?started.elapsed(), "configuration applied");
                 }
                 // Full state after a start, the delta after a reload: the balancer
@@ -240,6 +250,7 @@ async fn reload_task(
             }
             Err(e) => {
                 common.shared.metrics.reload(false);
+                start_failed = !dataplane.nginx().is_running();
                 tracing::error!(error = %e, "applying the configuration failed; the last good configuration keeps serving");
                 if let Some(model) = dataplane.applied() {
                     publish_status(&common, &snap, &model, &excl);
