@@ -275,7 +275,10 @@ impl Model {
 /// JSON is canonical here because every map in the model is a `BTreeMap` and every
 /// list is sorted by construction.
 pub fn content_hash<T: Serialize>(value: &T) -> String {
-    let mut hasher = blake3::Hasher::new();
-    serde_json::to_writer(&mut hasher, value).expect("model serialization cannot fail");
+    // serde_json emits many tiny writes (every key, quote and comma); feeding them to
+    // blake3 one by one costs more than the hashing itself, so they are batched.
+    let mut w = std::io::BufWriter::with_capacity(64 * 1024, blake3::Hasher::new());
+    serde_json::to_writer(&mut w, value).expect("model serialization cannot fail");
+    let hasher = w.into_inner().expect("hashing cannot fail");
     hasher.finalize().to_hex().to_string()
 }

@@ -57,7 +57,8 @@ impl<'a> ServiceIndex<'a> {
             },
             None => return Err(format!("backend Service {ns}/{} has no port", b.name)),
         };
-        let name = backend_name(ns, &b.name, &port_ref.to_string());
+        let service_port = port_ref.to_string();
+        let name = backend_name(ns, &b.name, &service_port);
         let svc = self
             .services
             .get(&(ns, b.name.as_str()))
@@ -77,7 +78,7 @@ impl<'a> ServiceIndex<'a> {
         Ok(Backend {
             name,
             service: ResourceRef::new("Service", ns, &b.name),
-            service_port: port_ref.to_string(),
+            service_port,
             endpoints,
             balancing: Balancing::default(),
         })
@@ -87,8 +88,13 @@ impl<'a> ServiceIndex<'a> {
     /// name equals the Service port's name (that is how the target port is published).
     fn endpoints(&self, ns: &str, svc: &str, port: &ServicePort) -> Vec<Endpoint> {
         let want = port.name.as_deref().unwrap_or_default();
-        let mut out = Vec::new();
-        for slice in self.slices.get(&(ns, svc)).into_iter().flatten() {
+        let slices = self.slices.get(&(ns, svc)).map_or(&[][..], Vec::as_slice);
+        let capacity = slices
+            .iter()
+            .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
+            .sum();
+        let mut out = Vec::with_capacity(capacity);
+        for slice in slices {
             if slice.address_type == "FQDN" {
                 continue;
             }

@@ -23,7 +23,7 @@ pub(crate) fn host(raw: &str) -> Result<String, String> {
 }
 
 /// Validates a path: absolute, printable, no whitespace.
-pub(crate) fn path(raw: &str, regex: bool) -> Result<String, String> {
+pub(crate) fn path(raw: &str, regex: bool) -> Result<&str, String> {
     if !regex && !raw.starts_with('/') {
         return Err(format!("path {raw:?} must start with \"/\""));
     }
@@ -38,15 +38,16 @@ pub(crate) fn path(raw: &str, regex: bool) -> Result<String, String> {
             "path {raw:?} contains a character not allowed in a path"
         ));
     }
-    Ok(raw.to_owned())
+    Ok(raw)
 }
 
 /// A prefix path without its trailing slash (`/` stays `/`), for element-wise matching.
 pub(crate) fn prefix(p: &str) -> String {
+    prefix_str(p).to_owned()
+}
+
+/// [`prefix`] without allocating.
+pub(crate) fn prefix_str(p: &str) -> &str {
     let t = p.trim_end_matches('/');
-    if t.is_empty() {
-        "/".to_owned()
-    } else {
-        t.to_owned()
-    }
+    if t.is_empty() { "/" } else { t }
 }

@@ -45,7 +45,7 @@ pub fn build(snap: &Snapshot) -> Model {
         backends: BTreeMap::new(),
         resolved: HashMap::new(),
         key_buf: String::new(),
-        balancing_set: HashMap::new(),
+        balancing_set: std::collections::HashSet::new(),
         canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
         catch_all: None,
@@ -108,7 +108,7 @@ struct Builder<'a> {
     /// Scratch buffer for `resolved` keys.
     key_buf: String,
     /// Backends whose balancing settings were set (by the oldest Ingress using them).
-    balancing_set: HashMap<String, ResourceRef>,
+    balancing_set: std::collections::HashSet<String>,
     /// The canary Ingress attached to each primary backend (the oldest wins).
     canary_owners: HashMap<String, ResourceRef>,
     tls_claims: HashMap<String, TlsClaim>,
@@ -169,15 +169,13 @@ impl Builder<'_> {
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let regex = a.use_regex || a.rewrite_target.is_some();
                 let (path_match, raw) = match p.path_type.as_str() {
-                    "Exact" => (PathMatch::Exact, p.path.clone().unwrap_or_default()),
-                    "Prefix" | "ImplementationSpecific" if regex => (
-                        PathMatch::Regex,
-                        p.path.clone().unwrap_or_else(|| "/".to_owned()),
-                    ),
-                    "Prefix" | "ImplementationSpecific" => (
-                        PathMatch::Prefix,
-                        p.path.clone().unwrap_or_else(|| "/".to_owned()),
-                    ),
+                    "Exact" => (PathMatch::Exact, p.path.as_deref().unwrap_or_default()),
+                    "Prefix" | "ImplementationSpecific" if regex => {
+                        (PathMatch::Regex, p.path.as_deref().unwrap_or("/"))
+                    }
+                    "Prefix" | "ImplementationSpecific" => {
+                        (PathMatch::Prefix, p.path.as_deref().unwrap_or("/"))
+                    }
                     other => {
                         let msg =
                             format!("host {host}: pathType {other:?} is not valid; path skipped");
@@ -185,9 +183,9 @@ impl Builder<'_> {
                         continue;
                     }
                 };
-                let path = match hosts::path(&raw, path_match == PathMatch::Regex) {
-                    Ok(p) if path_match == PathMatch::Prefix => hosts::prefix(&p),
-                    Ok(p) => p,
+                let path = match hosts::path(raw, path_match == PathMatch::Regex) {
+                    Ok(p) if path_match == PathMatch::Prefix => hosts::prefix_str(p).to_owned(),
+                    Ok(p) => p.to_owned(),
                     Err(e) => {
                         self.problem(
                             r,
@@ -208,9 +206,9 @@ impl Builder<'_> {
                 }
                 let target = self.target(ns, r, &p.backend, || format!("host {host} path {path}"));
                 if let Target::Backend(name) = &target
-                    && !self.balancing_set.contains_key(name)
+                    && !self.balancing_set.contains(name)
                 {
-                    self.balancing_set.insert(name.clone(), r.clone());
+                    self.balancing_set.insert(name.clone());
                     if let Some(b) = self.backends.get_mut(name) {
                         b.balancing = balancing.clone();
                     }
