@@ -3,6 +3,9 @@
 //! 10 endpoints each). Goal: 10k in ≤ 100 ms (≤ 10 µs per Ingress).
 //! Memory: `cargo run --release -p ferrule-model --example model_memory`.
 
+// criterion_group! generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -20,7 +23,9 @@ fn bench(c: &mut Criterion) {
         let old = build(&snap);
         let new = build(&next);
         assert!(old.problems.is_empty(), "{:?}", &old.problems[..1]);
-        assert!(matches!(diff(&old, &new), Diff::Dynamic { ref backends, .. } if backends.len() == 1));
+        assert!(
+            matches!(diff(&old, &new), Diff::Dynamic { ref backends, .. } if backends.len() == 1)
+        );
         g.throughput(Throughput::Elements(n as u64));
 
         g.bench_with_input(BenchmarkId::new("build", n), &snap, |b, s| {

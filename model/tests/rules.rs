@@ -129,8 +129,11 @@ fn class_named_class_with_another_controller_is_not_ours() {
 // ---------------------------------------------------------------------------------------
 // Paths: the table of https://kubernetes.io/docs/concepts/services-networking/ingress/#examples
 
+/// A table row: a host and its `(path, pathType, service)` paths.
+type Row<'a> = (&'a str, &'a [(&'a str, &'a str, &'a str)]);
+
 /// One host per table row; services `a`, `b`, `c` tell which path matched.
-fn path_rows(rows: &[(&str, &[(&str, &str, &str)])]) -> String {
+fn path_rows(rows: &[Row]) -> String {
     let mut objs = vec![];
     for s in ["a", "b", "c"] {
         objs.extend(app(&format!("default/{s}"), "10.0.0.1"));

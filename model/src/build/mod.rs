@@ -432,10 +432,9 @@ impl Builder<'_> {
         let server_acc = std::mem::take(&mut self.servers);
         let claims = std::mem::take(&mut self.tls_claims);
         for (host, acc) in server_acc {
-            let tls = match claims.get(&host) {
-                None => None,
-                Some(claim) => Some(self.server_tls(&host, claim, &mut certificates)),
-            };
+            let tls = claims
+                .get(&host)
+                .map(|claim| self.server_tls(&host, claim, &mut certificates));
             let mut locations: Vec<Location> = acc.locations.into_values().collect();
             locations.sort_by(|a, b| {
                 (a.path_match, std::cmp::Reverse(a.path.len()), &a.path).cmp(&(
