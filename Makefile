@@ -33,6 +33,7 @@ fmt:
 
 bench: deps
 	$(CARGO) bench -p ferrule-model
+	$(CARGO) bench -p ferrule --bench render
 
 ## run: echo backends + Ferrule serving examples/ on localhost:8080 (standalone mode).
 run: deps build

@@ -4,11 +4,14 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
 use super::api;
+
+/// The balancer API / config-version socket, relative to the prefix.
+const API_SOCKET: &str = "run/balancer.sock";
 
 /// `nginx -t` rejected the configuration.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -38,10 +41,17 @@ impl TestFailure {
 }
 
 /// Controls one NGINX master process running from a prefix directory.
+///
+/// The master runs in its own process group with its workers, so that when it dies
+/// (killed, crashed) its orphaned workers can be stopped too: they would otherwise
+/// keep the listening sockets and answer with a stale configuration, and no new
+/// master could bind.
 pub struct Nginx {
     binary: PathBuf,
     prefix: PathBuf,
     child: Option<Child>,
+    /// Process group of the current (or last) master and its workers.
+    group: Option<i32>,
 }
 
 impl Nginx {
@@ -51,6 +61,7 @@ impl Nginx {
             binary: binary.into(),
             prefix: prefix.into(),
             child: None,
+            group: None,
         }
     }
 
@@ -88,15 +99,42 @@ impl Nginx {
         Err(TestFailure::parse(&String::from_utf8_lossy(&out.stderr)))
     }
 
-    /// Starts the master process (in the foreground, as our child).
+    /// Starts the master process (in the foreground, as our child, in a new process
+    /// group). What a previous master left behind is cleared first: its workers (if it
+    /// died without them) and its unix sockets (NGINX removes them only on a clean
+    /// exit, and a stale one makes `bind()` fail).
     pub async fn start(&mut self) -> std::io::Result<()> {
+        if self.is_running() {
+            return Err(std::io::Error::other("nginx is already running"));
+        }
+        self.kill_group();
+        for socket in [API_SOCKET] {
+            match std::fs::remove_file(self.prefix.join(socket)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
         let child = self
             .command()
             .stdin(Stdio::null())
             .kill_on_drop(true)
+            .process_group(0)
             .spawn()?;
+        self.group = child.id().map(|p| p as i32);
         self.child = Some(child);
         Ok(())
+    }
+
+    /// SIGKILL to what remains of the last master's process group (after the master
+    /// itself exited).
+    fn kill_group(&mut self) {
+        if let Some(group) = self.group.take() {
+            match killpg(Pid::from_raw(group), Signal::SIGKILL) {
+                Ok(()) => tracing::warn!(group, "killed NGINX processes left by a dead master"),
+                Err(nix::errno::Errno::ESRCH) => {}
+                Err(e) => tracing::warn!(group, error = %e, "cannot kill NGINX process group"),
+            }
+        }
     }
 
     /// The master's pid, when running.
@@ -110,6 +148,7 @@ impl Nginx {
             Some(Ok(None)) => true,
             Some(_) => {
                 self.child = None;
+                self.kill_group();
                 false
             }
             None => false,
@@ -140,11 +179,12 @@ impl Nginx {
             let _ = child.kill().await;
         }
         self.child = None;
+        self.kill_group();
     }
 
     /// Waits until new connections are answered by workers serving `version`.
     pub async fn wait_for_version(&self, version: &str, timeout: Duration) -> bool {
-        let socket = self.prefix.join("run/balancer.sock");
+        let socket = self.prefix.join(API_SOCKET);
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(resp) =
@@ -163,6 +203,7 @@ impl Nginx {
     pub async fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
         let status = self.child.as_mut()?.wait().await.ok();
         self.child = None;
+        self.kill_group();
         status
     }
 }

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use ferrule_model::annotations::BackendProtocol;
+use ferrule_model::route;
 use ferrule_model::{DEFAULT_SERVER, Location, Model, PathMatch, ResourceRef, Server, Target};
 use serde::Serialize;
 
@@ -239,6 +240,31 @@ impl Renderer {
                 }
             }
         }
+        // NGINX answers `/foo` with a 301 to `/foo/` when a location named `/foo/`
+        // proxies and none is named `/foo`. Only an Exact `/foo/` rule can leave `/foo`
+        // unnamed (a Prefix always names both): name it, routed as the model routes it.
+        let named: std::collections::HashSet<&str> = locations
+            .iter()
+            .filter(|l| l.modifier != "~")
+            .map(|l| l.path.as_str())
+            .collect();
+        let mut twins = Vec::new();
+        for l in &s.locations {
+            let Some(bare) = l.path.strip_suffix('/') else {
+                continue;
+            };
+            if l.path_match != PathMatch::Exact || bare.is_empty() || named.contains(bare) {
+                continue;
+            }
+            let mut twin = match route::location_for(s, bare) {
+                Some(by) => location_view(model, by, "=", bare, has_tls),
+                None => default_location(model),
+            };
+            twin.modifier = "=".to_owned();
+            twin.path = bare.to_owned();
+            twins.push(twin);
+        }
+        locations.extend(twins);
         if !has_root {
             locations.push(default_location(model));
         }
@@ -268,9 +294,42 @@ impl Renderer {
 /// The default certificate's file (certificate and key in one PEM, mode 0600).
 pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
 
-/// The file of a model certificate (`namespace/name`).
+/// The file of a model certificate (`namespace/name`): `namespace_name.pem` for
+/// Kubernetes names; any other name (the manifests source accepts any string) is
+/// reduced to safe characters plus a hash, so that distinct names never share a file.
 pub fn certificate_file(name: &str) -> String {
-    format!("conf/certs/{}.pem", name.replace('/', "_"))
+    let kube_name = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    match name.split_once('/') {
+        Some((ns, n)) if kube_name(ns) && kube_name(n) && !n.starts_with('.') => {
+            format!("conf/certs/{ns}_{n}.pem")
+        }
+        _ => {
+            let safe: String = name
+                .chars()
+                .take(64)
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let hash = blake3::hash(name.as_bytes()).to_hex();
+            format!("conf/certs/{safe}-{}.pem", &hash[..16])
+        }
+    }
+}
+
+/// A value for a directive that expands variables (`set`): a literal `$` is written
+/// as `${ferrule_dollar}` (defined in nginx.conf as a literal `$`), so that a name
+/// can never read a variable (e.g. a request header choosing the backend).
+fn literal_in_variables(value: &str) -> String {
+    value.replace('$', "${ferrule_dollar}")
 }
 
 /// The file of a server: hosts are validated DNS names, `*` becomes `_wildcard_`.
@@ -365,7 +424,7 @@ fn target_view(model: &Model, t: &Target, proto: BackendProtocol) -> (Option<Str
     };
     match t {
         Target::Backend(name) if model.backends.contains_key(name) => {
-            (Some(name.clone()), 0, include.to_owned())
+            (Some(literal_in_variables(name)), 0, include.to_owned())
         }
         Target::Backend(_) => (None, 503, String::new()),
         Target::Status(s) => (None, *s, String::new()),
@@ -494,4 +553,748 @@ struct LocationView {
     backend: Option<String>,
     status: u16,
     include: String,
+}
+
+#[cfg(test)]
+mod tests {
+    //! Snapshots of rendered configuration for representative models (reviewed with
+    //! `cargo insta review`), and proof that hostile values cannot escape their token.
+
+    use std::collections::BTreeMap;
+
+    use ferrule_model::{Settings, Severity, Snapshot, objects};
+    use serde::Deserialize;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    const CONFIGMAP: (&str, &str) = ("ingress-nginx", "ferrule");
+
+    /// A model from YAML documents (`watch_without_class`, so no IngressClass needed).
+    fn model_with(yaml: &str, settings: Settings) -> Model {
+        let mut snap = Snapshot {
+            settings: Settings {
+                watch_without_class: true,
+                ..settings
+            },
+            ..Snapshot::default()
+        };
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v = Value::deserialize(doc).expect("valid YAML");
+            if !v.is_null() {
+                objects::add(&mut snap, v, Some(CONFIGMAP)).expect("valid object");
+            }
+        }
+        ferrule_model::build(&snap)
+    }
+
+    /// A model (with [`SERVICES`]) whose only errors are the `expected` ones.
+    fn model_expecting(yaml: &str, settings: Settings, expected: &[&str]) -> Model {
+        let m = model_with(&format!("{SERVICES}\n---\n{yaml}"), settings);
+        let errors: Vec<&str> = m
+            .problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+            .map(|p| p.message.as_str())
+            .collect();
+        assert_eq!(errors.len(), expected.len(), "problems: {errors:#?}");
+        for (e, want) in errors.iter().zip(expected) {
+            assert!(e.contains(want), "{e:?} does not mention {want:?}");
+        }
+        m
+    }
+
+    /// A model (with [`SERVICES`]) that must build without errors.
+    fn model(yaml: &str, settings: Settings) -> Model {
+        model_expecting(yaml, settings, &[])
+    }
+
+    fn opts(prefix: &str) -> RenderOptions {
+        RenderOptions {
+            prefix: PathBuf::from(prefix),
+            listen_address: "*".to_owned(),
+            http_port: 80,
+            https_port: 443,
+            worker_processes: "auto".to_owned(),
+            user: None,
+            modules: Vec::new(),
+            configmap: Some(format!("{}/{}", CONFIGMAP.0, CONFIGMAP.1)),
+        }
+    }
+
+    /// Every server file of the model, rendered with prefix `/ferrule`.
+    fn servers(model: &Model) -> String {
+        let rendered = Renderer::new(opts("/ferrule")).render(model).unwrap();
+        rendered
+            .iter()
+            .filter(|(path, _)| path.starts_with("conf/servers/"))
+            .map(|(path, f)| format!("#### {path}\n{}", f.text))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Services `app` and `canary` in namespace `demo` with one ready endpoint each.
+    const SERVICES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: { name: app, namespace: demo }
+spec: { ports: [{ name: http, port: 80, targetPort: 8080 }] }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: app-1, namespace: demo, labels: { kubernetes.io/service-name: app } }
+addressType: IPv4
+ports: [{ name: http, port: 8080 }]
+endpoints: [{ addresses: ["10.0.0.1"], conditions: { ready: true } }]
+---
+apiVersion: v1
+kind: Service
+metadata: { name: canary, namespace: demo }
+spec: { ports: [{ name: http, port: 80, targetPort: 8080 }] }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: canary-1, namespace: demo, labels: { kubernetes.io/service-name: canary } }
+addressType: IPv4
+ports: [{ name: http, port: 8080 }]
+endpoints: [{ addresses: ["10.0.0.2"], conditions: { ready: true } }]
+"#;
+
+    fn fixture(name: &str) -> String {
+        let path = format!(
+            "{}/../model/tests/fixtures/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn simple_host() {
+        let m = model_expecting(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: web, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: web.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /api/, pathType: Prefix, backend: { service: { name: app, port: { name: http } } } }
+      - { path: /healthz, pathType: Exact, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /docs/, pathType: Exact, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /gone, pathType: Prefix, backend: { service: { name: missing, port: { number: 80 } } } }
+"#,
+            Settings::default(),
+            &["missing"],
+        );
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    #[test]
+    fn tls_host_with_proxy_settings() {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": { "name": "a-tls", "namespace": "demo" },
+            "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
+        });
+        let m = model(
+            &format!(
+                r#"{secret}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: secure
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/proxy-body-size: 8m
+    nginx.ingress.kubernetes.io/proxy-connect-timeout: "5"
+    nginx.ingress.kubernetes.io/proxy-read-timeout: "120s"
+    nginx.ingress.kubernetes.io/proxy-send-timeout: "30"
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+spec:
+  tls: [{{ hosts: [a.example.com], secretName: a-tls }}]
+  rules:
+  - host: a.example.com
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: grpc
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/backend-protocol: GRPC
+    nginx.ingress.kubernetes.io/ssl-redirect: "false"
+    nginx.ingress.kubernetes.io/force-ssl-redirect: "false"
+spec:
+  rules:
+  - host: grpc.example.com
+    http:
+      paths:
+      - {{ path: /pkg.Service, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: forced
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/force-ssl-redirect: "true"
+spec:
+  rules:
+  - host: forced.example.com
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+"#
+            ),
+            Settings::default(),
+        );
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    #[test]
+    fn wildcard_and_exact_hosts() {
+        let m = model(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: wild, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: "*.foo.example.com"
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+  - host: bar.foo.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#,
+            Settings::default(),
+        );
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    #[test]
+    fn regex_and_rewrite() {
+        let m = model(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/use-regex: "true"
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  rules:
+  - host: rewrite.example.com
+    http:
+      paths:
+      - { path: "/something(/|$)(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: "/v[0-9]+/(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /exact, pathType: Exact, backend: { service: { name: app, port: { number: 80 } } } }
+"#,
+            Settings::default(),
+        );
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    #[test]
+    fn canary() {
+        let m = model(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: main, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: main-canary
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:01Z"
+  annotations:
+    nginx.ingress.kubernetes.io/canary: "true"
+    nginx.ingress.kubernetes.io/canary-weight: "20"
+    nginx.ingress.kubernetes.io/canary-by-header: X-Canary
+spec:
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#,
+            Settings::default(),
+        );
+        // The canary adds no location: the split happens in the balancer.
+        let canary = m.backends["demo_app_80"].balancing.canary.as_ref();
+        assert_eq!(canary.map(|c| c.backend.as_str()), Some("demo_canary_80"));
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    #[test]
+    fn snippets_enabled() {
+        let m = model(
+            r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: ferrule, namespace: ingress-nginx }
+data:
+  http-snippet: "map $http_x_tenant $tenant { default none; }"
+  server-snippet: "add_header X-Server-Snippet on;"
+  location-snippet: "add_header X-Location-Snippet on;"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: snippets
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/server-snippet: |
+      location = /server-snippet { return 204; }
+    nginx.ingress.kubernetes.io/configuration-snippet: |
+      more_set_headers "X-Config: on";
+      add_header X-Config-Snippet on;
+spec:
+  rules:
+  - host: snippets.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+"#,
+            Settings {
+                allow_snippet_annotations: true,
+                ..Settings::default()
+            },
+        );
+        let rendered = Renderer::new(opts("/ferrule")).render(&m).unwrap();
+        let main = &rendered["conf/nginx.conf"].text;
+        let http_snippet = main
+            .lines()
+            .skip_while(|l| !l.contains("ConfigMap http-snippet"))
+            .take(4)
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!(format!(
+            "#### conf/nginx.conf (http-snippet)\n{http_snippet}\n{}",
+            servers(&m)
+        ));
+    }
+
+    #[test]
+    fn default_backend() {
+        let m = model(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: catch-all, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  defaultBackend: { service: { name: app, port: { number: 80 } } }
+  rules:
+  - http:
+      paths:
+      - { path: /api, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#,
+            Settings::default(),
+        );
+        insta::assert_snapshot!(servers(&m));
+        // Without any Ingress: the implicit default server answers 404.
+        insta::assert_snapshot!("no_ingress", servers(&model("", Settings::default())));
+    }
+
+    #[test]
+    fn main_config() {
+        let m = model("", Settings::default());
+        let mut o = opts("/ferrule");
+        o.user = Some("nobody".to_owned());
+        o.modules = vec!["/usr/lib/nginx/modules/ngx_http_lua_module.so".to_owned()];
+        let rendered = Renderer::new(o).render(&m).unwrap();
+        let text = rendered["conf/nginx.conf"]
+            .text
+            .replace(&m.hash(), "<config-version>");
+        insta::assert_snapshot!(text);
+    }
+
+    // ---------------------------------------------------------------------------
+    // Hostile values.
+
+    /// The structure NGINX parses from a configuration: one entry per directive
+    /// (`depth name argc`), following `ngx_conf_read_token` (comments start only where
+    /// a token starts; quotes only at the start of a token, with backslash escapes).
+    /// Bodies of `*_by_lua_block` directives are Lua, skipped by brace counting.
+    fn skeleton(conf: &str) -> Vec<String> {
+        let b = conf.as_bytes();
+        let (mut i, mut depth) = (0, 0usize);
+        let mut out = Vec::new();
+        let mut words: Vec<String> = Vec::new();
+        while i < b.len() {
+            let c = b[i];
+            match c {
+                b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+                b'#' => {
+                    while i < b.len() && b[i] != b'\n' {
+                        i += 1;
+                    }
+                }
+                b';' | b'{' | b'}' => {
+                    if c == b'}' {
+                        assert!(words.is_empty(), "unterminated directive {words:?}");
+                        depth = depth.checked_sub(1).expect("unbalanced }");
+                    } else {
+                        let name = words.first().cloned().unwrap_or_default();
+                        out.push(format!("{depth} {name} {}", words.len() - 1));
+                        words.clear();
+                        if c == b'{' {
+                            if name.ends_with("_by_lua_block") {
+                                let mut level = 1;
+                                while level > 0 {
+                                    i += 1;
+                                    match b[i] {
+                                        b'{' => level += 1,
+                                        b'}' => level -= 1,
+                                        _ => {}
+                                    }
+                                }
+                            } else {
+                                depth += 1;
+                            }
+                        }
+                    }
+                    i += 1;
+                }
+                b'"' | b'\'' => {
+                    let mut w = String::new();
+                    i += 1;
+                    while b[i] != c {
+                        if b[i] == b'\\' {
+                            i += 1;
+                        }
+                        w.push(b[i] as char);
+                        i += 1;
+                    }
+                    i += 1;
+                    assert!(
+                        i >= b.len() || b" \t\r\n;{".contains(&b[i]),
+                        "a quoted token must be followed by a separator at byte {i}"
+                    );
+                    words.push(w);
+                }
+                _ => {
+                    let mut w = String::new();
+                    while i < b.len() && !b" \t\r\n;{}".contains(&b[i]) {
+                        if b[i] == b'\\' {
+                            i += 1;
+                        }
+                        w.push(b[i] as char);
+                        i += 1;
+                    }
+                    words.push(w);
+                }
+            }
+        }
+        assert_eq!(depth, 0, "unbalanced blocks");
+        out
+    }
+
+    #[test]
+    fn skeleton_sees_injected_directives() {
+        let ok = "server { listen \"80\"; }";
+        let injected = "server { listen \"80\"; } server { listen 81; }";
+        assert_eq!(skeleton(ok), vec!["0 server 0", "1 listen 1"]);
+        assert_ne!(skeleton(ok), skeleton(injected));
+        assert_eq!(skeleton("a \"x;}\\\"#\" b#c;"), vec!["0 a 2"]);
+    }
+
+    /// Hostile strings in every user-controlled place that reaches a file, each with a
+    /// benign twin of the same role.
+    struct Values {
+        ns: &'static str,
+        ingress: &'static str,
+        service: &'static str,
+        port: &'static str,
+        secret: &'static str,
+        regex_path: &'static str,
+        rewrite: &'static str,
+    }
+
+    const HOSTILE: Values = Values {
+        ns: "demo\";}\nserver{listen 1;}#",
+        ingress: "evil\";\n} server { listen 2; }\n# x",
+        service: "svc\";}server{listen 3;}#$http_x_pick",
+        port: "http\";}#",
+        secret: "tls\";}\nssl_certificate x;#",
+        regex_path: "/r\";}server{return(200);#(.*)",
+        rewrite: "/$1#frag",
+    };
+
+    const BENIGN: Values = Values {
+        ns: "demo",
+        ingress: "nice",
+        service: "svc",
+        port: "http",
+        secret: "tls",
+        regex_path: "/r/(.*)",
+        rewrite: "/$1",
+    };
+
+    fn world(v: &Values) -> String {
+        let docs = [
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": { "name": v.service, "namespace": v.ns },
+                "spec": { "ports": [{ "name": v.port, "port": 80, "targetPort": 8080 }] },
+            }),
+            json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {
+                    "name": "s-1", "namespace": v.ns,
+                    "labels": { "kubernetes.io/service-name": v.service },
+                },
+                "addressType": "IPv4",
+                "ports": [{ "name": v.port, "port": 8080 }],
+                "endpoints": [{ "addresses": ["10.0.0.1"], "conditions": { "ready": true } }],
+            }),
+            json!({
+                "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+                "metadata": { "name": v.secret, "namespace": v.ns },
+                "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
+            }),
+            json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {
+                    "name": v.ingress, "namespace": v.ns,
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                },
+                "spec": {
+                    "tls": [{ "hosts": ["a.example.com"], "secretName": v.secret }],
+                    "rules": [{ "host": "a.example.com", "http": { "paths": [
+                        { "path": "/p", "pathType": "Prefix",
+                          "backend": { "service": { "name": v.service, "port": { "name": v.port } } } },
+                        { "path": "/x", "pathType": "Exact",
+                          "backend": { "service": { "name": v.service, "port": { "number": 80 } } } },
+                    ] } }],
+                },
+            }),
+            json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {
+                    "name": "regex", "namespace": v.ns,
+                    "creationTimestamp": "2026-01-01T00:00:00Z",
+                    "annotations": {
+                        "nginx.ingress.kubernetes.io/use-regex": "true",
+                        "nginx.ingress.kubernetes.io/rewrite-target": v.rewrite,
+                    },
+                },
+                "spec": { "rules": [{ "host": "b.example.com", "http": { "paths": [
+                    { "path": v.regex_path, "pathType": "ImplementationSpecific",
+                      "backend": { "service": { "name": v.service, "port": { "number": 80 } } } },
+                ] } }] },
+            }),
+        ];
+        docs.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    }
+
+    #[test]
+    fn certificate_files_are_safe_and_distinct() {
+        assert_eq!(certificate_file("demo/a-tls"), "conf/certs/demo_a-tls.pem");
+        assert_eq!(
+            certificate_file("demo/a.example.com"),
+            "conf/certs/demo_a.example.com.pem"
+        );
+        let odd = [
+            "demo/a_b",
+            "demo_a/b",
+            "x/..",
+            "x/a\"\n;}",
+            "x/$host",
+            "x/a/b",
+        ];
+        let files: std::collections::BTreeSet<String> =
+            odd.iter().map(|n| certificate_file(n)).collect();
+        assert_eq!(files.len(), odd.len(), "{files:?}");
+        for f in &files {
+            let stem = f.strip_prefix("conf/certs/").unwrap();
+            assert!(
+                stem.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+                    && !stem.starts_with('.'),
+                "{f}"
+            );
+        }
+    }
+
+    /// Values that the annotation and rule parsers must reject before rendering.
+    #[test]
+    fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
+        let cases: &[(&str, &str)] = &[
+            ("proxy-body-size", "1m; return 200 \"x\""),
+            ("proxy-read-timeout", "5;}"),
+            ("rewrite-target", "/x; return 200"),
+            ("rewrite-target", "/x\"}"),
+            ("rewrite-target", "/x\n}"),
+            ("session-cookie-name", "a;b"),
+        ];
+        for (key, value) in cases {
+            let ing = json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": {
+                    "name": "bad", "namespace": "demo",
+                    "annotations": { format!("nginx.ingress.kubernetes.io/{key}"): value },
+                },
+                "spec": { "rules": [{ "host": "bad.example.com", "http": { "paths": [
+                    { "path": "/", "pathType": "Prefix",
+                      "backend": { "service": { "name": "app", "port": { "number": 80 } } } },
+                ] } }] },
+            });
+            let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+            assert!(
+                m.problems
+                    .iter()
+                    .any(|p| p.severity == Severity::Error && p.message.contains(key)),
+                "{key}: {value:?} accepted: {:#?}",
+                m.problems
+            );
+            assert!(m.server("bad.example.com").is_none(), "{key}: {value:?}");
+        }
+        for host in [
+            "a.test;", "a.test}", "a\".test", "a test", "a.test\n", "#a.test",
+        ] {
+            let ing = json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": { "name": "bad", "namespace": "demo" },
+                "spec": { "rules": [{ "host": host, "http": { "paths": [
+                    { "path": "/", "pathType": "Prefix",
+                      "backend": { "service": { "name": "app", "port": { "number": 80 } } } },
+                ] } }] },
+            });
+            let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+            assert_eq!(m.servers.len(), 0, "host {host:?} accepted");
+        }
+        for path in ["/a;b", "/a{", "/a}", "/a\"", "/a b", "/a\nb", "/a\\"] {
+            let ing = json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": { "name": "bad", "namespace": "demo" },
+                "spec": { "rules": [{ "host": "p.example.com", "http": { "paths": [
+                    { "path": path, "pathType": "Prefix",
+                      "backend": { "service": { "name": "app", "port": { "number": 80 } } } },
+                ] } }] },
+            });
+            let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+            assert!(m.servers.is_empty(), "path {path:?} accepted");
+        }
+    }
+
+    /// Everything rendered for a model, as (path, text), certificates excluded.
+    fn render_all(model: &Model, prefix: &Path) -> BTreeMap<String, String> {
+        Renderer::new(opts(&prefix.to_string_lossy()))
+            .render(model)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, v.text))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn hostile_values_cannot_escape_their_token() {
+        let hostile = model_with(&world(&HOSTILE), Settings::default());
+        let benign = model_with(&world(&BENIGN), Settings::default());
+        // Both build the same thing: 2 servers, a backend, a certificate, no errors.
+        for m in [&hostile, &benign] {
+            let errors: Vec<_> = m
+                .problems
+                .iter()
+                .filter(|p| p.severity == Severity::Error)
+                .collect();
+            assert!(errors.is_empty(), "{errors:#?}");
+            assert_eq!(m.servers.len(), 2);
+            assert_eq!(m.backends.len(), 2, "by port name and by number");
+            assert_eq!(m.certificates.len(), 1);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (h, b) = (
+            render_all(&hostile, dir.path()),
+            render_all(&benign, dir.path()),
+        );
+        // The same files (server files are named by host) with the same structure:
+        // no directive, block or parameter was added, removed or ended early.
+        assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        for (path, text) in &h {
+            assert_eq!(
+                skeleton(text),
+                skeleton(&b[path]),
+                "{path}: structure differs\n{text}"
+            );
+        }
+        // The hostile strings are there, but only quoted.
+        let host_file = &h[&server_file("a.example.com")];
+        assert!(
+            host_file.contains(r#"demo\";}\nserver{listen 1;}#"#),
+            "{host_file}"
+        );
+        assert!(!host_file.contains("server{listen 1;}#\n"));
+        // A `$` in a name never reads a variable where NGINX expands them.
+        assert!(
+            host_file.contains("#${ferrule_dollar}http_x_pick_"),
+            "{host_file}"
+        );
+        assert!(!host_file.contains("#$http_x_pick"), "{host_file}");
+
+        // And NGINX accepts it (and loads the certificate file with the odd name).
+        if which_nginx().is_none() {
+            eprintln!("nginx not installed: skipping nginx -t");
+            return;
+        }
+        let out = nginx_test(&hostile, dir.path()).await;
+        assert!(out.is_ok(), "nginx -t failed: {out:?}");
+    }
+
+    fn which_nginx() -> Option<PathBuf> {
+        std::env::var_os("PATH")?
+            .to_str()?
+            .split(':')
+            .map(|d| Path::new(d).join("nginx"))
+            .find(|p| p.exists())
+    }
+
+    /// Writes every file of `model` into `prefix` (as the controller does, with the
+    /// modules the controller loads) and runs `nginx -t`.
+    async fn nginx_test(
+        model: &Model,
+        prefix: &Path,
+    ) -> Result<(), crate::nginx::process::TestFailure> {
+        let mut o = opts(&prefix.to_string_lossy());
+        o.modules = ["ndk_http_module.so", "ngx_http_lua_module.so"]
+            .iter()
+            .map(|m| format!("/usr/lib/nginx/modules/{m}"))
+            .collect();
+        let pem = crate::tls::self_signed_default().unwrap();
+        let dp = crate::nginx::Dataplane::new(Renderer::new(o), "nginx".into(), pem).unwrap();
+        let (_, specs) = dp.files(model).unwrap();
+        crate::nginx::files::write_all(prefix, &specs).unwrap();
+        crate::nginx::process::Nginx::new("nginx", prefix)
+            .test()
+            .await
+    }
 }

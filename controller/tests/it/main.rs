@@ -4,6 +4,8 @@
 
 mod support;
 
+mod conformance;
 mod dataplane;
 mod e2e;
+mod process;
 mod safety;

@@ -1,0 +1,225 @@
+//! Render benchmark (issue 3, section 6): model build, render, write and `nginx -t`
+//! for synthetic clusters of 1k and 10k Ingresses (3 Prefix paths each, one host per
+//! Ingress, one Service with a 3-endpoint EndpointSlice per Ingress).
+//!
+//! Goals: ≤ 2 KB of configuration per Ingress on average; the controller's own share
+//! (build + render + write) ≤ 0.1× the `nginx -t` time on the same configuration.
+//!
+//! `cargo bench -p ferrule --bench render` (short measurement by default; criterion
+//! flags such as `--measurement-time` override it). Needs `nginx` with the Lua module
+//! (`make deps`); without it the `nginx -t` part is skipped.
+//! Results: `controller/BENCHMARKS.md`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use criterion::{BatchSize, Criterion};
+use ferrule::nginx::render::{RenderOptions, Renderer};
+use ferrule::nginx::{Dataplane, files, process::Nginx};
+use ferrule_model::{Model, Settings, Snapshot, objects};
+use serde_json::json;
+
+const SIZES: &[usize] = &[1_000, 10_000];
+
+/// `n` Ingresses `ing-i` (host `ing-i.bench.example.com`, paths `/`, `/api`,
+/// `/static/v1`), each with its own Service and EndpointSlice.
+fn snapshot(n: usize) -> Snapshot {
+    let mut snap = Snapshot {
+        settings: Settings {
+            watch_without_class: true,
+            ..Settings::default()
+        },
+        ..Snapshot::default()
+    };
+    for i in 0..n {
+        let ns = format!("team-{}", i % 50);
+        let name = format!("ing-{i}");
+        let svc = format!("svc-{i}");
+        let paths: Vec<_> = ["/", "/api", "/static/v1"]
+            .iter()
+            .map(|p| {
+                json!({ "path": p, "pathType": "Prefix",
+                        "backend": { "service": { "name": svc, "port": { "number": 80 } } } })
+            })
+            .collect();
+        let docs = [
+            json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": { "name": name, "namespace": ns,
+                              "creationTimestamp": "2026-01-01T00:00:00Z" },
+                "spec": { "rules": [{ "host": format!("{name}.bench.example.com"),
+                                      "http": { "paths": paths } }] },
+            }),
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": { "name": svc, "namespace": ns },
+                "spec": { "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] },
+            }),
+            json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": { "name": format!("{svc}-1"), "namespace": ns,
+                              "labels": { "kubernetes.io/service-name": svc } },
+                "addressType": "IPv4",
+                "ports": [{ "name": "http", "port": 8080 }],
+                "endpoints": (0..3).map(|e| json!({
+                    "addresses": [format!("10.{}.{}.{e}", i / 250 % 250, i % 250)],
+                    "conditions": { "ready": true },
+                })).collect::<Vec<_>>(),
+            }),
+        ];
+        for d in docs {
+            objects::add(&mut snap, d, None).expect("valid object");
+        }
+    }
+    snap
+}
+
+fn nginx_available() -> bool {
+    std::process::Command::new("nginx")
+        .arg("-v")
+        .output()
+        .is_ok_and(|o| o.status.success())
+        && Path::new("/usr/lib/nginx/modules/ngx_http_lua_module.so").exists()
+}
+
+/// A prepared NGINX prefix (Lua files, token, default certificate) and its dataplane.
+fn dataplane(prefix: &Path) -> Dataplane {
+    let opts = RenderOptions {
+        prefix: prefix.to_owned(),
+        listen_address: "127.0.0.1".to_owned(),
+        http_port: 18080,
+        https_port: 18443,
+        worker_processes: "1".to_owned(),
+        user: None,
+        modules: ["ndk_http_module.so", "ngx_http_lua_module.so"]
+            .iter()
+            .map(|m| format!("/usr/lib/nginx/modules/{m}"))
+            .collect(),
+        configmap: None,
+    };
+    let pem = ferrule::tls::self_signed_default().expect("default certificate");
+    Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), pem).expect("prefix")
+}
+
+/// Build + render (+ file specs) + write into an empty prefix.
+fn controller_pass(snap: &Snapshot, dp: &Dataplane, out: &Path) -> Model {
+    let model = ferrule_model::build(snap);
+    let (_, specs) = dp.files(&model).expect("render");
+    files::write_all(out, &specs).expect("write");
+    model
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
+    median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(f());
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, have_nginx: bool) -> Vec<String> {
+    let mut summary = Vec::new();
+    for &n in SIZES {
+        let snap = snapshot(n);
+        let dir = tempfile::tempdir().unwrap();
+        let dp = dataplane(dir.path());
+        let model = ferrule_model::build(&snap);
+        assert_eq!(model.servers.len(), n, "one server per Ingress");
+        let (rendered, specs) = dp.files(&model).unwrap();
+        let config_bytes: usize = rendered.values().map(|f| f.text.len()).sum();
+        let server_bytes: usize = rendered
+            .iter()
+            .filter(|(p, _)| p.starts_with("conf/servers/host_"))
+            .map(|(_, f)| f.text.len())
+            .sum();
+        files::write_all(dir.path(), &specs).unwrap();
+
+        // Criterion for the in-memory phases; the slow ones (seconds per run at 10k)
+        // are timed by the summary below so that the whole bench takes minutes.
+        let mut g = c.benchmark_group(format!("render_{n}"));
+        g.bench_function("build", |b| b.iter(|| ferrule_model::build(&snap)));
+        g.bench_function("render", |b| b.iter(|| dp.files(&model).unwrap()));
+        if n <= 1_000 {
+            g.bench_function("write", |b| {
+                b.iter_batched(
+                    || tempfile::tempdir().unwrap(),
+                    |out| {
+                        files::write_all(out.path(), &specs).unwrap();
+                        out
+                    },
+                    BatchSize::PerIteration,
+                )
+            });
+        }
+        g.finish();
+        if have_nginx {
+            let nginx = Nginx::new("nginx", dir.path());
+            rt.block_on(nginx.test())
+                .expect("nginx -t accepts the config");
+        }
+
+        // The summary: medians of a few runs, each phase on its own and the whole
+        // controller pass (build + render + write into an empty prefix).
+        let runs = if n >= 10_000 { 3 } else { 5 };
+        let build = time(runs, || ferrule_model::build(&snap));
+        let render = time(runs, || dp.files(&model).unwrap());
+        let write = time(runs, || {
+            let out = tempfile::tempdir().unwrap();
+            files::write_all(out.path(), &specs).unwrap();
+            out
+        });
+        let pass = time(runs, || {
+            let out = tempfile::tempdir().unwrap();
+            controller_pass(&snap, &dp, out.path());
+            out
+        });
+        let mut line = format!(
+            "{n:>6} Ingresses: config {:.2} MB = {:.0} B/Ingress (server files {:.0} B/Ingress); \
+             build {build:.1?}, render {render:.1?}, write {write:.1?}, controller pass {pass:.1?}",
+            config_bytes as f64 / 1e6,
+            config_bytes as f64 / n as f64,
+            server_bytes as f64 / n as f64,
+        );
+        if have_nginx {
+            let nginx = Nginx::new("nginx", dir.path());
+            let t = time(runs, || rt.block_on(nginx.test()).unwrap());
+            line.push_str(&format!(
+                "; nginx -t {t:.1?}; controller/nginx -t = {:.3}",
+                pass.as_secs_f64() / t.as_secs_f64()
+            ));
+        }
+        summary.push(line);
+    }
+    summary
+}
+
+fn main() {
+    let mut c = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .configure_from_args();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let have_nginx = nginx_available();
+    if !have_nginx {
+        eprintln!("nginx with the Lua module not found: skipping nginx -t (run `make deps`)");
+    }
+    let summary = bench(&mut c, &rt, have_nginx);
+    c.final_summary();
+    println!("\nsummary (medians):");
+    for line in summary {
+        println!("  {line}");
+    }
+}

@@ -1,0 +1,650 @@
+//! Conformance: what a user of an Ingress controller relies on, asserted with real
+//! HTTP through real NGINX (default backend, hosts, paths, load balancing, classes,
+//! TLS, redirects, missing endpoints, proxy settings, rewrites).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use reqwest::Method;
+use serde_json::Value;
+
+use crate::support::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+const T1: &str = "2026-01-01T00:00:01Z";
+
+/// A request through the HTTP port with extra headers and an optional body:
+/// (status, response headers, echo JSON or Null).
+async fn send(
+    f: &Ferrule,
+    method: &str,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut req = client()
+        .request(
+            Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("http://127.0.0.1:{}{path}", f.http),
+        )
+        .header("Host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if let Some(b) = body {
+        req = req.body(b);
+    }
+    let r = req
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method} {host}{path}: {e}"));
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.json().await.unwrap_or(Value::Null))
+}
+
+fn service_of(ns: &str, name: &str, echoes: &[&Echo]) -> String {
+    let addrs: Vec<SocketAddr> = echoes.iter().map(|e| e.addr).collect();
+    service(ns, name, &addrs)
+}
+
+#[tokio::test]
+async fn default_backend_gets_every_method_with_path_query_and_headers() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "fallback", &[a.addr]));
+    m.write(
+        "catch-all.yaml",
+        &Ing::new("demo", "catch-all", T0)
+            .default_backend("fallback")
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let path = "/some/deep%20path/x%2Fy?q=1&q=2&name=a%20b&empty=";
+    for method in ["GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+        let body = (method != "GET").then(|| b"payload".to_vec());
+        let (s, _, v) = send(&f, method, "anything.test", path, &[], body.clone()).await;
+        assert_eq!(s, 200, "{method}: {v}");
+        assert_eq!(v["backend"], a.addr.to_string(), "{method}");
+        assert_eq!(v["method"], method);
+        assert_eq!(v["path"], path, "{method}: path and query preserved");
+        assert_eq!(
+            v["version"], "HTTP/1.1",
+            "{method}: HTTP/1.1 to the backend"
+        );
+        assert_eq!(v["body_bytes"], body.map_or(0, |b| b.len()), "{method}");
+    }
+    // HEAD has no body: the echo names the method in a header.
+    let (s, h, _) = send(&f, "HEAD", "anything.test", path, &[], None).await;
+    assert_eq!(s, 200);
+    assert_eq!(h["x-echo-method"], "HEAD");
+    assert_eq!(h["x-echo-backend"], a.addr.to_string().as_str());
+
+    // Forwarded headers, Host with its port, a generated request id.
+    let (s, _, v) = send(&f, "GET", "Anything.test:8080", "/h", &[], None).await;
+    assert_eq!(s, 200);
+    let h = &v["headers"];
+    assert_eq!(h["host"], "Anything.test:8080", "Host preserved as sent");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert_eq!(h["x-forwarded-host"], "Anything.test:8080");
+    assert_eq!(h["x-forwarded-port"], f.http.to_string());
+    let id = h["x-request-id"].as_str().unwrap_or_default();
+    assert!(
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "generated X-Request-ID: {id:?}"
+    );
+    // An incoming request id is kept; ids differ between requests.
+    let (_, _, v) = send(
+        &f,
+        "GET",
+        "anything.test",
+        "/h",
+        &[("X-Request-ID", "caller-chose-this")],
+        None,
+    )
+    .await;
+    assert_eq!(v["headers"]["x-request-id"], "caller-chose-this");
+    let (_, _, v2) = send(&f, "GET", "anything.test", "/h", &[], None).await;
+    assert_ne!(v2["headers"]["x-request-id"].as_str(), Some(id));
+}
+
+#[tokio::test]
+async fn host_rules_exact_wildcard_case_and_unknown() {
+    let exact = Echo::start("127.0.0.2").await;
+    let wild = Echo::start("127.0.0.3").await;
+    let m = Manifests::new();
+    m.write("svc-exact.yaml", &service("demo", "exact", &[exact.addr]));
+    m.write("svc-wild.yaml", &service("demo", "wild", &[wild.addr]));
+    m.write(
+        "exact.yaml",
+        &Ing::new("demo", "exact", T0)
+            .rule("exact.foo.test", &[("/", "Prefix", "exact")])
+            .yaml(),
+    );
+    m.write(
+        "wild.yaml",
+        &Ing::new("demo", "wild", T1)
+            .rule("*.foo.test", &[("/", "Prefix", "wild")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let (e, w) = (exact.addr.to_string(), wild.addr.to_string());
+    let cases: &[(&str, Option<&str>)] = &[
+        ("exact.foo.test", Some(&e)),
+        ("EXACT.Foo.TEST", Some(&e)),
+        ("exact.foo.test:1234", Some(&e)),
+        ("bar.foo.test", Some(&w)),
+        ("Bar.FOO.test", Some(&w)),
+        ("x-1.foo.test", Some(&w)),
+        ("baz.bar.foo.test", None),
+        ("foo.test", None),
+        ("unknown.test", None),
+        ("exact.foo.test.evil", None),
+    ];
+    for (host, want) in cases {
+        let (s, backend) = f.backend(host, "/p").await;
+        match want {
+            Some(b) => assert_eq!((s, backend.as_str()), (200, *b), "host {host}"),
+            None => assert_eq!(s, 404, "host {host} must be unknown (got {backend:?})"),
+        }
+    }
+}
+
+/// The path matching table of the Kubernetes documentation
+/// (<https://kubernetes.io/docs/concepts/services-networking/ingress/#examples>),
+/// plus case sensitivity: each row is its own host.
+#[tokio::test]
+async fn path_rules_follow_the_kubernetes_table() {
+    let a = Echo::start("127.0.0.2").await;
+    let b = Echo::start("127.0.0.3").await;
+    let c = Echo::start("127.0.0.4").await;
+    let m = Manifests::new();
+    m.write("a.yaml", &service("demo", "a", &[a.addr]));
+    m.write("b.yaml", &service("demo", "b", &[b.addr]));
+    m.write("c.yaml", &service("demo", "c", &[c.addr]));
+    type Row<'a> = (&'a [PathRule<'a>], &'a [(&'a str, Option<&'a str>)]);
+    let rows: &[Row] = &[
+        (
+            &[("/", "Prefix", "a")],
+            &[("/", Some("a")), ("/x/y", Some("a"))],
+        ),
+        (
+            &[("/foo", "Exact", "a")],
+            &[("/foo", Some("a")), ("/bar", None), ("/foo/", None)],
+        ),
+        (
+            &[("/foo/", "Exact", "a")],
+            &[("/foo", None), ("/foo/", Some("a"))],
+        ),
+        (
+            &[("/foo", "Prefix", "a")],
+            &[("/foo", Some("a")), ("/foo/", Some("a"))],
+        ),
+        (
+            &[("/foo/", "Prefix", "a")],
+            &[("/foo", Some("a")), ("/foo/", Some("a"))],
+        ),
+        (&[("/aaa/bb", "Prefix", "a")], &[("/aaa/bbb", None)]),
+        (
+            &[("/aaa/bbb", "Prefix", "a")],
+            &[
+                ("/aaa/bbb", Some("a")),
+                ("/aaa/bbb/", Some("a")),
+                ("/aaa/bbb/ccc", Some("a")),
+                ("/aaa/bbbxyz", None),
+                ("/aaa/bbb?x=/y", Some("a")),
+            ],
+        ),
+        (&[("/aaa/bbb/", "Prefix", "a")], &[("/aaa/bbb", Some("a"))]),
+        (
+            &[("/", "Prefix", "a"), ("/aaa", "Prefix", "b")],
+            &[("/aaa/ccc", Some("b")), ("/aaaa", Some("a"))],
+        ),
+        (
+            &[
+                ("/", "Prefix", "a"),
+                ("/aaa", "Prefix", "b"),
+                ("/aaa/bbb", "Prefix", "c"),
+            ],
+            &[
+                ("/aaa/bbb", Some("c")),
+                ("/aaa/bbb/x", Some("c")),
+                ("/aaa/bb", Some("b")),
+                ("/ccc", Some("a")),
+            ],
+        ),
+        (&[("/aaa", "Prefix", "a")], &[("/ccc", None)]),
+        (
+            &[("/foo", "Prefix", "a"), ("/foo", "Exact", "b")],
+            &[("/foo", Some("b")), ("/foo/x", Some("a"))],
+        ),
+        // ImplementationSpecific without regex annotations is Prefix.
+        (
+            &[("/impl", "ImplementationSpecific", "a")],
+            &[
+                ("/impl", Some("a")),
+                ("/impl/x", Some("a")),
+                ("/implx", None),
+            ],
+        ),
+        // Case-sensitive.
+        (
+            &[("/Foo", "Prefix", "a"), ("/bar", "Exact", "b")],
+            &[("/Foo/x", Some("a")), ("/foo/x", None), ("/BAR", None)],
+        ),
+    ];
+    for (i, (rules, _)) in rows.iter().enumerate() {
+        m.write(
+            &format!("row{i}.yaml"),
+            &Ing::new("demo", &format!("row{i}"), T0)
+                .rule(&format!("row{i}.paths.test"), rules)
+                .yaml(),
+        );
+    }
+    let f = Ferrule::start(m.path(), &[]).await;
+    let addr = |svc: &str| match svc {
+        "a" => a.addr.to_string(),
+        "b" => b.addr.to_string(),
+        _ => c.addr.to_string(),
+    };
+    let mut failures = Vec::new();
+    for (i, (rules, requests)) in rows.iter().enumerate() {
+        for (path, want) in requests.iter() {
+            let (s, got) = f.backend(&format!("row{i}.paths.test"), path).await;
+            let ok = match want {
+                Some(svc) => s == 200 && got == addr(svc),
+                None => s == 404,
+            };
+            if !ok {
+                failures.push(format!(
+                    "rules {rules:?}: {path} → {s} {got:?}, want {want:?}"
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+#[tokio::test]
+async fn load_balancing_reaches_every_endpoint() {
+    let echoes = echo_group(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]).await;
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_of("demo", "app", &echoes.iter().collect::<Vec<_>>()),
+    );
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "app", T0)
+            .rule("lb.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    let n = 300;
+    for _ in 0..n {
+        let (s, backend) = f.backend("lb.test", "/").await;
+        assert_eq!(s, 200);
+        *seen.entry(backend).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 3, "every endpoint reached: {seen:?}");
+    for (b, count) in &seen {
+        assert!(
+            (n / 6..=n / 2).contains(count),
+            "{b} got {count} of {n}: not roughly even ({seen:?})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn ingress_class_selection() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    m.write(
+        "other-class.yaml",
+        r#"apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: { name: other }
+spec: { controller: example.com/other-controller }
+"#,
+    );
+    let route = |name: &str| {
+        Ing::new("demo", name, T0).rule(&format!("{name}.class.test"), &[("/", "Prefix", "app")])
+    };
+    m.write("named.yaml", &route("named").class("ferrule").yaml());
+    m.write("foreign.yaml", &route("foreign").class("other").yaml());
+    m.write(
+        "missing.yaml",
+        &route("missing").class("nonexistent").yaml(),
+    );
+    m.write(
+        "legacy.yaml",
+        &route("legacy")
+            .annotation("kubernetes.io/ingress.class", "ferrule")
+            .yaml(),
+    );
+    m.write(
+        "legacy-foreign.yaml",
+        &route("legacy-foreign")
+            .annotation("kubernetes.io/ingress.class", "nginx")
+            .yaml(),
+    );
+    m.write("classless.yaml", &route("classless").yaml());
+    let f = Ferrule::start(m.path(), &[]).await;
+    let expect = [
+        ("named", 200),
+        ("foreign", 404),
+        ("missing", 404),
+        ("legacy", 200),
+        ("legacy-foreign", 404),
+        ("classless", 200),
+    ];
+    for (name, status) in expect {
+        assert_eq!(
+            f.get(&format!("{name}.class.test"), "/").await.0,
+            status,
+            "{name}"
+        );
+    }
+    // Ours but no longer the default class: Ingresses without a class are dropped.
+    m.write("class.yaml", &ingress_class("ferrule", false));
+    let dropped = wait_until(Duration::from_secs(5), || async {
+        f.get("classless.class.test", "/").await.0 == 404
+    })
+    .await;
+    assert!(
+        dropped,
+        "classless Ingress still served; log:\n{}",
+        f.logs()
+    );
+    assert_eq!(f.get("named.class.test", "/").await.0, 200);
+    assert_eq!(f.get("legacy.class.test", "/").await.0, 200);
+}
+
+/// An HTTPS client that trusts only the test CA and sends `host` to the HTTPS port.
+fn tls_client(f: &Ferrule, hosts: &[&str]) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(tls_fixture("ca.crt").as_bytes()).unwrap();
+    let mut b = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .use_rustls_tls()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10));
+    for h in hosts {
+        b = b.resolve(h, SocketAddr::from(([127, 0, 0, 1], f.https)));
+    }
+    b.build().unwrap()
+}
+
+#[tokio::test]
+async fn tls_with_sni_and_ssl_redirects() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "secure.yaml",
+        &Ing::new("demo", "secure", T0)
+            .rule("a.example.com", &[("/", "Prefix", "app")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    // Same certificate, but redirects switched off.
+    m.write(
+        "noredirect.yaml",
+        &Ing::new("demo", "noredirect", T0)
+            .nginx("ssl-redirect", "false")
+            .rule("b.example.com", &[("/", "Prefix", "app")])
+            .tls(&["b.example.com"], "a-tls")
+            .yaml(),
+    );
+    m.write(
+        "forced.yaml",
+        &Ing::new("demo", "forced", T0)
+            .nginx("force-ssl-redirect", "true")
+            .rule("forced.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    m.write(
+        "plain.yaml",
+        &Ing::new("demo", "plain", T0)
+            .rule("plain.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    // The right certificate for the SNI name, verified against the test CA, over h2.
+    let c = tls_client(&f, &["a.example.com", "other.example.com"]);
+    let r = c
+        .get(format!("https://a.example.com:{}/tls?x=1", f.https))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("TLS to a.example.com: {e:?}; log:\n{}", f.logs()));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.version(), reqwest::Version::HTTP_2, "HTTP/2 on TLS");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["backend"], a.addr.to_string());
+    assert_eq!(v["path"], "/tls?x=1");
+    assert_eq!(
+        v["version"], "HTTP/1.1",
+        "HTTP/1.1 to the backend even for h2 clients"
+    );
+    assert_eq!(v["headers"]["x-forwarded-proto"], "https");
+    assert_eq!(v["headers"]["x-forwarded-port"], f.https.to_string());
+    // Another name gets the default certificate, which the test CA did not sign.
+    let err = c
+        .get(format!("https://other.example.com:{}/", f.https))
+        .send()
+        .await;
+    assert!(err.is_err(), "default certificate must not verify: {err:?}");
+
+    // HTTP on a TLS host: 308 to HTTPS with the request URI.
+    let (s, h, _) = send(&f, "POST", "a.example.com", "/p/q?x=1&y=2", &[], None).await;
+    assert_eq!(s, 308);
+    assert_eq!(h["location"], "https://a.example.com/p/q?x=1&y=2");
+    // ssl-redirect "false": HTTP is served.
+    assert_eq!(
+        f.backend("b.example.com", "/").await,
+        (200, a.addr.to_string())
+    );
+    let c = tls_client(&f, &["b.example.com"]);
+    let r = c
+        .get(format!("https://b.example.com:{}/", f.https))
+        .send()
+        .await;
+    assert!(
+        r.is_err(),
+        "b.example.com is not in the certificate: TLS must not verify"
+    );
+    // force-ssl-redirect without TLS on the host.
+    let (s, h, _) = send(&f, "GET", "forced.test", "/x", &[], None).await;
+    assert_eq!(s, 308);
+    assert_eq!(h["location"], "https://forced.test/x");
+    // A plain host is served over HTTP, and over HTTPS (h2) with the default
+    // certificate: hosts without TLS share the default server's TLS context.
+    assert_eq!(f.get("plain.test", "/").await.0, 200);
+    let insecure = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .use_rustls_tls()
+        .resolve("plain.test", SocketAddr::from(([127, 0, 0, 1], f.https)))
+        .build()
+        .unwrap();
+    let r = insecure
+        .get(format!("https://plain.test:{}/s", f.https))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("HTTPS to a plain host: {e:?}; log:\n{}", f.logs()));
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["backend"], a.addr.to_string());
+    assert_eq!(v["headers"]["x-forwarded-proto"], "https");
+}
+
+#[tokio::test]
+async fn routes_without_endpoints_answer_503() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write(
+        "svc-unready.yaml",
+        &service_endpoints("demo", "unready", a.addr.port(), &[("127.0.0.2", false)]),
+    );
+    m.write(
+        "svc-empty.yaml",
+        &service_endpoints("demo", "empty", a.addr.port(), &[]),
+    );
+    // The manifests source accepts names Kubernetes would not: a `$` in a name must
+    // stay literal where NGINX expands variables (the backend name).
+    m.write(
+        "svc-odd.yaml",
+        &service("demo", "odd$http_x_pick", &[a.addr]),
+    );
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "app", T0)
+            .rule(
+                "e.test",
+                &[
+                    ("/unready", "Prefix", "unready"),
+                    ("/empty", "Prefix", "empty"),
+                    ("/missing", "Prefix", "does-not-exist"),
+                    ("/odd", "Prefix", "odd$http_x_pick"),
+                ],
+            )
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    for p in ["/unready", "/empty/x", "/missing", "/missing/y"] {
+        assert_eq!(f.get("e.test", p).await.0, 503, "{p}");
+    }
+    assert_eq!(f.backend("e.test", "/odd").await, (200, a.addr.to_string()));
+    let (s, _, _) = send(&f, "GET", "e.test", "/odd", &[("X-Pick-80", "x")], None).await;
+    assert_eq!(s, 200, "a request header cannot rename the backend");
+    // The endpoint becomes ready: served without anything else changing.
+    m.write(
+        "svc-unready.yaml",
+        &service_endpoints("demo", "unready", a.addr.port(), &[("127.0.0.2", true)]),
+    );
+    let ok = wait_until(Duration::from_secs(5), || async {
+        f.get("e.test", "/unready").await.0 == 200
+    })
+    .await;
+    assert!(ok, "ready endpoint served; log:\n{}", f.logs());
+}
+
+#[tokio::test]
+async fn proxy_body_size_and_read_timeout() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    m.write(
+        "small.yaml",
+        &Ing::new("demo", "small", T0)
+            .nginx("proxy-body-size", "1k")
+            .nginx("proxy-read-timeout", "1")
+            .rule("limits.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    m.write(
+        "default.yaml",
+        &Ing::new("demo", "default", T0)
+            .rule("defaults.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let post = |host: &'static str, n: usize| {
+        let f = &f;
+        async move {
+            send(f, "POST", host, "/up", &[], Some(vec![b'x'; n]))
+                .await
+                .0
+        }
+    };
+    assert_eq!(post("limits.test", 512).await, 200);
+    assert_eq!(post("limits.test", 4096).await, 413);
+    assert_eq!(post("defaults.test", 4096).await, 200);
+
+    // A backend slower than proxy-read-timeout: 504, after about the timeout.
+    let started = Instant::now();
+    let (s, _, _) = send(
+        &f,
+        "GET",
+        "limits.test",
+        "/slow",
+        &[("x-echo-delay-ms", "3000")],
+        None,
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(s, 504);
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "504 after {took:?}, want about 1s"
+    );
+    // Faster than the timeout: served.
+    let (s, _, _) = send(
+        &f,
+        "GET",
+        "limits.test",
+        "/slow",
+        &[("x-echo-delay-ms", "200")],
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+    // The default read timeout (60s) tolerates the slow backend.
+    let (s, _, _) = send(
+        &f,
+        "GET",
+        "defaults.test",
+        "/slow",
+        &[("x-echo-delay-ms", "1500")],
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+}
+
+#[tokio::test]
+async fn rewrite_target_with_regex_captures() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "rewrite", T0)
+            .nginx("use-regex", "true")
+            .nginx("rewrite-target", "/$2")
+            .rule(
+                "rewrite.test",
+                &[("/something(/|$)(.*)", "ImplementationSpecific", "app")],
+            )
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let cases = [
+        ("/something", "/"),
+        ("/something/", "/"),
+        ("/something/new", "/new"),
+        ("/something/a/b?x=1&y=%20", "/a/b?x=1&y=%20"),
+    ];
+    for (req, want) in cases {
+        let (s, v) = f.get("rewrite.test", req).await;
+        assert_eq!(s, 200, "{req}");
+        assert_eq!(v["path"], want, "{req} rewritten");
+    }
+    assert_eq!(f.get("rewrite.test", "/somethingelse").await.0, 404);
+    assert_eq!(f.get("rewrite.test", "/other").await.0, 404);
+}

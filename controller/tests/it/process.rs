@@ -1,0 +1,375 @@
+//! The NGINX process as Ferrule drives it: verified reloads, coalescing, the endpoint
+//! fast path without reloads, supervision, shutdown, file watching and the status port.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+
+fn web(paths: &[PathRule]) -> String {
+    Ing::new("demo", "web", T0).rule("web.test", paths).yaml()
+}
+
+const RELOADS_OK: (&str, &str) = ("ferrule_reloads_total", "result=\"success\"");
+
+async fn reloads(f: &Ferrule) -> f64 {
+    f.metric(RELOADS_OK.0, RELOADS_OK.1).await
+}
+
+#[tokio::test]
+async fn reload_is_verified_and_replaces_workers() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/a", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.get("web.test", "/a").await.0, 200);
+    let before = reloads(&f).await;
+    let workers = f.worker_pids();
+    assert_eq!(workers.len(), 2, "two workers: {workers:?}");
+    let master = f.master_pid().expect("pid file");
+
+    m.write("ing.yaml", &web(&[("/b", "Prefix", "echo")]));
+    let applied = wait_until(Duration::from_secs(5), || async {
+        f.get("web.test", "/b").await.0 == 200
+    })
+    .await;
+    assert!(applied, "change applied; log:\n{}", f.logs());
+    assert_eq!(f.get("web.test", "/a").await.0, 404);
+    // The counter is bumped once the reload is verified.
+    let counted = wait_until(Duration::from_secs(5), || async {
+        reloads(&f).await == before + 1.0
+    })
+    .await;
+    assert!(counted, "reloads {} → {}", before, reloads(&f).await);
+    assert_eq!(
+        f.metric("ferrule_reload_verify_failures_total", "").await,
+        0.0
+    );
+    assert_eq!(f.master_pid(), Some(master), "a reload keeps the master");
+    // Old workers drain and exit; only new ones remain.
+    let replaced = wait_until(Duration::from_secs(10), || async {
+        let now = f.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !workers.contains(p))
+    })
+    .await;
+    assert!(
+        replaced,
+        "workers {workers:?} → {:?}: not replaced",
+        f.worker_pids()
+    );
+    // Config version endpoint agrees (new workers serve the new version): the
+    // counter did not move again, nothing else reloaded.
+    assert_eq!(reloads(&f).await, before + 1.0);
+}
+
+#[tokio::test]
+async fn a_burst_of_ingresses_is_coalesced() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    let before = reloads(&f).await;
+    for i in 0..20 {
+        m.write(
+            &format!("burst-{i:02}.yaml"),
+            &Ing::new("demo", &format!("burst-{i:02}"), T0)
+                .rule(&format!("burst-{i:02}.test"), &[("/", "Prefix", "echo")])
+                .yaml(),
+        );
+    }
+    let all = wait_until(Duration::from_secs(10), || async {
+        for i in 0..20 {
+            if f.get(&format!("burst-{i:02}.test"), "/").await.0 != 200 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(all, "every Ingress of the burst served; log:\n{}", f.logs());
+    // Let any straggling reload finish before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let n = reloads(&f).await - before;
+    assert!(
+        (1.0..=2.0).contains(&n),
+        "20 files in a burst gave {n} reloads"
+    );
+}
+
+#[tokio::test]
+async fn endpoint_changes_need_no_reload() {
+    let a = Echo::start("127.0.0.2").await;
+    let b = Echo::start_on("127.0.0.3", a.addr.port()).await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    let before = reloads(&f).await;
+    let workers = f.worker_pids();
+
+    m.write("svc.yaml", &service("demo", "echo", &[b.addr]));
+    let started = Instant::now();
+    let moved = wait_until(Duration::from_secs(3), || async {
+        f.backend("web.test", "/").await == (200, b.addr.to_string())
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(moved, "traffic follows the endpoints; log:\n{}", f.logs());
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    // Stays there (every worker has the new endpoints).
+    for _ in 0..20 {
+        assert_eq!(f.backend("web.test", "/").await, (200, b.addr.to_string()));
+    }
+    assert_eq!(reloads(&f).await, before, "no reload");
+    assert_eq!(f.worker_pids(), workers, "same workers");
+    assert!(
+        f.metric(
+            "ferrule_dynamic_updates_total",
+            "kind=\"backends\",result=\"success\""
+        )
+        .await
+            >= 1.0
+    );
+
+    // Scale out to both: both serve, still without reload.
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr, b.addr]));
+    let both = wait_until(Duration::from_secs(3), || async {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..10 {
+            seen.insert(f.backend("web.test", "/").await.1);
+        }
+        seen.len() == 2
+    })
+    .await;
+    assert!(both, "both endpoints serve");
+    assert_eq!(reloads(&f).await, before, "no reload");
+    assert_eq!(f.worker_pids(), workers, "same workers");
+}
+
+#[tokio::test]
+async fn nginx_killed_is_restarted_and_serves_again() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.get("web.test", "/").await.0, 200);
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+    assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);
+
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &master.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let restarted = wait_until(Duration::from_secs(10), || async {
+        f.master_pid().is_some_and(|p| p != master && alive(p))
+            && f.get_status("/readyz").await.0 == 200
+            && f.backend("web.test", "/").await == (200, a.addr.to_string())
+    })
+    .await;
+    assert!(restarted, "NGINX restarted and serving; log:\n{}", f.logs());
+    assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 1.0);
+    // The orphaned workers of the killed master are gone, and every request is served
+    // by the new master's workers with the full configuration (endpoints included).
+    let gone = wait_until(Duration::from_secs(5), || async {
+        workers.iter().all(|p| !alive(*p))
+    })
+    .await;
+    assert!(gone, "old workers {workers:?} still alive");
+    for _ in 0..20 {
+        assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    }
+    // And it keeps following changes.
+    m.write("ing.yaml", &web(&[("/only", "Prefix", "echo")]));
+    let applied = wait_until(Duration::from_secs(5), || async {
+        f.get("web.test", "/").await.0 == 404
+    })
+    .await;
+    assert!(
+        applied,
+        "changes applied after a restart; log:\n{}",
+        f.logs()
+    );
+}
+
+#[tokio::test]
+async fn sigterm_stops_nginx_and_exits_zero() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.get("web.test", "/").await.0, 200);
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+    let started = Instant::now();
+    let status = f.stop();
+    assert!(
+        status.success(),
+        "exit status {status:?}; log:\n{}",
+        f.logs()
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(!alive(master), "NGINX master still running");
+    for w in workers {
+        assert!(!alive(w), "NGINX worker {w} still running");
+    }
+    let refused = client()
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", "web.test")
+        .send()
+        .await;
+    assert!(refused.is_err(), "port still served after exit");
+}
+
+#[tokio::test]
+async fn ingress_edits_are_picked_up_within_a_second() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/v0", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.get("web.test", "/v0").await.0, 200);
+    for i in 1..=3 {
+        let path = format!("/v{i}");
+        let yaml = web(&[(&path, "Prefix", "echo")]);
+        let started = Instant::now();
+        if i == 2 {
+            // An in-place write (not atomic).
+            std::fs::write(m.path().join("ing.yaml"), yaml).unwrap();
+        } else {
+            // Atomic: temp file + rename, as editors and GitOps tools do.
+            m.write("ing.yaml", &yaml);
+        }
+        let ok = wait_until(Duration::from_secs(3), || async {
+            f.get("web.test", &path).await.0 == 200
+        })
+        .await;
+        let took = started.elapsed();
+        assert!(ok, "edit {i} not applied; log:\n{}", f.logs());
+        assert!(took < Duration::from_secs(1), "edit {i} took {took:?}");
+    }
+    // A new file and a removed file.
+    let started = Instant::now();
+    m.write(
+        "second.yaml",
+        &Ing::new("demo", "second", T0)
+            .rule("second.test", &[("/", "Prefix", "echo")])
+            .yaml(),
+    );
+    let ok = wait_until(Duration::from_secs(3), || async {
+        f.get("second.test", "/").await.0 == 200
+    })
+    .await;
+    assert!(ok && started.elapsed() < Duration::from_secs(1));
+    let started = Instant::now();
+    m.remove("second.yaml");
+    let ok = wait_until(Duration::from_secs(3), || async {
+        f.get("second.test", "/").await.0 == 404
+    })
+    .await;
+    assert!(ok && started.elapsed() < Duration::from_secs(1));
+}
+
+/// An `nginx` wrapper that waits while `gate` exists, so a test can observe the
+/// controller before its first configuration is applied.
+fn gated_nginx(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let gate = dir.join("gate");
+    std::fs::write(&gate, "").unwrap();
+    let script = dir.join("nginx-gated");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nwhile [ -e '{}' ]; do sleep 0.02; done\nexec nginx \"$@\"\n",
+            gate.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, gate)
+}
+
+#[tokio::test]
+async fn status_port_health_readiness_and_metrics() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    m.write(
+        "bad.yaml",
+        &Ing::new("demo", "bad", T0)
+            .nginx("proxy-body-size", "lots")
+            .rule("bad.test", &[("/", "Prefix", "echo")])
+            .yaml(),
+    );
+    let tools = tempfile::tempdir().unwrap();
+    let (nginx, gate) = gated_nginx(tools.path());
+    let f = Ferrule::spawn(m.path(), &["--nginx-binary", nginx.to_str().unwrap()]);
+
+    // Alive at once; not ready while the first configuration is not applied.
+    let healthy = wait_until(Duration::from_secs(10), || async {
+        f.get_status("/healthz").await.0 == 200
+    })
+    .await;
+    assert!(healthy, "healthz; log:\n{}", f.logs());
+    for _ in 0..10 {
+        assert_eq!(f.get_status("/readyz").await.0, 503);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::remove_file(&gate).unwrap();
+    f.wait_ready(Duration::from_secs(20)).await;
+    assert_eq!(f.get("web.test", "/").await.0, 200);
+
+    let (s, text) = f.get_status("/metrics").await;
+    assert_eq!(s, 200);
+    for needle in [
+        "ferrule_reload_duration_seconds_bucket{le=",
+        "ferrule_reload_duration_seconds_count ",
+        "ferrule_sync_duration_seconds_bucket{le=",
+        "ferrule_sync_duration_seconds_count ",
+        "ferrule_resources{state=\"applied\"}",
+        "ferrule_resources{state=\"rejected\"}",
+        "ferrule_reload_verify_failures_total ",
+        "ferrule_nginx_restarts_total ",
+    ] {
+        assert!(text.contains(needle), "/metrics lacks {needle:?}:\n{text}");
+    }
+    assert!(f.metric("ferrule_reload_duration_seconds_count", "").await >= 1.0);
+    assert!(f.metric("ferrule_sync_duration_seconds_count", "").await >= 1.0);
+    assert_eq!(
+        f.metric("ferrule_resources", "state=\"applied\"").await,
+        1.0
+    );
+    assert_eq!(
+        f.metric("ferrule_resources", "state=\"rejected\"").await,
+        1.0
+    );
+
+    // A reload is counted by result.
+    m.write("ing.yaml", &web(&[("/x", "Prefix", "echo")]));
+    let counted = wait_until(Duration::from_secs(5), || async {
+        reloads(&f).await >= 1.0
+    })
+    .await;
+    assert!(
+        counted,
+        "reloads by result:\n{}",
+        f.get_status("/metrics").await.1
+    );
+    let bad = f.resource("Ingress", "demo", "bad").await.expect("listed");
+    assert_eq!(bad["state"], "rejected");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("proxy-body-size"),
+        "{bad}"
+    );
+}
