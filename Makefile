@@ -4,7 +4,7 @@ CARGO ?= cargo
 APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
 	libnginx-mod-http-js openssl curl wrk ca-certificates python3 procps iproute2
 
-.PHONY: deps build test lint bench run fmt cluster-up cluster-down
+.PHONY: deps build test lint bench bench-scale run fmt cluster-up cluster-down
 
 ## deps: install everything the build and the tests need (idempotent).
 deps:
@@ -34,6 +34,12 @@ fmt:
 bench: deps
 	$(CARGO) bench -p ferrule-model
 	$(CARGO) bench -p ferrule --bench render
+	bash test/bench/run.sh
+
+## bench-scale: 10k Ingresses/Services/EndpointSlices (100k endpoints) in the harness
+## apiserver; time to Ready, RSS, EndpointSlice -> traffic latency (test/scale/RESULTS.md).
+bench-scale: deps
+	test/scale/run.sh
 
 ## run: echo backends + Ferrule serving examples/ on localhost:8080 (standalone mode).
 run: deps build

@@ -5,6 +5,12 @@
 //! disconnect the re-list replaces the store, so objects deleted meanwhile vanish
 //! from the next snapshot. The first snapshot waits until every store is ready, so
 //! Ferrule never serves a half-listed cluster.
+//!
+//! The stores keep only what the model and the status writers read (see the
+//! `strip_*` functions): at 10k Ingresses and 100k endpoints the fields Ferrule
+//! never reads (`kubectl.kubernetes.io/last-applied-configuration`, Pod targetRefs,
+//! node names, zones, owner references, labels other than the service name...)
+//! would otherwise hold most of the controller's memory.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,18 +73,20 @@ pub async fn run(
     };
     let (ing_api, svc_api, slice_api, secret_api) = api(&client);
     let stores = Stores {
-        ingresses: reflect(ing_api, watcher::Config::default(), &dirty),
+        ingresses: reflect(ing_api, watcher::Config::default(), strip_ingress, &dirty),
         classes: reflect(
             Api::<IngressClass>::all(client.clone()),
             watcher::Config::default(),
+            |_| {},
             &dirty,
         ),
-        services: reflect(svc_api, watcher::Config::default(), &dirty),
-        slices: reflect(slice_api, watcher::Config::default(), &dirty),
+        services: reflect(svc_api, watcher::Config::default(), strip_service, &dirty),
+        slices: reflect(slice_api, watcher::Config::default(), strip_slice, &dirty),
         // Only TLS Secrets matter; the field selector keeps the rest out of memory.
         secrets: reflect(
             secret_api,
             watcher::Config::default().fields("type=kubernetes.io/tls"),
+            strip_secret,
             &dirty,
         ),
         config_maps: opts.config_map.as_ref().map(|(ns, name)| {
@@ -86,6 +94,7 @@ pub async fn run(
             reflect(
                 Api::<ConfigMap>::namespaced(client.clone(), ns),
                 cfg,
+                |_| {},
                 &dirty,
             )
         }),
@@ -100,7 +109,7 @@ pub async fn run(
     }
 }
 
-fn reflect<K>(api: Api<K>, cfg: watcher::Config, dirty: &Arc<Notify>) -> Store<K>
+fn reflect<K>(api: Api<K>, cfg: watcher::Config, strip: fn(&mut K), dirty: &Arc<Notify>) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
@@ -108,12 +117,68 @@ where
     let (reader, writer) = reflector::store::<K>();
     let stream = watcher(api, cfg)
         .default_backoff()
-        .modify(|o: &mut K| {
+        .modify(move |o: &mut K| {
             o.managed_fields_mut().clear();
+            strip(o);
         })
         .reflect(writer);
     tokio::spawn(drive(stream, dirty.clone()));
     reader
+}
+
+/// Annotations of an Ingress the model reads: ours and the legacy class.
+fn ingress_annotation_wanted(key: &str) -> bool {
+    key.starts_with(ferrule_model::annotations::PREFIX) || key == "kubernetes.io/ingress.class"
+}
+
+/// Drops the annotations the model does not read (typically the large
+/// `kubectl.kubernetes.io/last-applied-configuration`). Spec, status, labels,
+/// uid and timestamps stay: the model, the config-safety fingerprint, the status
+/// writer and the events use them.
+pub fn strip_ingress(o: &mut Ingress) {
+    if let Some(a) = o.metadata.annotations.as_mut() {
+        a.retain(|k, _| ingress_annotation_wanted(k));
+    }
+}
+
+/// A Service is read for its type and ports only (and its name and namespace).
+pub fn strip_service(o: &mut Service) {
+    o.metadata.annotations = None;
+    o.metadata.labels = None;
+    o.metadata.owner_references = None;
+    if let Some(spec) = o.spec.as_mut() {
+        spec.selector = None;
+    }
+}
+
+/// An EndpointSlice is read for its service-name label, address type, ports, and the
+/// addresses and readiness of its endpoints: Pod references, node names, zones,
+/// hints, owner references and the other labels go.
+pub fn strip_slice(o: &mut EndpointSlice) {
+    o.metadata.annotations = None;
+    o.metadata.owner_references = None;
+    if let Some(labels) = o.metadata.labels.as_mut() {
+        labels.retain(|k, _| k == "kubernetes.io/service-name");
+    }
+    for ep in o.endpoints.iter_mut().flatten() {
+        ep.target_ref = None;
+        ep.node_name = None;
+        ep.zone = None;
+        ep.hints = None;
+        ep.hostname = None;
+        ep.deprecated_topology = None;
+    }
+}
+
+/// A TLS Secret is read for its certificate, key and CA only; its annotations (a
+/// `last-applied-configuration` there holds a second copy of the key) go.
+pub fn strip_secret(o: &mut Secret) {
+    o.metadata.annotations = None;
+    o.metadata.labels = None;
+    o.metadata.owner_references = None;
+    if let Some(data) = o.data.as_mut() {
+        data.retain(|k, _| matches!(k.as_str(), "tls.crt" | "tls.key" | "ca.crt"));
+    }
 }
 
 async fn drive<S, K>(stream: S, dirty: Arc<Notify>)
@@ -175,4 +240,170 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Clie
 /// Name of an object for logs.
 pub fn describe<K: ResourceExt>(o: &K) -> String {
     format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn from<K: serde::de::DeserializeOwned>(v: serde_json::Value) -> K {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Objects as a real cluster holds them (kubectl apply, EndpointSlice controller).
+    fn cluster() -> Snapshot {
+        let last_applied = "{\"apiVersion\":\"v1\",\"kind\":\"...\"}";
+        let ing: Ingress = from(json!({
+            "metadata": {
+                "name": "web", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": { "app": "web" },
+                "annotations": {
+                    "kubectl.kubernetes.io/last-applied-configuration": last_applied,
+                    "nginx.ingress.kubernetes.io/proxy-read-timeout": "120",
+                    "nginx.ingress.kubernetes.io/affinity": "cookie",
+                    "kubernetes.io/ingress.class": "ferrule",
+                    "example.com/owner": "team-a",
+                },
+            },
+            "spec": {
+                "tls": [{ "hosts": ["web.example"], "secretName": "web-tls" }],
+                "rules": [{ "host": "web.example", "http": { "paths": [
+                    { "path": "/", "pathType": "Prefix",
+                      "backend": { "service": { "name": "web", "port": { "name": "http" } } } },
+                ]}}],
+            },
+            "status": { "loadBalancer": { "ingress": [{ "ip": "192.0.2.1" }] } },
+        }));
+        let svc: Service = from(json!({
+            "metadata": {
+                "name": "web", "namespace": "ns", "uid": "s1",
+                "labels": { "app": "web" },
+                "annotations": { "kubectl.kubernetes.io/last-applied-configuration": last_applied },
+            },
+            "spec": {
+                "selector": { "app": "web" },
+                "ports": [{ "name": "http", "port": 80, "targetPort": "http" }],
+            },
+        }));
+        let slice: EndpointSlice = from(json!({
+            "metadata": {
+                "name": "web-abc", "namespace": "ns",
+                "labels": {
+                    "kubernetes.io/service-name": "web",
+                    "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+                },
+                "annotations": { "endpoints.kubernetes.io/last-change-trigger-time": "2026-01-01T00:00:00Z" },
+                "ownerReferences": [{ "apiVersion": "v1", "kind": "Service", "name": "web", "uid": "s1" }],
+            },
+            "addressType": "IPv4",
+            "ports": [{ "name": "http", "port": 8080, "protocol": "TCP" }],
+            "endpoints": [
+                { "addresses": ["10.0.0.1"], "conditions": { "ready": true },
+                  "nodeName": "node-1", "zone": "a", "hostname": "web-0",
+                  "targetRef": { "kind": "Pod", "namespace": "ns", "name": "web-0", "uid": "p0" } },
+                { "addresses": ["10.0.0.2"], "conditions": { "ready": false },
+                  "nodeName": "node-2", "zone": "b",
+                  "targetRef": { "kind": "Pod", "namespace": "ns", "name": "web-1", "uid": "p1" } },
+            ],
+        }));
+        let (cert, key) = {
+            let c = rcgen::generate_simple_self_signed(vec!["web.example".to_owned()]).unwrap();
+            (c.cert.pem(), c.signing_key.serialize_pem())
+        };
+        let b64 = |s: &str| k8s_openapi::ByteString(s.as_bytes().to_vec());
+        let secret: Secret = from(json!({
+            "metadata": {
+                "name": "web-tls", "namespace": "ns",
+                "annotations": { "kubectl.kubernetes.io/last-applied-configuration": last_applied },
+            },
+            "type": "kubernetes.io/tls",
+            "data": {
+                "tls.crt": b64(&cert), "tls.key": b64(&key), "ca.crt": b64(&cert),
+                "extra": b64("not read"),
+            },
+        }));
+        let class: IngressClass = from(json!({
+            "metadata": { "name": "ferrule" },
+            "spec": { "controller": ferrule_model::snapshot::DEFAULT_CONTROLLER },
+        }));
+        Snapshot {
+            ingresses: vec![Arc::new(ing)],
+            ingress_classes: vec![Arc::new(class)],
+            services: vec![Arc::new(svc)],
+            endpoint_slices: vec![Arc::new(slice)],
+            secrets: vec![Arc::new(secret)],
+            config_map: None,
+            settings: Settings::default(),
+        }
+    }
+
+    fn stripped(s: &Snapshot) -> Snapshot {
+        fn each<K: Clone>(v: &[Arc<K>], f: fn(&mut K)) -> Vec<Arc<K>> {
+            v.iter()
+                .map(|o| {
+                    let mut o = (**o).clone();
+                    f(&mut o);
+                    Arc::new(o)
+                })
+                .collect()
+        }
+        Snapshot {
+            ingresses: each(&s.ingresses, strip_ingress),
+            services: each(&s.services, strip_service),
+            endpoint_slices: each(&s.endpoint_slices, strip_slice),
+            secrets: each(&s.secrets, strip_secret),
+            ..s.clone()
+        }
+    }
+
+    #[test]
+    fn stripping_keeps_the_model_and_drops_what_it_does_not_read() {
+        let full = cluster();
+        let lean = stripped(&full);
+        let (a, b) = (ferrule_model::build(&full), ferrule_model::build(&lean));
+        assert_eq!(a, b, "the model is the same from stripped objects");
+        assert_eq!(a.hash(), b.hash());
+        assert_eq!(a.backends.values().next().unwrap().endpoints.len(), 1);
+        assert_eq!(a.certificates.len(), 1, "the TLS Secret is still usable");
+
+        let ing = &lean.ingresses[0];
+        let keys: Vec<_> = ing.metadata.annotations.as_ref().unwrap().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "kubernetes.io/ingress.class",
+                "nginx.ingress.kubernetes.io/affinity",
+                "nginx.ingress.kubernetes.io/proxy-read-timeout"
+            ]
+        );
+        assert!(
+            ing.status.is_some(),
+            "the status writer compares the status"
+        );
+        assert_eq!(
+            ing.metadata.uid.as_deref(),
+            Some("u1"),
+            "events name the uid"
+        );
+        assert!(ing.metadata.labels.is_some());
+
+        let slice = &lean.endpoint_slices[0];
+        assert_eq!(slice.metadata.labels.as_ref().unwrap().len(), 1);
+        assert!(slice.metadata.owner_references.is_none());
+        let eps = slice.endpoints.as_ref().unwrap();
+        assert!(
+            eps.iter()
+                .all(|e| e.target_ref.is_none() && e.node_name.is_none() && e.zone.is_none())
+        );
+        assert_eq!(eps[1].conditions.as_ref().unwrap().ready, Some(false));
+
+        assert!(lean.services[0].spec.as_ref().unwrap().selector.is_none());
+        let data = lean.secrets[0].data.as_ref().unwrap();
+        assert_eq!(
+            data.keys().collect::<Vec<_>>(),
+            ["ca.crt", "tls.crt", "tls.key"]
+        );
+    }
 }
