@@ -34,6 +34,7 @@ fmt:
 bench: deps
 	$(CARGO) bench -p ferrule-model
 	$(CARGO) bench -p ferrule --bench render
+	bash test/bench/run.sh
 
 ## bench-scale: 10k Ingresses/Services/EndpointSlices (100k endpoints) in the harness
 ## apiserver; time to Ready, RSS, EndpointSlice -> traffic latency (test/scale/RESULTS.md).

@@ -37,6 +37,10 @@ pub struct Posted {
     pub backends: usize,
     /// Certificate hosts posted or removed.
     pub certificates: usize,
+    /// Backends (`backend NAME: message`) and certificates (`certificate HOST: message`)
+    /// the API refused in this sync. Everything else was applied: one invalid object
+    /// never blocks the others. A refused object is not posted again until it changes.
+    pub rejected: Vec<String>,
 }
 
 /// Posts model changes to the balancer over its unix socket.
@@ -44,8 +48,12 @@ pub struct BalancerClient {
     socket: PathBuf,
     token: String,
     version: u64,
+    /// What the store holds, as far as this client posted it.
     backends: BTreeMap<String, Backend>,
     certificates: BTreeMap<String, (String, String)>,
+    /// Objects the API refused, as they were refused (not retried while unchanged).
+    refused_backends: BTreeMap<String, Backend>,
+    refused_certificates: BTreeMap<String, (String, String)>,
 }
 
 impl BalancerClient {
@@ -57,6 +65,8 @@ impl BalancerClient {
             version: 0,
             backends: BTreeMap::new(),
             certificates: BTreeMap::new(),
+            refused_backends: BTreeMap::new(),
+            refused_certificates: BTreeMap::new(),
         }
     }
 
@@ -64,53 +74,163 @@ impl BalancerClient {
     pub fn reset(&mut self) {
         self.backends.clear();
         self.certificates.clear();
+        self.refused_backends.clear();
+        self.refused_certificates.clear();
     }
 
     /// Posts what differs between the store and `model`, retrying with backoff.
+    ///
+    /// The delta goes in one POST per kind. If the API refuses it (4xx: an object
+    /// fails its validation), the removals and then every changed object are posted
+    /// one by one, so that the valid ones are applied and only the invalid ones are
+    /// reported in [`Posted::rejected`]. Errors are returned only when nothing could
+    /// be applied (socket unreachable, token refused, store full, ...).
     pub async fn sync(&mut self, model: &Model) -> Result<Posted, BalancerError> {
         let mut posted = Posted::default();
-        let changed: Vec<&Backend> = model
+        self.refused_backends
+            .retain(|n, b| model.backends.get(n) == Some(&*b));
+        let changed: Vec<Backend> = model
             .backends
             .values()
-            .filter(|b| self.backends.get(&b.name) != Some(*b))
+            .filter(|b| {
+                self.backends.get(&b.name) != Some(*b)
+                    && self.refused_backends.get(&b.name) != Some(*b)
+            })
+            .cloned()
             .collect();
-        let removed: Vec<&String> = self
+        let removed: Vec<String> = self
             .backends
             .keys()
             .filter(|n| !model.backends.contains_key(*n))
+            .cloned()
             .collect();
         if !changed.is_empty() || !removed.is_empty() {
-            self.version += 1;
-            let body = json!({
-                "version": self.version,
-                "backends": changed.iter().map(|b| backend_json(b)).collect::<Vec<_>>(),
-                "removed": removed,
-            });
-            self.post("/configuration/backends", &body).await?;
-            posted.backends = changed.len() + removed.len();
-            self.backends = model.backends.clone();
+            let items: Vec<(String, Value)> = changed
+                .iter()
+                .map(|b| (b.name.clone(), backend_json(b)))
+                .collect();
+            let refused = self
+                .post_delta("/configuration/backends", "backends", items, &removed)
+                .await?;
+            for name in &removed {
+                self.backends.remove(name);
+            }
+            for b in changed {
+                match refused.iter().find(|(n, _)| *n == b.name) {
+                    Some((_, msg)) => {
+                        posted.rejected.push(format!("backend {}: {msg}", b.name));
+                        self.refused_backends.insert(b.name.clone(), b);
+                    }
+                    None => {
+                        posted.backends += 1;
+                        self.backends.insert(b.name.clone(), b);
+                    }
+                }
+            }
+            posted.backends += removed.len();
         }
 
         let wanted = certificate_hosts(model);
-        let changed: Vec<Value> = wanted
+        self.refused_certificates
+            .retain(|h, c| wanted.get(h) == Some(&*c));
+        let changed: Vec<(String, (String, String))> = wanted
             .iter()
-            .filter(|(h, c)| self.certificates.get(*h) != Some(*c))
-            .map(|(h, (cert, key))| json!({"host": h, "cert": cert, "key": key}))
+            .filter(|(h, c)| {
+                self.certificates.get(*h) != Some(*c)
+                    && self.refused_certificates.get(*h) != Some(*c)
+            })
+            .map(|(h, c)| (h.clone(), c.clone()))
             .collect();
-        let removed: Vec<&String> = self
+        let removed: Vec<String> = self
             .certificates
             .keys()
             .filter(|h| !wanted.contains_key(*h))
+            .cloned()
             .collect();
         if !changed.is_empty() || !removed.is_empty() {
-            self.version += 1;
-            let body =
-                json!({"version": self.version, "certificates": changed, "removed": removed});
-            self.post("/configuration/certificates", &body).await?;
-            posted.certificates = changed.len() + removed.len();
-            self.certificates = wanted;
+            let items: Vec<(String, Value)> = changed
+                .iter()
+                .map(|(h, (cert, key))| (h.clone(), json!({"host": h, "cert": cert, "key": key})))
+                .collect();
+            let refused = self
+                .post_delta(
+                    "/configuration/certificates",
+                    "certificates",
+                    items,
+                    &removed,
+                )
+                .await?;
+            for host in &removed {
+                self.certificates.remove(host);
+            }
+            for (host, c) in changed {
+                match refused.iter().find(|(h, _)| *h == host) {
+                    Some((_, msg)) => {
+                        posted.rejected.push(format!("certificate {host}: {msg}"));
+                        self.refused_certificates.insert(host, c);
+                    }
+                    None => {
+                        posted.certificates += 1;
+                        self.certificates.insert(host, c);
+                    }
+                }
+            }
+            posted.certificates += removed.len();
+        }
+        for r in &posted.rejected {
+            tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
         }
         Ok(posted)
+    }
+
+    /// Posts `items` (name, JSON) and `removed` under `field`; on a validation
+    /// refusal, isolates the culprits. Returns the refused items (name, message).
+    async fn post_delta(
+        &mut self,
+        path: &str,
+        field: &str,
+        items: Vec<(String, Value)>,
+        removed: &[String],
+    ) -> Result<Vec<(String, String)>, BalancerError> {
+        self.version += 1;
+        let all: Vec<&Value> = items.iter().map(|(_, v)| v).collect();
+        let body = json!({"version": self.version, field: all, "removed": removed});
+        match self.post(path, &body).await {
+            Ok(()) => return Ok(Vec::new()),
+            Err(e) if !is_validation(&e) || items.len() + removed.len() <= 1 => {
+                // A single object: report it as refused, unless the API refused the
+                // request itself (token, store full, unreachable).
+                return match (e, items.first()) {
+                    (BalancerError::Refused { status, body }, Some((name, _)))
+                        if is_validation_status(status) && removed.is_empty() =>
+                    {
+                        Ok(vec![(name.clone(), api_message(&body))])
+                    }
+                    (e, _) => Err(e),
+                };
+            }
+            Err(_) => {}
+        }
+        // Isolate: removals first (they cannot be invalid), then one object at a time.
+        if !removed.is_empty() {
+            self.version += 1;
+            let empty: [Value; 0] = [];
+            let body = json!({"version": self.version, field: empty, "removed": removed});
+            self.post(path, &body).await?;
+        }
+        let mut refused = Vec::new();
+        for (name, item) in items {
+            self.version += 1;
+            let body = json!({"version": self.version, field: [item], "removed": []});
+            match self.post(path, &body).await {
+                Ok(()) => {}
+                Err(BalancerError::Refused { status, body }) if is_validation_status(status) => {
+                    refused.push((name, api_message(&body)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(refused)
     }
 
     async fn post(&self, path: &str, body: &Value) -> Result<(), BalancerError> {
@@ -145,6 +265,23 @@ impl BalancerClient {
     }
 }
 
+/// A refusal caused by the payload (as opposed to authentication or capacity).
+fn is_validation_status(status: u16) -> bool {
+    (400..500).contains(&status) && status != 401 && status != 403
+}
+
+fn is_validation(e: &BalancerError) -> bool {
+    matches!(e, BalancerError::Refused { status, .. } if is_validation_status(*status))
+}
+
+/// The `error` of an API error body, or the body itself.
+fn api_message(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.trim().to_owned())
+}
+
 /// Host → (certificate PEM, key PEM) for every server served with a model certificate.
 fn certificate_hosts(model: &Model) -> BTreeMap<String, (String, String)> {
     let mut out = BTreeMap::new();
@@ -169,7 +306,9 @@ fn backend_json(b: &Backend) -> Value {
         "affinity": bal.affinity.as_ref().map(|a| json!({
             "mode": "cookie", "cookie_name": a.cookie_name, "max_age": a.max_age, "path": a.path,
         })),
-        "canary": bal.canary.as_ref().map(|c| json!({
+        // A canary on the backend itself routes to the same endpoints either way; the
+        // API refuses it, so it is dropped here rather than refusing the backend.
+        "canary": bal.canary.as_ref().filter(|c| c.backend != b.name).map(|c| json!({
             "backend": c.backend,
             "weight": c.rules.weight,
             "weight_total": c.rules.weight_total,
@@ -178,4 +317,182 @@ fn backend_json(b: &Backend) -> Value {
             "cookie": c.rules.cookie,
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use ferrule_model::{Backend, Endpoint, Model, ResourceRef, Snapshot};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// A fake balancer API: refuses (400) any POST naming a backend that starts with
+    /// "bad", accepts the rest; records every accepted body.
+    fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
+        let path = dir.join("api.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let accepted = Arc::new(Mutex::new(Vec::new()));
+        let log = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut raw = Vec::new();
+                let mut buf = [0u8; 65536];
+                let body = loop {
+                    let n = s.read(&mut buf).await.unwrap();
+                    raw.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&raw).into_owned();
+                    if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("Content-Length: "))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if body.len() >= len {
+                            break body.to_owned();
+                        }
+                    }
+                };
+                let v: Value = serde_json::from_str(&body).unwrap();
+                let bad = v["backends"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|b| b["name"].as_str().unwrap().starts_with("bad"));
+                let (status, reply) = if bad {
+                    (400, r#"{"error":"backends[0] \"bad\": invalid"}"#)
+                } else {
+                    log.lock().unwrap().push(v);
+                    (201, "{}")
+                };
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+                s.write_all(resp.as_bytes()).await.unwrap();
+            }
+        });
+        (path, accepted)
+    }
+
+    fn backend(name: &str, ip: &str) -> Backend {
+        Backend {
+            name: name.to_owned(),
+            service: ResourceRef::new("Service", "ns", name),
+            service_port: "80".to_owned(),
+            endpoints: vec![Endpoint {
+                address: ip.to_owned(),
+                port: 80,
+            }],
+            balancing: Default::default(),
+        }
+    }
+
+    fn model(backends: &[Backend]) -> Model {
+        let mut m = ferrule_model::build(&Snapshot::default());
+        m.backends = backends
+            .iter()
+            .map(|b| (b.name.clone(), b.clone()))
+            .collect();
+        m
+    }
+
+    fn names(v: &Value) -> Vec<String> {
+        v["backends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_refused_backend_does_not_block_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sock, accepted) = fake_api(dir.path());
+        let mut c = BalancerClient::new(sock, "t".into());
+
+        let p = c
+            .sync(&model(&[
+                backend("a", "10.0.0.1"),
+                backend("b", "10.0.0.2"),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (2, 0));
+
+        // One invalid backend arrives with a valid change: the valid one is applied.
+        let m = model(&[
+            backend("a", "10.0.0.9"),
+            backend("b", "10.0.0.2"),
+            backend("bad", "10.0.0.3"),
+        ]);
+        let p = c.sync(&m).await.unwrap();
+        assert_eq!(p.backends, 1);
+        assert_eq!(p.rejected.len(), 1, "{p:?}");
+        assert!(p.rejected[0].starts_with("backend bad: "), "{p:?}");
+        let last = accepted.lock().unwrap().last().cloned().unwrap();
+        assert_eq!(names(&last), ["a"]);
+
+        // Unchanged, the refused backend is not posted again; the next valid change
+        // goes through in a single POST.
+        let before = accepted.lock().unwrap().len();
+        assert_eq!(c.sync(&m).await.unwrap(), Posted::default());
+        let m = model(&[
+            backend("a", "10.0.0.9"),
+            backend("b", "10.0.0.7"),
+            backend("bad", "10.0.0.3"),
+        ]);
+        let p = c.sync(&m).await.unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (1, 0));
+        let log = accepted.lock().unwrap();
+        assert_eq!(log.len(), before + 1);
+        assert_eq!(names(log.last().unwrap()), ["b"]);
+    }
+
+    #[tokio::test]
+    async fn removals_survive_a_refused_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sock, accepted) = fake_api(dir.path());
+        let mut c = BalancerClient::new(sock, "t".into());
+        c.sync(&model(&[
+            backend("a", "10.0.0.1"),
+            backend("b", "10.0.0.2"),
+        ]))
+        .await
+        .unwrap();
+        let p = c
+            .sync(&model(&[
+                backend("a", "10.0.0.1"),
+                backend("bad", "10.0.0.3"),
+            ]))
+            .await
+            .unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (1, 1), "{p:?}");
+        let log = accepted.lock().unwrap();
+        assert!(
+            log.iter().any(|v| v["removed"] == json!(["b"])),
+            "b removed: {log:?}"
+        );
+    }
+
+    #[test]
+    fn a_canary_on_the_backend_itself_is_dropped() {
+        let mut b = backend("a", "10.0.0.1");
+        b.balancing.canary = Some(ferrule_model::CanaryRoute {
+            backend: "a".into(),
+            rules: ferrule_model::annotations::Canary {
+                weight: 50,
+                weight_total: 100,
+                header: None,
+                header_value: None,
+                cookie: None,
+            },
+        });
+        assert!(backend_json(&b)["canary"].is_null());
+        b.balancing.canary.as_mut().unwrap().backend = "c".into();
+        assert_eq!(backend_json(&b)["canary"]["backend"], "c");
+    }
 }

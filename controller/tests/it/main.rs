@@ -6,6 +6,7 @@ mod support;
 
 mod conformance;
 mod dataplane;
+mod dynamic;
 mod e2e;
 mod process;
 mod safety;

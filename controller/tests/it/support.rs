@@ -251,7 +251,10 @@ impl Ferrule {
 
     /// Starts Ferrule without waiting.
     pub fn spawn(manifests: &Path, extra: &[&str]) -> Ferrule {
-        let source = ["--manifests".to_owned(), manifests.to_string_lossy().into_owned()];
+        let source = [
+            "--manifests".to_owned(),
+            manifests.to_string_lossy().into_owned(),
+        ];
         Self::spawn_source(&source, extra)
     }
 
@@ -418,7 +421,9 @@ impl Drop for Ferrule {
         }
         // A Ferrule killed with SIGKILL leaves its NGINX behind: stop it too.
         let pid_file = self.prefix.path().join("nginx/run/nginx.pid");
-        if let Some(pid) = std::fs::read_to_string(pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok())
+        if let Some(pid) = std::fs::read_to_string(pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
             && pid > 1
         {
             let _ = nix_kill(pid, "KILL");

@@ -1,0 +1,1225 @@
+//! Dynamic updates end to end (issue 4): endpoint churn under steady load, balancing
+//! algorithms and canaries from annotations, certificate rotation, and the isolation
+//! of the balancer API. Every change here must reach traffic without an NGINX reload:
+//! the worker pids and `ferrule_reloads_total` are compared before and after.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+const CREATED: &str = "2026-01-01T00:00:00Z";
+const CANARY_CREATED: &str = "2026-01-02T00:00:00Z";
+
+/// Worker pids and reload count at one moment: "no reload since" is both unchanged.
+struct NoReload {
+    pids: Vec<u32>,
+    reloads: f64,
+}
+
+impl NoReload {
+    async fn capture(f: &Ferrule) -> NoReload {
+        let pids = f.worker_pids();
+        assert_eq!(pids.len(), 2, "two NGINX workers expected: {pids:?}");
+        NoReload {
+            pids,
+            reloads: f.reloads().await,
+        }
+    }
+
+    async fn check(&self, f: &Ferrule, what: &str) {
+        assert_eq!(
+            f.worker_pids(),
+            self.pids,
+            "{what}: NGINX workers changed (a reload happened); log:\n{}",
+            f.logs()
+        );
+        assert_eq!(
+            f.reloads().await,
+            self.reloads,
+            "{what}: ferrule_reloads_total changed; log:\n{}",
+            f.logs()
+        );
+    }
+}
+
+/// A client that keeps connections alive (steady load, like a real client).
+fn keepalive_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap()
+}
+
+/// A client that opens a new connection per request (reaches every NGINX worker).
+fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap()
+}
+
+/// One proxied GET: (status, backend that answered or "", response headers).
+async fn hit(
+    c: &reqwest::Client,
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, reqwest::header::HeaderMap) {
+    let mut req = c
+        .get(format!("http://127.0.0.1:{}{path}", f.http))
+        .header("Host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.expect("proxied request");
+    let status = r.status().as_u16();
+    let h = r.headers().clone();
+    let v: Value = r.json().await.unwrap_or(Value::Null);
+    (
+        status,
+        v["backend"].as_str().unwrap_or_default().to_owned(),
+        h,
+    )
+}
+
+/// Sends `n` requests over `tasks` concurrent keepalive connections; counts answers
+/// by backend (non-200 answers are counted as `status:NNN`).
+async fn spread(
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    n: usize,
+    tasks: usize,
+) -> BTreeMap<String, usize> {
+    let c = keepalive_client();
+    let counts = Arc::new(Mutex::new(BTreeMap::<String, usize>::new()));
+    let url = format!("http://127.0.0.1:{}{path}", f.http);
+    let headers: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut joins = Vec::new();
+    for t in 0..tasks {
+        let (c, counts, url, host, headers) = (
+            c.clone(),
+            counts.clone(),
+            url.clone(),
+            host.to_owned(),
+            headers.clone(),
+        );
+        let mine = n / tasks + usize::from(t < n % tasks);
+        joins.push(tokio::spawn(async move {
+            for _ in 0..mine {
+                let mut req = c.get(&url).header("Host", &host);
+                for (k, v) in &headers {
+                    req = req.header(k, v);
+                }
+                let r = req.send().await.expect("proxied request");
+                let key = if r.status() == 200 {
+                    let v: Value = r.json().await.unwrap_or(Value::Null);
+                    v["backend"].as_str().unwrap_or("?").to_owned()
+                } else {
+                    format!("status:{}", r.status().as_u16())
+                };
+                *counts.lock().unwrap().entry(key).or_default() += 1;
+            }
+        }));
+    }
+    for j in joins {
+        j.await.unwrap();
+    }
+    Arc::try_unwrap(counts).unwrap().into_inner().unwrap()
+}
+
+/// Waits until the balancer store's backend `name` satisfies `pred`.
+async fn wait_store(f: &Ferrule, name: &str, pred: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let b = f.balancer_backend(name).await;
+        if pred(&b) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "balancer backend {name} never reached the expected state; last: {b}; log:\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn endpoint_count(b: &Value) -> usize {
+    b["endpoints"].as_array().map_or(0, Vec::len)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summary(label: &str, v: &mut [Duration]) -> String {
+    v.sort();
+    format!(
+        "{label}: n={} min={:?} p50={:?} p90={:?} max={:?}",
+        v.len(),
+        v.first().copied().unwrap_or_default(),
+        percentile(v, 50.0),
+        percentile(v, 90.0),
+        v.last().copied().unwrap_or_default()
+    )
+}
+
+// ---------------------------------------------------------------------------
+// 1. Endpoint churn under steady load.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Added,
+    Unready,
+    Removed,
+    Ready,
+}
+
+struct Sample {
+    at: Instant,
+    backend: String,
+    error: Option<String>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_churn_under_load_has_no_failures_and_no_reload() {
+    let ips: Vec<String> = (10..=29).map(|i| format!("127.0.0.{i}")).collect();
+    let ip_refs: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let echos = echo_group(&ip_refs).await;
+    let port = echos[0].addr.port();
+    let mut echos: BTreeMap<String, Echo> = echos
+        .into_iter()
+        .map(|e| (e.addr.ip().to_string(), e))
+        .collect();
+
+    let m = Manifests::new();
+    let mut eps: Vec<(String, bool)> = vec![(ips[0].clone(), true), (ips[1].clone(), true)];
+    let mut next = 2;
+    let write_svc = |eps: &[(String, bool)]| {
+        let e: Vec<(&str, bool)> = eps.iter().map(|(ip, r)| (ip.as_str(), *r)).collect();
+        m.write("svc.yaml", &service_endpoints("demo", "churn", port, &e));
+    };
+    write_svc(&eps);
+    m.write(
+        "ing.yaml",
+        &ingress(
+            "demo",
+            "churn",
+            CREATED,
+            "churn.test",
+            &[("/", "Prefix", "churn")],
+            &[],
+        ),
+    );
+    let f = Arc::new(Ferrule::start(m.path(), &[]).await);
+    wait_store(&f, "demo_churn_80", |b| endpoint_count(b) == 2).await;
+    let before = NoReload::capture(&f).await;
+    let dynamic_before = f.metric("ferrule_dynamic_updates_total", "backends").await;
+
+    // Steady load: two tasks, each on its own keepalive connection.
+    let stop = Arc::new(AtomicBool::new(false));
+    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+    let mut load = Vec::new();
+    for _ in 0..2 {
+        let (f, stop, samples) = (f.clone(), stop.clone(), samples.clone());
+        load.push(tokio::spawn(async move {
+            let c = keepalive_client();
+            let url = format!("http://127.0.0.1:{}/", f.http);
+            while !stop.load(Ordering::Relaxed) {
+                let r = c.get(&url).header("Host", "churn.test").send().await;
+                let sample = match r {
+                    Ok(r) if r.status() == 200 => match r.json::<Value>().await {
+                        Ok(v) => Sample {
+                            at: Instant::now(),
+                            backend: v["backend"].as_str().unwrap_or_default().to_owned(),
+                            error: None,
+                        },
+                        Err(e) => Sample {
+                            at: Instant::now(),
+                            backend: String::new(),
+                            error: Some(format!("body: {e}")),
+                        },
+                    },
+                    Ok(r) => Sample {
+                        at: Instant::now(),
+                        backend: String::new(),
+                        error: Some(format!("status {}", r.status())),
+                    },
+                    Err(e) => Sample {
+                        at: Instant::now(),
+                        backend: String::new(),
+                        error: Some(e.to_string()),
+                    },
+                };
+                samples.lock().unwrap().push(sample);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Churn: every ~200 ms add, mark not ready, remove, or mark ready again an
+    // endpoint; at least one endpoint is always ready. A removed endpoint's server
+    // keeps running for 1.5 s (Kubernetes' terminating endpoints), then stops.
+    let mut changes: Vec<(Change, String, Instant)> = Vec::new();
+    let mut unready_at: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut stoppers = Vec::new();
+    // 150..250 ms apart (deterministic jitter), so that the writes are not phase
+    // locked with the manifests source's 200 ms poll and the measured latencies
+    // sample its whole cycle.
+    for step in 0..30u64 {
+        tokio::time::sleep(Duration::from_millis(150 + (step * 37) % 100)).await;
+        // Only endpoints whose last change is old enough to have been observed are
+        // changed again, so that every change can be measured on its own.
+        let settled = |ip: &str| {
+            changes
+                .iter()
+                .rev()
+                .find(|c: &&(Change, String, Instant)| c.1 == ip)
+                .is_none_or(|c| c.2.elapsed() >= Duration::from_millis(500))
+        };
+        let ready = eps.iter().filter(|e| e.1 && settled(&e.0)).count();
+        let change = match step % 5 {
+            0 | 3 => {
+                eps.push((ips[next].clone(), true));
+                next += 1;
+                Some((Change::Added, ips[next - 1].clone()))
+            }
+            1 if ready >= 2 => {
+                let i = eps.iter().position(|e| e.1 && settled(&e.0)).unwrap();
+                eps[i].1 = false;
+                unready_at.insert(eps[i].0.clone(), Instant::now());
+                Some((Change::Unready, eps[i].0.clone()))
+            }
+            2 if ready >= 2 => {
+                let i = eps.iter().position(|e| e.1 && settled(&e.0)).unwrap();
+                let (ip, _) = eps.remove(i);
+                Some((Change::Removed, ip))
+            }
+            4 => eps
+                .iter()
+                .position(|e| {
+                    !e.1 && unready_at
+                        .get(&e.0)
+                        .is_some_and(|t| t.elapsed() >= Duration::from_millis(500))
+                })
+                .map(|i| {
+                    eps[i].1 = true;
+                    (Change::Ready, eps[i].0.clone())
+                }),
+            _ => None,
+        };
+        let at = Instant::now();
+        write_svc(&eps);
+        if let Some((kind, ip)) = change {
+            if kind == Change::Removed {
+                let echo = echos.remove(&ip).unwrap();
+                stoppers.push(tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(1500)).await;
+                    drop(echo);
+                }));
+            }
+            changes.push((kind, ip, at));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    for l in load {
+        l.await.unwrap();
+    }
+    for s in stoppers {
+        s.await.unwrap();
+    }
+
+    let samples = std::mem::take(&mut *samples.lock().unwrap());
+    let failed: Vec<&Sample> = samples.iter().filter(|s| s.error.is_some()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed, first: {:?}; log:\n{}",
+        failed.len(),
+        samples.len(),
+        failed[0].error,
+        f.logs()
+    );
+    assert!(
+        samples.len() > 1000,
+        "too little traffic: {}",
+        samples.len()
+    );
+
+    // Each change visible in traffic: a new ready endpoint answers, a removed or
+    // not-ready one stops answering.
+    let mut appear = Vec::new();
+    let mut vanish = Vec::new();
+    for (kind, ip, at) in &changes {
+        let ep = format!("{ip}:{port}");
+        match kind {
+            Change::Added | Change::Ready => {
+                let first = samples
+                    .iter()
+                    .find(|s| s.at > *at && s.backend == ep)
+                    .unwrap_or_else(|| panic!("{kind:?} {ep} never answered"));
+                let d = first.at - *at;
+                assert!(
+                    d < Duration::from_secs(1),
+                    "{kind:?} {ep}: visible after {d:?}"
+                );
+                appear.push(d);
+            }
+            Change::Removed | Change::Unready => {
+                // Until the endpoint is made ready again (if it is).
+                let until = changes
+                    .iter()
+                    .find(|(k, i, t)| *k == Change::Ready && i == ip && t > at)
+                    .map(|c| c.2);
+                let d = samples
+                    .iter()
+                    .filter(|s| s.backend == ep && until.is_none_or(|u| s.at < u))
+                    .map(|s| s.at.saturating_duration_since(*at))
+                    .max()
+                    .unwrap_or_default();
+                assert!(
+                    d < Duration::from_secs(1),
+                    "{kind:?} {ep}: still answered after {d:?}"
+                );
+                vanish.push(d);
+            }
+        }
+    }
+    // Endpoints that are gone or not ready at the end answered nothing afterwards.
+    let serving: BTreeSet<String> = eps
+        .iter()
+        .filter(|e| e.1)
+        .map(|e| format!("{}:{port}", e.0))
+        .collect();
+    let tail_start = changes.last().unwrap().2 + Duration::from_secs(1);
+    let stray: BTreeSet<&str> = samples
+        .iter()
+        .filter(|s| s.at > tail_start && !serving.contains(&s.backend))
+        .map(|s| s.backend.as_str())
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "answers from outside the endpoint set: {stray:?}"
+    );
+
+    before.check(&f, "endpoint churn").await;
+    let dynamic_after = f.metric("ferrule_dynamic_updates_total", "backends").await;
+    assert!(
+        dynamic_after > dynamic_before,
+        "dynamic updates were counted ({dynamic_before} -> {dynamic_after})"
+    );
+    eprintln!(
+        "endpoint churn: {} requests, 0 failed, {} changes, 0 reloads\n  {}\n  {}",
+        samples.len(),
+        changes.len(),
+        summary(
+            "new endpoint first answers after (file write ->)",
+            &mut appear
+        ),
+        summary(
+            "removed/not-ready endpoint last answered after",
+            &mut vanish
+        ),
+    );
+}
+
+// ---------------------------------------------------------------------------
+// 2. Algorithms from annotations.
+
+#[tokio::test]
+async fn round_robin_hash_and_algorithm_changes_without_reload() {
+    let echos = echo_group(&["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]).await;
+    let port = echos[0].addr.port();
+    let m = Manifests::new();
+    let svc3 = service_endpoints(
+        "demo",
+        "rr",
+        port,
+        &[
+            ("127.0.0.2", true),
+            ("127.0.0.3", true),
+            ("127.0.0.4", true),
+        ],
+    );
+    m.write("svc.yaml", &svc3);
+    let rule = [("/", "Prefix", "rr")];
+    m.write(
+        "ing.yaml",
+        &ingress("demo", "rr", CREATED, "rr.test", &rule, &[]),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_rr_80", |b| endpoint_count(b) == 3).await;
+    let before = NoReload::capture(&f).await;
+
+    // Round robin (default): 300 requests spread evenly over the three endpoints.
+    let counts = spread(&f, "rr.test", "/", &[], 300, 1).await;
+    assert_eq!(counts.len(), 3, "three endpoints answer: {counts:?}");
+    for (ep, n) in &counts {
+        assert!(
+            (90..=110).contains(n),
+            "round robin uneven: {ep} got {n}: {counts:?}"
+        );
+    }
+    // Over new connections too (every worker has its own cursor).
+    let counts = spread_fresh(&f, "rr.test", 150).await;
+    for (ep, n) in &counts {
+        assert!(
+            (40..=60).contains(n),
+            "round robin uneven: {ep} got {n}: {counts:?}"
+        );
+    }
+
+    // load-balance: ewma, applied without reload; traffic keeps flowing everywhere.
+    m.write(
+        "ing.yaml",
+        &ingress(
+            "demo",
+            "rr",
+            CREATED,
+            "rr.test",
+            &rule,
+            &[("load-balance", "ewma")],
+        ),
+    );
+    wait_store(&f, "demo_rr_80", |b| b["load_balance"] == "ewma").await;
+    let counts = spread(&f, "rr.test", "/", &[], 300, 2).await;
+    assert!(
+        counts.keys().all(|k| !k.starts_with("status:")),
+        "ewma: {counts:?}"
+    );
+    assert!(
+        counts.len() >= 2,
+        "ewma uses more than one peer: {counts:?}"
+    );
+
+    // upstream-hash-by: $arg_user: the same key always reaches the same peer.
+    m.write(
+        "ing.yaml",
+        &ingress(
+            "demo",
+            "rr",
+            CREATED,
+            "rr.test",
+            &rule,
+            &[("upstream-hash-by", "$arg_user")],
+        ),
+    );
+    wait_store(&f, "demo_rr_80", |b| b["upstream_hash_by"] == "$arg_user").await;
+    let users: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
+    let map3 = hash_map(&f, &users).await;
+    let again = hash_map(&f, &users).await;
+    assert_eq!(map3, again, "the same key reaches the same peer");
+    let per_peer: BTreeMap<&String, usize> = map3.values().fold(BTreeMap::new(), |mut m, p| {
+        *m.entry(p).or_default() += 1;
+        m
+    });
+    assert_eq!(
+        per_peer.len(),
+        3,
+        "keys spread over all peers: {per_peer:?}"
+    );
+
+    // Adding a peer moves few keys, and only to the new peer.
+    m.write(
+        "svc.yaml",
+        &service_endpoints(
+            "demo",
+            "rr",
+            port,
+            &[
+                ("127.0.0.2", true),
+                ("127.0.0.3", true),
+                ("127.0.0.4", true),
+                ("127.0.0.5", true),
+            ],
+        ),
+    );
+    wait_store(&f, "demo_rr_80", |b| endpoint_count(b) == 4).await;
+    let map4 = hash_map(&f, &users).await;
+    let new_peer = echos[3].addr.to_string();
+    let moved: Vec<&String> = users.iter().filter(|u| map3[*u] != map4[*u]).collect();
+    for u in &moved {
+        assert_eq!(map4[*u], new_peer, "{u} moved between old peers");
+    }
+    assert!(
+        (20..=80).contains(&moved.len()),
+        "adding 1 peer to 3 should move ~1/4 of 200 keys, moved {}",
+        moved.len()
+    );
+    eprintln!(
+        "consistent hash: adding a 4th peer moved {} of {} keys, all to the new peer",
+        moved.len(),
+        users.len()
+    );
+    before.check(&f, "round robin / ewma / hash changes").await;
+}
+
+/// Requests `/?user=<key>` over new connections: key → backend.
+async fn hash_map(f: &Ferrule, users: &[String]) -> BTreeMap<String, String> {
+    let c = fresh_client();
+    let mut out = BTreeMap::new();
+    for u in users {
+        let (s, b, _) = hit(&c, f, "rr.test", &format!("/?user={u}"), &[]).await;
+        assert_eq!(s, 200);
+        out.insert(u.clone(), b);
+    }
+    out
+}
+
+async fn spread_fresh(f: &Ferrule, host: &str, n: usize) -> BTreeMap<String, usize> {
+    let c = fresh_client();
+    let mut counts = BTreeMap::new();
+    for _ in 0..n {
+        let (s, b, _) = hit(&c, f, host, "/", &[]).await;
+        assert_eq!(s, 200);
+        *counts.entry(b).or_default() += 1;
+    }
+    counts
+}
+
+/// The `name=value` of a `Set-Cookie` for cookie `name`, if any.
+fn set_cookie(h: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
+    h.get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
+    let echos = echo_group(&["127.0.0.6", "127.0.0.7", "127.0.0.8"]).await;
+    let port = echos[0].addr.port();
+    let all = [
+        ("127.0.0.6", true),
+        ("127.0.0.7", true),
+        ("127.0.0.8", true),
+    ];
+    let m = Manifests::new();
+    m.write("svc.yaml", &service_endpoints("demo", "sticky", port, &all));
+    m.write(
+        "ing.yaml",
+        &ingress(
+            "demo",
+            "sticky",
+            CREATED,
+            "sticky.test",
+            &[("/", "Prefix", "sticky")],
+            &[
+                ("affinity", "cookie"),
+                ("session-cookie-name", "route"),
+                ("session-cookie-max-age", "3600"),
+            ],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_sticky_80", |b| endpoint_count(b) == 3).await;
+    let before = NoReload::capture(&f).await;
+    let c = fresh_client();
+
+    // First visit: a cookie is set; with it, every request (any worker) sticks.
+    let (s, first, h) = hit(&c, &f, "sticky.test", "/", &[]).await;
+    assert_eq!(s, 200);
+    let cookie = set_cookie(&h, "route").expect("affinity cookie set");
+    let raw = h.get("set-cookie").unwrap().to_str().unwrap().to_owned();
+    assert!(raw.contains("Max-Age=3600"), "cookie attributes: {raw}");
+    for _ in 0..30 {
+        let (s, b, h) = hit(&c, &f, "sticky.test", "/", &[("Cookie", &cookie)]).await;
+        assert_eq!((s, b.as_str()), (200, first.as_str()), "sticks to {first}");
+        assert!(
+            set_cookie(&h, "route").is_none(),
+            "no new cookie while it sticks"
+        );
+    }
+    // Without the cookie, round robin spreads new sessions.
+    let mut fresh = BTreeSet::new();
+    for _ in 0..12 {
+        fresh.insert(hit(&c, &f, "sticky.test", "/", &[]).await.1);
+    }
+    assert!(fresh.len() >= 2, "new sessions spread: {fresh:?}");
+
+    // The sticky endpoint goes away (its server keeps running): the next request
+    // with the old cookie is re-picked to a live endpoint and gets a new cookie.
+    let remaining: Vec<(&str, bool)> = all
+        .iter()
+        .copied()
+        .filter(|(ip, _)| first != format!("{ip}:{port}"))
+        .collect();
+    m.write(
+        "svc.yaml",
+        &service_endpoints("demo", "sticky", port, &remaining),
+    );
+    wait_store(&f, "demo_sticky_80", |b| endpoint_count(b) == 2).await;
+    let (s, second, h) = hit(&c, &f, "sticky.test", "/", &[("Cookie", &cookie)]).await;
+    assert_eq!(s, 200);
+    assert_ne!(second, first, "re-picked away from the removed endpoint");
+    let cookie2 = set_cookie(&h, "route").expect("a new affinity cookie");
+    assert_ne!(cookie2, cookie);
+    for _ in 0..20 {
+        let (s, b, _) = hit(&c, &f, "sticky.test", "/", &[("Cookie", &cookie2)]).await;
+        assert_eq!(
+            (s, b.as_str()),
+            (200, second.as_str()),
+            "sticks to {second}"
+        );
+    }
+    before.check(&f, "cookie affinity").await;
+}
+
+#[tokio::test]
+async fn canary_by_weight_and_header_and_weight_change_without_reload() {
+    let echos = echo_group(&["127.0.0.9", "127.0.0.10"]).await;
+    let (primary, canary) = (echos[0].addr, echos[1].addr);
+    let m = Manifests::new();
+    for p in ["w", "h", "v"] {
+        m.write(
+            &format!("svc-{p}.yaml"),
+            &format!(
+                "{}---\n{}",
+                service("demo", &format!("{p}-main"), &[primary]),
+                service("demo", &format!("{p}-canary"), &[canary])
+            ),
+        );
+        m.write(
+            &format!("ing-{p}.yaml"),
+            &ingress(
+                "demo",
+                &format!("{p}-main"),
+                CREATED,
+                &format!("{p}.test"),
+                &[("/", "Prefix", &format!("{p}-main"))],
+                &[],
+            ),
+        );
+    }
+    let canary_ing = |p: &str, ann: &[(&str, &str)]| {
+        let mut a = vec![("canary", "true")];
+        a.extend_from_slice(ann);
+        ingress(
+            "demo",
+            &format!("{p}-canary"),
+            CANARY_CREATED,
+            &format!("{p}.test"),
+            &[("/", "Prefix", &format!("{p}-canary"))],
+            &a,
+        )
+    };
+    m.write(
+        "canary-w.yaml",
+        &canary_ing("w", &[("canary-weight", "20")]),
+    );
+    m.write(
+        "canary-h.yaml",
+        &canary_ing(
+            "h",
+            &[("canary-by-header", "X-Canary"), ("canary-weight", "50")],
+        ),
+    );
+    m.write(
+        "canary-v.yaml",
+        &canary_ing(
+            "v",
+            &[
+                ("canary-by-header", "X-Canary"),
+                ("canary-by-header-value", "yes-please"),
+            ],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    for p in ["w", "h", "v"] {
+        let canary_backend = format!("demo_{p}-canary_80");
+        wait_store(&f, &format!("demo_{p}-main_80"), |b| {
+            b["canary"]["backend"] == canary_backend.as_str()
+        })
+        .await;
+    }
+    let before = NoReload::capture(&f).await;
+    let (p, c) = (primary.to_string(), canary.to_string());
+    let share = |counts: &BTreeMap<String, usize>, n: usize| {
+        assert_eq!(
+            counts.get(&p).unwrap_or(&0) + counts.get(&c).unwrap_or(&0),
+            n,
+            "every request answered by primary or canary: {counts:?}"
+        );
+        *counts.get(&c).unwrap_or(&0) as f64 / n as f64
+    };
+
+    // canary-weight 20: 20% ± 5 points over 2,000 requests.
+    let counts = spread(&f, "w.test", "/", &[], 2000, 4).await;
+    let w = share(&counts, 2000);
+    assert!((0.15..=0.25).contains(&w), "canary share {w} for weight 20");
+    eprintln!("canary weight 20: {:.1}% of 2000 requests", w * 100.0);
+
+    // canary-by-header: `always` and `never` are exact, other values fall through
+    // to the weight (50 here).
+    let n = 100;
+    let always = share(
+        &spread(&f, "h.test", "/", &[("X-Canary", "always")], n, 2).await,
+        n,
+    );
+    let never = share(
+        &spread(&f, "h.test", "/", &[("X-Canary", "never")], n, 2).await,
+        n,
+    );
+    let other = share(
+        &spread(&f, "h.test", "/", &[("X-Canary", "maybe")], n, 2).await,
+        n,
+    );
+    let absent = share(&spread(&f, "h.test", "/", &[], n, 2).await, n);
+    assert_eq!((always, never), (1.0, 0.0), "X-Canary always / never");
+    assert!(
+        (0.25..=0.75).contains(&other),
+        "other value uses the weight: {other}"
+    );
+    assert!(
+        (0.25..=0.75).contains(&absent),
+        "no header uses the weight: {absent}"
+    );
+
+    // canary-by-header-value: only the exact value routes to the canary.
+    for (value, want) in [
+        (Some("yes-please"), 1.0),
+        (Some("Yes-Please"), 0.0),
+        (Some("yes-please-not"), 0.0),
+        (Some("always"), 0.0),
+        (None, 0.0),
+    ] {
+        let h: Vec<(&str, &str)> = value.map(|v| ("X-Canary", v)).into_iter().collect();
+        let got = share(&spread(&f, "v.test", "/", &h, 50, 2).await, 50);
+        assert_eq!(got, want, "X-Canary: {value:?}");
+    }
+
+    // Changing the weight is applied without reload.
+    m.write(
+        "canary-w.yaml",
+        &canary_ing("w", &[("canary-weight", "80")]),
+    );
+    wait_store(&f, "demo_w-main_80", |b| b["canary"]["weight"] == 80).await;
+    let counts = spread(&f, "w.test", "/", &[], 2000, 4).await;
+    let w = share(&counts, 2000);
+    assert!((0.75..=0.85).contains(&w), "canary share {w} for weight 80");
+    eprintln!("canary weight 80: {:.1}% of 2000 requests", w * 100.0);
+
+    // Removing the canary Ingress sends everything to the primary, still no reload.
+    m.remove("canary-w.yaml");
+    wait_store(&f, "demo_w-main_80", |b| b["canary"].is_null()).await;
+    let w = share(&spread(&f, "w.test", "/", &[], 200, 2).await, 200);
+    assert_eq!(w, 0.0, "no canary after the canary Ingress is deleted");
+    before.check(&f, "canary changes").await;
+}
+
+// ---------------------------------------------------------------------------
+// 3. Certificate rotation without reload.
+
+// Multi-threaded: openssl and curl run as blocking child processes while the echo
+// backend must keep answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificate_rotation_is_served_without_reload() {
+    let a = Echo::start("127.0.0.11").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert_a, key_a, fp_a) = self_signed(certs.path(), "a", &["secure.test"]);
+    let (cert_b, key_b, fp_b) = self_signed(certs.path(), "b", &["secure.test"]);
+    assert!(!fp_a.is_empty() && fp_a != fp_b);
+
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "secure", &[a.addr]));
+    m.write(
+        "secret.yaml",
+        &tls_secret("demo", "secure-tls", &cert_a, &key_a),
+    );
+    m.write(
+        "ing.yaml",
+        &with_tls(
+            &ingress(
+                "demo",
+                "secure",
+                CREATED,
+                "secure.test",
+                &[("/", "Prefix", "secure")],
+                &[],
+            ),
+            &["secure.test"],
+            "secure-tls",
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let served_a = wait_until(Duration::from_secs(5), || async {
+        f.served_fingerprint("secure.test") == fp_a
+    })
+    .await;
+    assert!(
+        served_a,
+        "cert A served; got {:?}; resources {:?}",
+        f.served_fingerprint("secure.test"),
+        f.resources().await
+    );
+    let default_fp = f.served_fingerprint("other.test");
+    assert!(
+        default_fp != fp_a && !default_fp.is_empty(),
+        "other SNI: default certificate"
+    );
+    let before = NoReload::capture(&f).await;
+
+    // Rotate: same Secret, new certificate and key.
+    let t = Instant::now();
+    m.write(
+        "secret.yaml",
+        &tls_secret("demo", "secure-tls", &cert_b, &key_b),
+    );
+    // Handshakes until one is served cert B. The change became visible after the
+    // start of the last handshake that got A and before the end of the first that
+    // got B (a handshake through the openssl CLI takes a while here).
+    let mut served_b = false;
+    let mut lower = Duration::ZERO;
+    let mut upper = Duration::ZERO;
+    while t.elapsed() < Duration::from_secs(5) {
+        let started = t.elapsed();
+        let fp = f.served_fingerprint("secure.test");
+        if fp == fp_b {
+            served_b = true;
+            upper = t.elapsed();
+            break;
+        }
+        assert_eq!(fp, fp_a, "A until B: never anything else");
+        lower = started;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(served_b, "cert B served after rotation; log:\n{}", f.logs());
+    assert_eq!(f.served_fingerprint("other.test"), default_fp);
+    eprintln!(
+        "certificate rotation: cert B served between {lower:?} and {upper:?} after the file write"
+    );
+
+    // The TLS host still proxies with the new certificate.
+    let out = tokio::process::Command::new("curl")
+        .args(["-sk", "--resolve"])
+        .arg(format!("secure.test:{}:127.0.0.1", f.https))
+        .arg(format!("https://secure.test:{}/tls", f.https))
+        .output()
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        v["backend"],
+        a.addr.to_string(),
+        "proxied over TLS: {out:?}"
+    );
+    before.check(&f, "certificate rotation").await;
+}
+
+// ---------------------------------------------------------------------------
+// 4. The configuration API: token required, never reachable through the proxy.
+
+/// A raw HTTP/1.1 request on a proxy port: (status, body).
+async fn raw_http(port: u16, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A request over HTTPS with curl: (status, body).
+fn curl_https(port: u16, sni: &str, host: &str, path: &str, token: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}", "--resolve"])
+        .arg(format!("{sni}:{port}:127.0.0.1"))
+        .args(["-H", &format!("Host: {host}")])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("https://{sni}:{port}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balancer_api_needs_the_token_and_is_not_reachable_through_the_proxy() {
+    let a = Echo::start("127.0.0.12").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    m.write(
+        "ing.yaml",
+        &ingress(
+            "demo",
+            "app",
+            CREATED,
+            "app.test",
+            &[("/", "Prefix", "app")],
+            &[],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_app_80", |b| endpoint_count(b) == 1).await;
+    let token = f.api_token();
+    assert!(token.len() >= 32, "a strong token: {} chars", token.len());
+    let socket = f.api_socket();
+
+    // On the socket: no token, wrong token, wrong scheme → 401; the right one works.
+    let evil = r#"{"version": 99, "backends": [{"name": "demo_app_80", "endpoints": [{"address": "127.0.0.99", "port": 1}]}]}"#;
+    for t in [None, Some("wrong"), Some(&*format!("{token}x")), Some("")] {
+        for (method, path, body) in [
+            ("GET", "/configuration/backends", None),
+            ("GET", "/configuration/version", None),
+            ("GET", "/configuration/certificates", None),
+            ("POST", "/configuration/backends", Some(evil)),
+        ] {
+            let (s, body_out) = f.api(method, path, t, body).await;
+            assert_eq!(s, 401, "{method} {path} with token {t:?}: {body_out}");
+            assert!(
+                !body_out.contains("127.0.0.12"),
+                "leaks nothing: {body_out}"
+            );
+        }
+    }
+    // Basic auth or the token in the query string do not count either.
+    let basic = format!("Basic {token}");
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--unix-socket",
+        ])
+        .arg(&socket)
+        .args(["-H", &format!("Authorization: {basic}")])
+        .arg(format!(
+            "http://localhost/configuration/backends?token={token}"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "401");
+    let (s, body) = f
+        .api("GET", "/configuration/backends", Some(&token), None)
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        f.balancer_backend("demo_app_80").await["endpoints"][0]["address"],
+        "127.0.0.12",
+        "refused POSTs changed nothing"
+    );
+
+    // Through the proxy ports, under any Host and path, with the right token even:
+    // routed like any request (default server 404, or the Ingress's backend).
+    let paths = [
+        "/configuration/backends",
+        "/configuration/backends/demo_app_80",
+        "/configuration/version",
+        "/configuration/certificates",
+        "/ferrule/config-version",
+        "/configuration/",
+    ];
+    let sock = socket.display().to_string();
+    let hosts = [
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        format!("127.0.0.1:{}", f.http),
+        "ferrule".to_owned(),
+        "balancer".to_owned(),
+        format!("unix:{sock}"),
+        sock.clone(),
+        String::new(),
+    ];
+    let mut probes = 0;
+    for path in paths {
+        for host in &hosts {
+            for method in ["GET", "POST"] {
+                let body = if method == "POST" { evil } else { "" };
+                let req = format!(
+                    "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let (s, b) = raw_http(f.http, &req).await;
+                // An empty or odd Host may be refused by NGINX itself (400).
+                assert!(
+                    s == 404 || s == 400,
+                    "{method} Host {host:?} {path}: {s} {b}"
+                );
+                assert!(!b.contains("generation"), "API answered: {b}");
+                probes += 1;
+            }
+            let (s, b) = curl_https(f.https, "localhost", host, path, &token);
+            assert!(s == 404 || s == 400, "https Host {host:?} {path}: {s} {b}");
+            assert!(!b.contains("generation"), "API answered over https: {b}");
+            probes += 1;
+        }
+        // Absolute-form request targets naming the socket or localhost.
+        for target in [
+            format!("http://unix:{sock}:{path}"),
+            format!("http://localhost{path}"),
+            format!("http://127.0.0.1{path}"),
+        ] {
+            let req = format!(
+                "GET {target} HTTP/1.1\r\nHost: app.test\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+            );
+            let (s, b) = raw_http(f.http, &req).await;
+            assert!(s == 404 || s == 400, "GET {target}: {s} {b}");
+            assert!(!b.contains("generation"), "API answered: {b}");
+            probes += 1;
+        }
+        // On a host that an Ingress serves, the path reaches the app, not the API.
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: app.test\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        );
+        let (s, b) = raw_http(f.http, &req).await;
+        let v: Value = serde_json::from_str(&b).unwrap_or_default();
+        assert_eq!(
+            (s, v["backend"].as_str()),
+            (200, Some(&*a.addr.to_string())),
+            "{path}"
+        );
+        assert_eq!(v["path"], path);
+        probes += 1;
+    }
+    assert_eq!(
+        f.balancer_backend("demo_app_80").await["endpoints"][0]["address"],
+        "127.0.0.12",
+        "nothing sent through the proxy changed the store"
+    );
+
+    // NGINX listens on TCP only on the proxy ports.
+    let out = std::process::Command::new("ss")
+        .args(["-Hltnp"])
+        .output()
+        .unwrap();
+    let master = std::fs::read_to_string(f.prefix.path().join("nginx/run/nginx.pid"))
+        .unwrap()
+        .trim()
+        .to_owned();
+    let mut ours: Vec<String> = f
+        .worker_pids()
+        .iter()
+        .map(|p| format!("pid={p},"))
+        .collect();
+    ours.push(format!("pid={master},"));
+    let ports: BTreeSet<u16> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .nth(3)?
+                .rsplit(':')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        BTreeSet::from([f.http, f.https]),
+        "NGINX TCP listeners"
+    );
+    eprintln!("balancer API isolation: {probes} proxy-port probes, none reached the API");
+}
+
+// ---------------------------------------------------------------------------
+// 5. One backend the balancer refuses must not block every other update.
+
+#[tokio::test]
+async fn a_refused_backend_does_not_block_other_endpoint_updates() {
+    let echos = echo_group(&["127.0.0.13", "127.0.0.14"]).await;
+    let port = echos[0].addr.port();
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints("demo", "same", port, &[("127.0.0.13", true)]),
+            service_endpoints("demo", "other", port, &[("127.0.0.13", true)])
+        ),
+    );
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            ingress(
+                "demo",
+                "same",
+                CREATED,
+                "same.test",
+                &[("/", "Prefix", "same")],
+                &[]
+            ),
+            ingress(
+                "demo",
+                "other",
+                CREATED,
+                "other.test",
+                &[("/", "Prefix", "other")],
+                &[]
+            )
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_other_80", |b| endpoint_count(b) == 1).await;
+
+    // A canary Ingress whose backend is the primary's own Service: the balancer API
+    // refuses such a backend ("canary: backend must not name the backend itself").
+    m.write(
+        "canary.yaml",
+        &ingress(
+            "demo",
+            "same-canary",
+            CANARY_CREATED,
+            "same.test",
+            &[("/", "Prefix", "same")],
+            &[("canary", "true"), ("canary-weight", "50")],
+        ),
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Then an ordinary endpoint change of another Service.
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints("demo", "same", port, &[("127.0.0.13", true)]),
+            service_endpoints("demo", "other", port, &[("127.0.0.14", true)])
+        ),
+    );
+    wait_store(&f, "demo_other_80", |b| {
+        b["endpoints"][0]["address"] == "127.0.0.14"
+    })
+    .await;
+    assert_eq!(
+        f.backend("other.test", "/").await,
+        (200, echos[1].addr.to_string())
+    );
+    // The Ingress with the self-canary keeps serving its primary.
+    assert_eq!(
+        f.backend("same.test", "/").await,
+        (200, echos[0].addr.to_string())
+    );
+}
