@@ -4,14 +4,14 @@
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-fn collect(dir: &Path, base: &Path, out: &mut Vec<PathBuf>) {
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
-            collect(&p, base, out);
+            collect(&p, out);
         } else if p.extension().is_some_and(|x| x == "lua") {
             out.push(p);
         }
@@ -22,7 +22,7 @@ fn main() {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../lua");
     println!("cargo:rerun-if-changed={}", root.display());
     let mut files = Vec::new();
-    collect(&root.join("ferrule"), &root, &mut files);
+    collect(&root.join("ferrule"), &mut files);
     files.sort();
     let mut src = String::from(
         "/// Lua balancer sources: (path relative to the Lua dir, contents).\npub const LUA_FILES: &[(&str, &str)] = &[\n",

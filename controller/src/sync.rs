@@ -170,7 +170,9 @@ async fn reload_task(
     // Reloads are rate-limited (endpoint changes never go through here).
     let reload_limiter = std::num::NonZeroU32::new(1)
         .zip((!opts.min_reload_interval.is_zero()).then_some(opts.min_reload_interval))
-        .and_then(|(burst, period)| governor::Quota::with_period(period).map(|q| q.allow_burst(burst)))
+        .and_then(|(burst, period)| {
+            governor::Quota::with_period(period).map(|q| q.allow_burst(burst))
+        })
         .map(governor::RateLimiter::direct);
     let mut start_failed = false;
     let mut restart_backoff = Duration::from_millis(100);

@@ -20,11 +20,14 @@ pub struct FileSpec {
     pub mode: u32,
 }
 
+/// A file's previous contents and mode (`None`: it did not exist).
+type Previous = Option<(Vec<u8>, u32)>;
+
 /// What a write changed, so that it can be undone.
 #[derive(Debug, Default)]
 pub struct Change {
     /// (path, previous contents or `None` if the file was new).
-    undo: Vec<(PathBuf, Option<(Vec<u8>, u32)>)>,
+    undo: Vec<(PathBuf, Previous)>,
 }
 
 impl Change {
@@ -107,7 +110,7 @@ pub fn rollback(change: Change) -> std::io::Result<()> {
     Ok(())
 }
 
-fn read(path: &Path) -> std::io::Result<Option<(Vec<u8>, u32)>> {
+fn read(path: &Path) -> std::io::Result<Previous> {
     match fs::read(path) {
         Ok(b) => Ok(Some((b, fs::metadata(path)?.permissions().mode() & 0o7777))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

@@ -25,14 +25,20 @@ struct Cluster {
 }
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 /// Starts (or reuses) the harness cluster and the backend network namespace.
 fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         let root = repo_root();
-        let out = Command::new(root.join("test/e2e/cluster.sh")).arg("up").output().unwrap();
+        let out = Command::new(root.join("test/e2e/cluster.sh"))
+            .arg("up")
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "test/e2e/cluster.sh up failed:\n{}\n{}",
@@ -40,7 +46,10 @@ fn cluster() -> &'static Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         netns_up();
-        let c = Cluster { kubeconfig: root.join("target/e2e/kubeconfig"), root };
+        let c = Cluster {
+            kubeconfig: root.join("target/e2e/kubeconfig"),
+            root,
+        };
         c.apply(&ingress_class("ferrule", false));
         c
     })
@@ -60,11 +69,20 @@ impl Cluster {
                     .stderr(std::process::Stdio::piped())
                     .spawn()
                     .unwrap();
-                child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(input.as_bytes())
+                    .unwrap();
                 child.wait_with_output().unwrap()
             }
         };
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         (out.status.success(), text)
     }
 
@@ -97,12 +115,21 @@ impl Cluster {
     }
 
     fn namespace(&self, ns: &str) {
-        self.apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata: {{ name: {ns} }}\n"));
+        self.apply(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{ name: {ns} }}\n"
+        ));
     }
 
     fn script(&self, cmd: &str) {
-        let out = Command::new(self.root.join("test/e2e/cluster.sh")).arg(cmd).output().unwrap();
-        assert!(out.status.success(), "cluster.sh {cmd}: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(self.root.join("test/e2e/cluster.sh"))
+            .arg(cmd)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cluster.sh {cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -111,9 +138,16 @@ impl Cluster {
 fn netns_up() {
     let sh = |c: &str| {
         let out = Command::new("sh").arg("-c").arg(c).output().unwrap();
-        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     };
-    if sh(&format!("ip netns exec {NETNS} ip -4 addr show dev fe2e-n | grep -q 10.213.0.9")).0 {
+    if sh(&format!(
+        "ip netns exec {NETNS} ip -4 addr show dev fe2e-n | grep -q 10.213.0.9"
+    ))
+    .0
+    {
         return;
     }
     let _ = sh(&format!("ip netns del {NETNS}; ip link del fe2e-h"));
@@ -123,7 +157,9 @@ fn netns_up() {
          ip netns exec {NETNS} ip link set lo up; ip netns exec {NETNS} ip link set fe2e-n up; "
     );
     for i in 2..=9 {
-        script.push_str(&format!("ip netns exec {NETNS} ip addr add 10.213.0.{i}/24 dev fe2e-n; "));
+        script.push_str(&format!(
+            "ip netns exec {NETNS} ip addr add 10.213.0.{i}/24 dev fe2e-n; "
+        ));
     }
     let (ok, err) = sh(&script);
     assert!(ok, "creating the backend network namespace failed: {err}");
@@ -147,8 +183,15 @@ async fn netns_echo(ip: &str) -> Echo {
 
 /// Service + EndpointSlice YAML for backends at `ips` (port 8080).
 fn k8s_service(ns: &str, name: &str, ips: &[&str]) -> String {
-    let eps: String = ips.iter().map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ ready: true }}\n")).collect();
-    let eps = if eps.is_empty() { "  []\n".to_owned() } else { eps };
+    let eps: String = ips
+        .iter()
+        .map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ ready: true }}\n"))
+        .collect();
+    let eps = if eps.is_empty() {
+        "  []\n".to_owned()
+    } else {
+        eps
+    };
     format!(
         "apiVersion: v1\nkind: Service\nmetadata: {{ name: {name}, namespace: {ns} }}\nspec:\n  ports: [{{ name: http, port: 80, targetPort: 8080 }}]\n---\n\
          apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: {ns}\n  labels: {{ kubernetes.io/service-name: {name} }}\naddressType: IPv4\nports: [{{ name: http, port: 8080 }}]\nendpoints:\n{eps}"
@@ -156,15 +199,32 @@ fn k8s_service(ns: &str, name: &str, ips: &[&str]) -> String {
 }
 
 /// Ingress YAML (no creationTimestamp: the API server sets it).
-fn k8s_ingress(ns: &str, name: &str, host: &str, paths: &[PathRule], annotations: &[(&str, &str)]) -> String {
+fn k8s_ingress(
+    ns: &str,
+    name: &str,
+    host: &str,
+    paths: &[PathRule],
+    annotations: &[(&str, &str)],
+) -> String {
     let yaml = ingress(ns, name, "2026-01-01T00:00:00Z", host, paths, annotations);
     let yaml = yaml.replace("\nspec:\n", "\nspec:\n  ingressClassName: ferrule\n");
-    yaml.lines().filter(|l| !l.contains("creationTimestamp")).collect::<Vec<_>>().join("\n") + "\n"
+    yaml.lines()
+        .filter(|l| !l.contains("creationTimestamp"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
 }
 
 fn start_ferrule(c: &Cluster, ns: &str, extra: &[&str]) -> Ferrule {
     let kubeconfig = c.kubeconfig.to_string_lossy().into_owned();
-    let mut args = vec!["--kubeconfig", kubeconfig.as_str(), "--watch-namespace", ns, "--lease-namespace", ns];
+    let mut args = vec![
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--watch-namespace",
+        ns,
+        "--lease-namespace",
+        ns,
+    ];
     args.extend_from_slice(extra);
     Ferrule::spawn_kube(&args)
 }
@@ -178,29 +238,50 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     let a = netns_echo("10.213.0.2").await;
     let b = netns_echo("10.213.0.3").await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.2"]));
-    c.apply(&k8s_ingress(ns, "web", "web.e2e", &[("/", "Prefix", "echo")], &[]));
+    c.apply(&k8s_ingress(
+        ns,
+        "web",
+        "web.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
     let f = start_ferrule(c, ns, &["--publish-status-address", "10.9.9.9"]);
     f.wait_ready(Duration::from_secs(30)).await;
     assert_eq!(f.backend("web.e2e", "/").await, (200, a.addr.to_string()));
 
     // Update: a new path on a new Service.
     c.apply(&k8s_service(ns, "other", &["10.213.0.3"]));
-    c.apply(&k8s_ingress(ns, "web", "web.e2e", &[("/", "Prefix", "echo"), ("/other", "Prefix", "other")], &[]));
-    let routed = wait_until(Duration::from_secs(10), || async { f.backend("web.e2e", "/other/x").await.1 == b.addr.to_string() }).await;
+    c.apply(&k8s_ingress(
+        ns,
+        "web",
+        "web.e2e",
+        &[("/", "Prefix", "echo"), ("/other", "Prefix", "other")],
+        &[],
+    ));
+    let routed = wait_until(Duration::from_secs(10), || async {
+        f.backend("web.e2e", "/other/x").await.1 == b.addr.to_string()
+    })
+    .await;
     assert!(routed, "new path routed; log:\n{}", f.logs());
 
     // EndpointSlice update: traffic follows without a reload.
     let pids = f.worker_pids();
     let reloads = f.metric("ferrule_reloads_total", "").await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.3"]));
-    let moved = wait_until(Duration::from_secs(5), || async { f.backend("web.e2e", "/").await.1 == b.addr.to_string() }).await;
+    let moved = wait_until(Duration::from_secs(5), || async {
+        f.backend("web.e2e", "/").await.1 == b.addr.to_string()
+    })
+    .await;
     assert!(moved, "endpoint change reached traffic; log:\n{}", f.logs());
     assert_eq!(f.worker_pids(), pids, "no reload for an endpoint change");
     assert_eq!(f.metric("ferrule_reloads_total", "").await, reloads);
 
     // Delete: the host is gone.
     c.delete(&["ingress", "-n", ns, "web"]);
-    let gone = wait_until(Duration::from_secs(10), || async { f.get("web.e2e", "/").await.0 == 404 }).await;
+    let gone = wait_until(Duration::from_secs(10), || async {
+        f.get("web.e2e", "/").await.0 == 404
+    })
+    .await;
     assert!(gone, "deleted Ingress no longer served; log:\n{}", f.logs());
 }
 
@@ -212,14 +293,31 @@ async fn status_and_events_are_written() {
     c.namespace(ns);
     let _a = netns_echo("10.213.0.4").await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.4"]));
-    c.apply(&k8s_ingress(ns, "good", "good.e2e", &[("/", "Prefix", "echo")], &[]));
-    c.apply(&k8s_ingress(ns, "bad", "bad.e2e", &[("/", "Prefix", "echo")], &[("proxy-read-timeout", "soon")]));
-    let f = start_ferrule(c, ns, &["--publish-status-address", "192.0.2.10,lb.example.com"]);
+    c.apply(&k8s_ingress(
+        ns,
+        "good",
+        "good.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
+    c.apply(&k8s_ingress(
+        ns,
+        "bad",
+        "bad.e2e",
+        &[("/", "Prefix", "echo")],
+        &[("proxy-read-timeout", "soon")],
+    ));
+    let f = start_ferrule(
+        c,
+        ns,
+        &["--publish-status-address", "192.0.2.10,lb.example.com"],
+    );
     f.wait_ready(Duration::from_secs(30)).await;
 
     let written = wait_until(Duration::from_secs(15), || async {
         let ing = c.json(&["get", "ingress", "-n", ns, "good"]);
-        ing["status"]["loadBalancer"]["ingress"] == serde_json::json!([{"ip": "192.0.2.10"}, {"hostname": "lb.example.com"}])
+        ing["status"]["loadBalancer"]["ingress"]
+            == serde_json::json!([{"ip": "192.0.2.10"}, {"hostname": "lb.example.com"}])
     })
     .await;
     assert!(written, "status.loadBalancer written; log:\n{}", f.logs());
@@ -229,12 +327,23 @@ async fn status_and_events_are_written() {
         events["items"].as_array().into_iter().flatten().any(|e| {
             e["type"] == "Warning"
                 && e["regarding"]["name"] == "bad"
-                && e["note"].as_str().unwrap_or_default().contains("proxy-read-timeout")
+                && e["note"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("proxy-read-timeout")
         })
     })
     .await;
-    assert!(warned, "Warning event naming the annotation; log:\n{}", f.logs());
-    assert_eq!(f.get("bad.e2e", "/").await.0, 404, "the invalid Ingress is not served");
+    assert!(
+        warned,
+        "Warning event naming the annotation; log:\n{}",
+        f.logs()
+    );
+    assert_eq!(
+        f.get("bad.e2e", "/").await.0,
+        404,
+        "the invalid Ingress is not served"
+    );
     assert_eq!(f.get("good.e2e", "/").await.0, 200);
 }
 
@@ -246,8 +355,20 @@ async fn nothing_is_lost_while_the_apiserver_restarts() {
     c.namespace(ns);
     let a = netns_echo("10.213.0.5").await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.5"]));
-    c.apply(&k8s_ingress(ns, "keep", "keep.e2e", &[("/", "Prefix", "echo")], &[]));
-    c.apply(&k8s_ingress(ns, "doomed", "doomed.e2e", &[("/", "Prefix", "echo")], &[]));
+    c.apply(&k8s_ingress(
+        ns,
+        "keep",
+        "keep.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
+    c.apply(&k8s_ingress(
+        ns,
+        "doomed",
+        "doomed.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
     let f = start_ferrule(c, ns, &[]);
     f.wait_ready(Duration::from_secs(30)).await;
     assert_eq!(f.get("doomed.e2e", "/").await.0, 200);
@@ -255,17 +376,31 @@ async fn nothing_is_lost_while_the_apiserver_restarts() {
     // Changes made around an API server restart: Ferrule's watches break and must
     // re-list; the deletion in particular must not be missed.
     c.script("stop-apiserver");
-    assert_eq!(f.backend("keep.e2e", "/").await, (200, a.addr.to_string()), "traffic keeps flowing without the API");
+    assert_eq!(
+        f.backend("keep.e2e", "/").await,
+        (200, a.addr.to_string()),
+        "traffic keeps flowing without the API"
+    );
     c.script("start-apiserver");
     c.delete(&["ingress", "-n", ns, "doomed"]);
-    c.apply(&k8s_ingress(ns, "added", "added.e2e", &[("/", "Prefix", "echo")], &[]));
+    c.apply(&k8s_ingress(
+        ns,
+        "added",
+        "added.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
     c.script("restart-apiserver");
 
     let caught_up = wait_until(Duration::from_secs(60), || async {
         f.get("doomed.e2e", "/").await.0 == 404 && f.get("added.e2e", "/").await.0 == 200
     })
     .await;
-    assert!(caught_up, "every change applied after the API server returned; log:\n{}", f.logs());
+    assert!(
+        caught_up,
+        "every change applied after the API server returned; log:\n{}",
+        f.logs()
+    );
     assert_eq!(f.get("keep.e2e", "/").await.0, 200);
 }
 
@@ -277,25 +412,57 @@ async fn only_the_lease_holder_writes_status_and_handover_works() {
     c.namespace(ns);
     let _a = netns_echo("10.213.0.6").await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.6"]));
-    c.apply(&k8s_ingress(ns, "web", "lease.e2e", &[("/", "Prefix", "echo")], &[]));
-    let lease = ["--lease-duration-seconds", "3", "--election-id", "e2e-lease"];
-    let mut first = start_ferrule(c, ns, &[&lease[..], &["--publish-status-address", "192.0.2.1"]].concat());
+    c.apply(&k8s_ingress(
+        ns,
+        "web",
+        "lease.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
+    let lease = [
+        "--lease-duration-seconds",
+        "3",
+        "--election-id",
+        "e2e-lease",
+    ];
+    let mut first = start_ferrule(
+        c,
+        ns,
+        &[&lease[..], &["--publish-status-address", "192.0.2.1"]].concat(),
+    );
     first.wait_ready(Duration::from_secs(30)).await;
     let status = |ip: &'static str| async move {
         let ing = c.json(&["get", "ingress", "-n", ns, "web"]);
         ing["status"]["loadBalancer"]["ingress"] == serde_json::json!([{"ip": ip}])
     };
-    assert!(wait_until(Duration::from_secs(15), || status("192.0.2.1")).await, "leader wrote status");
+    assert!(
+        wait_until(Duration::from_secs(15), || status("192.0.2.1")).await,
+        "leader wrote status"
+    );
 
     // A second replica serves traffic but, not holding the lease, writes nothing.
-    let second = start_ferrule(c, ns, &[&lease[..], &["--publish-status-address", "192.0.2.2"]].concat());
+    let second = start_ferrule(
+        c,
+        ns,
+        &[&lease[..], &["--publish-status-address", "192.0.2.2"]].concat(),
+    );
     second.wait_ready(Duration::from_secs(30)).await;
-    assert_eq!(second.get("lease.e2e", "/").await.0, 200, "every replica serves");
+    assert_eq!(
+        second.get("lease.e2e", "/").await.0,
+        200,
+        "every replica serves"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    assert!(status("192.0.2.1").await, "the follower must not overwrite status");
+    assert!(
+        status("192.0.2.1").await,
+        "the follower must not overwrite status"
+    );
 
     // The leader dies: the follower takes the lease and writes its address.
-    let _ = Command::new("kill").arg("-KILL").arg(first.child.id().to_string()).status();
+    let _ = Command::new("kill")
+        .arg("-KILL")
+        .arg(first.child.id().to_string())
+        .status();
     let _ = first.child.wait();
     let took_over = wait_until(Duration::from_secs(30), || status("192.0.2.2")).await;
     assert!(took_over, "the follower took over; log:\n{}", second.logs());
