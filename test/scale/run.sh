@@ -81,8 +81,8 @@ fi
 
 # The target dir is shared: keep private copies of the binaries under test, so that
 # another build cannot replace them during the run.
-cp "$FERRULE" "$WORK/ferrule" && FERRULE=$WORK/ferrule
-cp "$SCALE" "$WORK/scale" && SCALE=$WORK/scale
+cp -p "$FERRULE" "$WORK/ferrule" && FERRULE=$WORK/ferrule
+cp -p "$SCALE" "$WORK/scale" && SCALE=$WORK/scale
 TREE="$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD -- controller model rootfs lua 2>/dev/null || echo "+uncommitted changes")"
 log "ferrule binary built $(date -r "$FERRULE" +%FT%T) from tree $TREE"
 
@@ -114,7 +114,7 @@ grep -q listening "$WORK/echo.log" || { cat "$WORK/echo.log" >&2; exit 1; }
 log "$(cat "$WORK/echo.log")"
 
 # --- load -------------------------------------------------------------------
-LOAD_S=skipped
+LOAD_S='skipped (SKIP_LOAD=1)'
 if [[ ${SKIP_LOAD:-0} != 1 ]]; then
     log "loading $COUNT Services, EndpointSlices ($ENDPOINTS endpoints) and Ingresses, $CONCURRENCY in flight"
     "$SCALE" load --kubeconfig "$KUBECONFIG_FILE" --concurrency "$CONCURRENCY" "${SHAPE[@]}" | tee "$WORK/load.out"
@@ -200,7 +200,9 @@ while :; do
 done
 # CPU seconds (robust to a busy machine): the controller itself, and its waited-for
 # children (the `nginx -t` runs).
-cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.1f / %.1f", ($14 + $15) / hz, ($16 + $17) / hz }' "/proc/$1/stat" 2>/dev/null; }
+cpu_s() { # PID: "self S s + nginx -t T s"
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "self %.1f s + nginx -t %.1f s", ($14 + $15) / hz, ($16 + $17) / hz }' "/proc/$1/stat" 2>/dev/null
+}
 READY_CPU=$(cpu_s "$FPID")
 READY_RSS=$(status_kb "$FPID" VmRSS)
 READY_HWM=$(status_kb "$FPID" VmHWM)
@@ -275,13 +277,13 @@ cat <<EOF
 machine: $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r), $(nginx -v 2>&1)
 ferrule: binary built $(date -r "$FERRULE" +%FT%T), tree $TREE
 objects: $COUNT Ingresses, $COUNT Services, $COUNT EndpointSlices x $ENDPOINTS endpoints = $((COUNT * ENDPOINTS)) endpoints
-load into the API server ($CONCURRENCY in flight): ${LOAD_S} s
+load into the API server ($CONCURRENCY in flight): ${LOAD_S}$([[ $LOAD_S == skipped* ]] || echo " s")
 
 | figure | value | goal |
 | --- | --- | --- |
 | start -> Ready | ${READY} s$([[ -n $NUDGED ]] && echo " (only after a nudge at ${NUDGED} s: ferrule gave up on NGINX's start at ${STUCK} s)") | <= 60 s: $([[ -n $NUDGED ]] && echo "MISSED (never Ready by itself)" || ok "$READY" 60) |
 | phases: every watch listed / first configuration applied (nginx -t ${TEST_TIME:--}) | ${LISTED} s / ${APPLIED} s | |
-| controller CPU seconds at Ready / at the end: self / nginx -t children | ${READY_CPU} / ${AFTER_CPU} | |
+| controller CPU time at Ready; at the end | ${READY_CPU}; ${AFTER_CPU} | |
 | machine load average at the end (other work on the machine) | $(cut -d' ' -f1-3 /proc/loadavg) | |
 | controller RSS at Ready | $(mb "$READY_RSS") MB | |
 | controller RSS steady (status pass + ${SETTLE} s) | $(mb "$STEADY_RSS") MB | <= 300 MB: $(ok "$(mb "$STEADY_RSS")" 300) |
