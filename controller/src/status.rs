@@ -69,9 +69,13 @@ impl Shared {
         });
         let mut cur = self.resources.write().expect("status lock");
         for r in &next {
+            // `cur` was stored sorted by the same key: a lookup, not a scan (10k
+            // resources made the scan quadratic and dominate every sync).
+            let key = (&r.kind, &r.namespace, &r.name);
             let old = cur
-                .iter()
-                .find(|o| o.kind == r.kind && o.namespace == r.namespace && o.name == r.name);
+                .binary_search_by(|o| (&o.kind, &o.namespace, &o.name).cmp(&key))
+                .ok()
+                .map(|i| &cur[i]);
             if old.map(|o| (o.state, &o.message)) != Some((r.state, &r.message)) {
                 match r.state {
                     ResourceState::Applied => {

@@ -37,6 +37,9 @@ mod lua {
     include!(concat!(env!("OUT_DIR"), "/lua_files.rs"));
 }
 
+/// How long a starting NGINX may take to serve its first configuration.
+const START_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// What an apply did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
@@ -397,16 +400,25 @@ impl Dataplane {
             }
         } else {
             self.nginx.start().await?;
-            if !self
-                .nginx
-                .wait_for_version(&model.hash(), self.verify_timeout)
-                .await
-            {
-                return Err(ApplyError::Io(std::io::Error::other(format!(
-                    "nginx did not start serving within {:?}; see {}",
-                    self.verify_timeout,
-                    self.prefix().join("logs/error.log").display()
-                ))));
+            // A master parsing a large configuration (10k servers) takes far longer
+            // than a reload check: wait as long as it is alive, not a fixed timeout.
+            let started = Instant::now();
+            loop {
+                let hash = model.hash();
+                if self
+                    .nginx
+                    .wait_for_version(&hash, Duration::from_secs(1))
+                    .await
+                {
+                    break;
+                }
+                if !self.nginx.is_running() || started.elapsed() > START_TIMEOUT {
+                    return Err(ApplyError::Io(std::io::Error::other(format!(
+                        "nginx did not start serving (waited {:?}); see {}",
+                        started.elapsed(),
+                        self.prefix().join("logs/error.log").display()
+                    ))));
+                }
             }
             Applied::Started
         };
