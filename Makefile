@@ -23,6 +23,7 @@ build:
 test: deps
 	$(CARGO) test --workspace
 	bash lua/test/run.sh
+	bash njs/test/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
