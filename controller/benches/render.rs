@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use criterion::{BatchSize, Criterion};
+use criterion::Criterion;
 use ferrule::nginx::render::{RenderOptions, Renderer};
 use ferrule::nginx::{Dataplane, files, process::Nginx};
 use ferrule_model::{Model, Settings, Snapshot, objects};
@@ -74,6 +74,25 @@ fn snapshot(n: usize) -> Snapshot {
     snap
 }
 
+/// `snap` with the first path of Ingress `name` changed.
+fn with_changed_path(snap: &Snapshot, name: &str) -> Snapshot {
+    let mut out = snap.clone();
+    for ing in &mut out.ingresses {
+        if ing.metadata.name.as_deref() == Some(name) {
+            let mut changed = (**ing).clone();
+            let rules = changed
+                .spec
+                .as_mut()
+                .and_then(|s| s.rules.as_mut())
+                .unwrap();
+            let paths = &mut rules[0].http.as_mut().unwrap().paths;
+            paths[0].path = Some("/changed".to_owned());
+            *ing = std::sync::Arc::new(changed);
+        }
+    }
+    out
+}
+
 fn nginx_available() -> bool {
     std::process::Command::new("nginx")
         .arg("-v")
@@ -109,27 +128,66 @@ fn controller_pass(snap: &Snapshot, dp: &Dataplane, out: &Path) -> Model {
     model
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
+/// Wall time and CPU time (this thread's on-CPU time plus that of reaped children,
+/// i.e. `nginx -t`): the machine these run on is shared, and CPU time leaves out
+/// the waiting for a core.
+#[derive(Clone, Copy)]
+struct Took {
+    wall: Duration,
+    cpu: Duration,
 }
 
-fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
-    median(
-        (0..runs)
-            .map(|_| {
-                let t = Instant::now();
-                std::hint::black_box(f());
-                t.elapsed()
-            })
-            .collect(),
-    )
+impl std::fmt::Display for Took {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.1?} (cpu {:.1?})", self.wall, self.cpu)
+    }
+}
+
+/// On-CPU time of this thread (`/proc/thread-self/schedstat`, ns) plus user + system
+/// time of waited-for children (`/proc/self/stat` cutime + cstime, clock ticks).
+fn cpu_now() -> Duration {
+    let own = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // After the comm field: state is field 3, so cutime (16) and cstime (17) are at
+    // indices 13 and 14. Clock ticks are 1/100 s on Linux.
+    let ticks: u64 = [13, 14]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(own) + Duration::from_millis(ticks * 10)
+}
+
+/// Medians of `runs` runs of `f` (what `f` returns is dropped outside the timing).
+fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Took {
+    let mut walls = Vec::new();
+    let mut cpus = Vec::new();
+    for _ in 0..runs {
+        let (t, c) = (Instant::now(), cpu_now());
+        let v = std::hint::black_box(f());
+        walls.push(t.elapsed());
+        cpus.push(cpu_now().saturating_sub(c));
+        drop(v);
+    }
+    walls.sort();
+    cpus.sort();
+    Took {
+        wall: walls[runs / 2],
+        cpu: cpus[runs / 2],
+    }
 }
 
 fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, have_nginx: bool) -> Vec<String> {
     let mut summary = Vec::new();
     for &n in SIZES {
         let snap = snapshot(n);
+        let changed = with_changed_path(&snap, "ing-0");
         let dir = tempfile::tempdir().unwrap();
         let dp = dataplane(dir.path());
         let model = ferrule_model::build(&snap);
@@ -143,23 +201,11 @@ fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, have_nginx: bool) -> V
             .sum();
         files::write_all(dir.path(), &specs).unwrap();
 
-        // Criterion for the in-memory phases; the slow ones (seconds per run at 10k)
+        // Criterion for the in-memory phases; writing and `nginx -t` (seconds per run)
         // are timed by the summary below so that the whole bench takes minutes.
         let mut g = c.benchmark_group(format!("render_{n}"));
         g.bench_function("build", |b| b.iter(|| ferrule_model::build(&snap)));
         g.bench_function("render", |b| b.iter(|| dp.files(&model).unwrap()));
-        if n <= 1_000 {
-            g.bench_function("write", |b| {
-                b.iter_batched(
-                    || tempfile::tempdir().unwrap(),
-                    |out| {
-                        files::write_all(out.path(), &specs).unwrap();
-                        out
-                    },
-                    BatchSize::PerIteration,
-                )
-            });
-        }
         g.finish();
         if have_nginx {
             let nginx = Nginx::new("nginx", dir.path());
@@ -172,30 +218,79 @@ fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, have_nginx: bool) -> V
         let runs = if n >= 10_000 { 3 } else { 5 };
         let build = time(runs, || ferrule_model::build(&snap));
         let render = time(runs, || dp.files(&model).unwrap());
-        let write = time(runs, || {
-            let out = tempfile::tempdir().unwrap();
-            files::write_all(out.path(), &specs).unwrap();
-            out
-        });
-        let pass = time(runs, || {
-            let out = tempfile::tempdir().unwrap();
-            controller_pass(&snap, &dp, out.path());
-            out
+        let nginx_t = have_nginx.then(|| {
+            let nginx = Nginx::new("nginx", dir.path());
+            time(runs, || rt.block_on(nginx.test()).unwrap())
         });
         let mut line = format!(
-            "{n:>6} Ingresses: config {:.2} MB = {:.0} B/Ingress (server files {:.0} B/Ingress); \
-             build {build:.1?}, render {render:.1?}, write {write:.1?}, controller pass {pass:.1?}",
+            "{n} Ingresses: config {:.2} MB = {:.0} B/Ingress (server files {:.0} B/Ingress)\n    \
+             build {build}, render {render}",
             config_bytes as f64 / 1e6,
             config_bytes as f64 / n as f64,
             server_bytes as f64 / n as f64,
         );
-        if have_nginx {
-            let nginx = Nginx::new("nginx", dir.path());
-            let t = time(runs, || rt.block_on(nginx.test()).unwrap());
+        if let Some(t) = nginx_t {
+            line.push_str(&format!("\n    nginx -t {t}"));
+        }
+        // Writing depends on the file system: the temporary directory (the prefix is
+        // usually on disk) and tmpfs (an emptyDir with medium Memory).
+        let shm = Path::new("/dev/shm");
+        let bases: Vec<(&str, PathBuf)> = [("disk", std::env::temp_dir()), ("tmpfs", shm.into())]
+            .into_iter()
+            .filter(|(_, p)| p.is_dir())
+            .collect();
+        for (label, base) in &bases {
+            let write = time(runs, || {
+                let out = tempfile::tempdir_in(base).unwrap();
+                files::write_all(out.path(), &specs).unwrap();
+                out
+            });
+            // The same files without an fsync each (files::write_all syncs every file
+            // before its rename), to show what that durability costs.
+            let write_nosync = time(runs, || {
+                let out = tempfile::tempdir_in(base).unwrap();
+                for (rel, spec) in &specs {
+                    let path = out.path().join(rel);
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    let tmp = path.with_extension("tmp");
+                    std::fs::write(&tmp, &spec.bytes).unwrap();
+                    std::fs::rename(&tmp, &path).unwrap();
+                }
+                out
+            });
+            let pass = time(runs, || {
+                let out = tempfile::tempdir_in(base).unwrap();
+                controller_pass(&snap, &dp, out.path());
+                out
+            });
+            // The usual reload: one Ingress changed, every file rendered, only its file
+            // rewritten (write_all compares with what is on disk).
+            let out = tempfile::tempdir_in(base).unwrap();
+            controller_pass(&snap, &dp, out.path());
+            let mut flip = false;
+            let one = time(runs, || {
+                flip = !flip;
+                controller_pass(if flip { &changed } else { &snap }, &dp, out.path())
+            });
             line.push_str(&format!(
-                "; nginx -t {t:.1?}; controller/nginx -t = {:.3}",
-                pass.as_secs_f64() / t.as_secs_f64()
+                "\n    {label} ({}): write {write}, without fsync {write_nosync}\n      \
+                 controller pass (build + render + write), empty prefix {pass}",
+                base.display()
             ));
+            let ratio = |p: Took, t: Took| {
+                format!(
+                    " = {:.3} of nginx -t (cpu {:.3})",
+                    p.wall.as_secs_f64() / t.wall.as_secs_f64(),
+                    p.cpu.as_secs_f64() / t.cpu.as_secs_f64(),
+                )
+            };
+            if let Some(t) = nginx_t {
+                line.push_str(&ratio(pass, t));
+            }
+            line.push_str(&format!("\n      one Ingress changed {one}"));
+            if let Some(t) = nginx_t {
+                line.push_str(&ratio(one, t));
+            }
         }
         summary.push(line);
     }

@@ -208,6 +208,17 @@ impl Nginx {
     }
 }
 
+impl Drop for Nginx {
+    /// The master is killed on drop (`kill_on_drop`); its workers go with it.
+    fn drop(&mut self) {
+        if self.child.is_some()
+            && let Some(group) = self.group
+        {
+            let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::TestFailure;
