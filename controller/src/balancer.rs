@@ -54,6 +54,9 @@ pub struct BalancerClient {
     /// Objects the API refused, as they were refused (not retried while unchanged).
     refused_backends: BTreeMap<String, Backend>,
     refused_certificates: BTreeMap<String, (String, String)>,
+    /// Served for TLS hosts without a valid certificate of their own (the entry also
+    /// tells the balancer that the host has TLS, for the ssl-redirect).
+    default_certificate: Option<(String, String)>,
 }
 
 impl BalancerClient {
@@ -67,7 +70,38 @@ impl BalancerClient {
             certificates: BTreeMap::new(),
             refused_backends: BTreeMap::new(),
             refused_certificates: BTreeMap::new(),
+            default_certificate: None,
         }
+    }
+
+    /// Posts the certificate and key in `pem` (PEM blocks, the key's label ending in
+    /// `PRIVATE KEY`) for TLS hosts that have no valid certificate of their own.
+    pub fn with_default_certificate(mut self, pem: &str) -> Self {
+        let (mut cert, mut key) = (String::new(), String::new());
+        let mut in_key = None;
+        for line in pem.lines().map(str::trim_end) {
+            if let Some(label) = line.strip_prefix("-----BEGIN ") {
+                in_key = Some(label.ends_with("PRIVATE KEY-----"));
+            }
+            match in_key {
+                Some(true) => key.push_str(line),
+                Some(false) => cert.push_str(line),
+                None => continue,
+            }
+            let out = if in_key == Some(true) {
+                &mut key
+            } else {
+                &mut cert
+            };
+            out.push('\n');
+            if line.starts_with("-----END ") {
+                in_key = None;
+            }
+        }
+        if !cert.is_empty() && !key.is_empty() {
+            self.default_certificate = Some((cert, key));
+        }
+        self
     }
 
     /// Forgets what the store holds (after NGINX restarted: its shared memory is new).
@@ -130,7 +164,7 @@ impl BalancerClient {
             posted.backends += removed.len();
         }
 
-        let wanted = certificate_hosts(model);
+        let wanted = certificate_hosts(model, self.default_certificate.as_ref());
         self.refused_certificates
             .retain(|h, c| wanted.get(h) == Some(&*c));
         let changed: Vec<(String, (String, String))> = wanted
@@ -282,15 +316,29 @@ fn api_message(body: &str) -> String {
         .unwrap_or_else(|| body.trim().to_owned())
 }
 
-/// Host → (certificate PEM, key PEM) for every server served with a model certificate.
-fn certificate_hosts(model: &Model) -> BTreeMap<String, (String, String)> {
+/// Host → (certificate PEM, key PEM) for every server with TLS: its model
+/// certificate, else `default`.
+fn certificate_hosts(
+    model: &Model,
+    default: Option<&(String, String)>,
+) -> BTreeMap<String, (String, String)> {
     let mut out = BTreeMap::new();
     for s in &model.servers {
-        let Some(name) = s.tls.as_ref().and_then(|t| t.certificate.as_ref()) else {
+        let Some(tls) = &s.tls else {
             continue;
         };
-        if let Some(c) = model.certificates.get(name) {
-            out.insert(s.host.clone(), (c.cert_pem.clone(), c.key_pem.clone()));
+        let own = tls
+            .certificate
+            .as_ref()
+            .and_then(|n| model.certificates.get(n));
+        match (own, default) {
+            (Some(c), _) => {
+                out.insert(s.host.clone(), (c.cert_pem.clone(), c.key_pem.clone()));
+            }
+            (None, Some(d)) => {
+                out.insert(s.host.clone(), d.clone());
+            }
+            (None, None) => {}
         }
     }
     out
@@ -327,6 +375,26 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+
+    #[test]
+    fn default_certificate_is_split_into_certificate_and_key() {
+        let pem = crate::tls::self_signed_default().unwrap();
+        let text = String::from_utf8(pem).unwrap();
+        let c = BalancerClient::new("/nonexistent".into(), String::new())
+            .with_default_certificate(&text);
+        let (cert, key) = c.default_certificate.expect("both parts found");
+        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----\n"), "{cert}");
+        assert!(cert.trim_end().ends_with("-----END CERTIFICATE-----"));
+        assert!(!cert.contains("PRIVATE"));
+        assert!(key.starts_with("-----BEGIN ") && key.contains("PRIVATE KEY-----\n"));
+        assert!(!key.contains("CERTIFICATE"));
+        // Both blocks, nothing else: together they are the input, in some order.
+        assert_eq!(cert.len() + key.len(), text.trim_end().len() + 1);
+        // Without a key there is no default to post.
+        let only_cert = BalancerClient::new("/nonexistent".into(), String::new())
+            .with_default_certificate(&cert);
+        assert!(only_cert.default_certificate.is_none());
+    }
 
     /// A fake balancer API: refuses (400) any POST naming a backend that starts with
     /// "bad", accepts the rest; records every accepted body.

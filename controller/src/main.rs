@@ -357,12 +357,14 @@ async fn main() -> Result<()> {
                 Diff::Dynamic {
                     backends,
                     certificates,
+                    tls_hosts,
                 } => {
                     println!("dynamic");
                     backends.iter().for_each(|b| println!("backend {b}"));
                     certificates
                         .iter()
                         .for_each(|c| println!("certificate {c}"));
+                    tls_hosts.iter().for_each(|h| println!("tls-host {h}"));
                 }
                 Diff::Reload { reasons } => {
                     println!("reload");

@@ -23,7 +23,8 @@ use crate::status::{ResourceState, ResourceStatus, Shared};
 /// Loop settings.
 #[derive(Debug, Clone)]
 pub struct SyncOptions {
-    /// How long to wait for more changes after one arrives.
+    /// Changes closer than this to the previous pass are batched into one pass at
+    /// the end of the window; a change after a quiet period is handled at once.
     pub coalesce: Duration,
     /// Minimum time between two reloads (endpoint changes are never limited).
     pub min_reload_interval: Duration,
@@ -50,7 +51,8 @@ pub async fn run(
     applied: watch::Sender<Option<Arc<Model>>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned());
+    let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned())
+        .with_default_certificate(&dataplane.default_certificate());
     let common = Arc::new(Common {
         shared,
         balancer: Mutex::new(balancer),
@@ -83,6 +85,7 @@ async fn model_task(
     opts: SyncOptions,
 ) {
     let mut applied_rx = common.applied.subscribe();
+    let mut last_pass: Option<Instant> = None;
     loop {
         tokio::select! {
             r = snapshots.changed() => if r.is_err() { return },
@@ -90,7 +93,15 @@ async fn model_task(
             r = applied_rx.changed() => if r.is_err() { return },
         }
         let detected = Instant::now();
-        tokio::time::sleep(opts.coalesce).await;
+        // Leading-edge coalescing: a change after a quiet period is handled at once
+        // (an isolated endpoint change must not wait for the window); changes that
+        // follow a pass within the window are batched into one pass at its end.
+        if let Some(next) = last_pass.map(|t| t + opts.coalesce)
+            && next > detected
+        {
+            tokio::time::sleep_until(next.into()).await;
+        }
+        last_pass = Some(Instant::now());
         let Some(snap) = snapshots.borrow_and_update().clone() else {
             continue;
         };

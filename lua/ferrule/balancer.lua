@@ -9,6 +9,7 @@ local round_robin = require("ferrule.algorithms.round_robin")
 local ewma = require("ferrule.algorithms.ewma")
 local chash = require("ferrule.algorithms.chash")
 local sticky = require("ferrule.algorithms.sticky")
+local certificate = require("ferrule.certificate")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -148,6 +149,13 @@ local function unavailable(msg, name)
 end
 
 function _M.rewrite()
+    -- ssl-redirect: decided here rather than rendered, so that a host gaining or
+    -- losing TLS needs no reload. $ferrule_redirect_host is set (to the server's
+    -- host) only where the annotation allows the redirect.
+    local rh = ngx_var.ferrule_redirect_host
+    if rh and rh ~= "" and ngx_var.scheme == "http" and certificate.configured(rh) then
+        return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
+    end
     sync() -- one shared dict get when nothing changed
     local name = ngx_var.ferrule_backend
     if not name or name == "" then

@@ -56,6 +56,12 @@ function _M.candidates(server_name)
     return out
 end
 
+-- Whether a certificate is posted for exactly this host key ("*.example.com" for
+-- a wildcard server): the server has TLS, so its ssl-redirect applies.
+function _M.configured(host)
+    return dict():get("v:" .. host) ~= nil
+end
+
 -- Returns host key and its generation, or nil.
 local function find_entry(d, server_name)
     for _, h in ipairs(_M.candidates(server_name)) do

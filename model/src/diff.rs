@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::model::Model;
+use crate::model::{Model, Server};
 
 /// The outcome of comparing the running model with a new one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -12,14 +12,16 @@ use crate::model::Model;
 pub enum Diff {
     /// Nothing NGINX serves differs (problems may still differ).
     Unchanged,
-    /// Only endpoints, balancing settings, the backend set or certificate contents
-    /// differ: POST the named backends and certificates (a name absent from the new
-    /// model means "remove"); no reload.
+    /// Only endpoints, balancing settings, the backend set, certificate contents or
+    /// which hosts have TLS differ: POST the named backends and certificates (a name
+    /// absent from the new model means "remove"); no reload.
     Dynamic {
         /// Backends added, removed or changed.
         backends: Vec<String>,
         /// Certificates added, removed or changed.
         certificates: Vec<String>,
+        /// Hosts that gained or lost TLS, or switched certificates.
+        tls_hosts: Vec<String>,
     },
     /// The configuration files change: render, test and reload.
     Reload {
@@ -42,11 +44,22 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     for h in old_hosts.difference(&new_hosts) {
         reasons.push(format!("server-removed:{h}"));
     }
+    // Certificates of hosts that gained, lost or switched TLS: the rendered server does
+    // not depend on TLS (the balancer serves certificates by SNI and decides the
+    // ssl-redirect per request), so that is a certificate change, not a reload.
+    let mut tls_hosts = Vec::new();
     for s in &new.servers {
         match old.server(&s.host) {
             None => reasons.push(format!("server-added:{}", s.host)),
-            Some(o) if o != s => reasons.push(format!("server-changed:{}", s.host)),
-            Some(_) => {}
+            Some(o) if o == s => {}
+            Some(o) if same_but_tls(o, s) => tls_hosts.push(s.host.clone()),
+            Some(_) => reasons.push(format!("server-changed:{}", s.host)),
+        }
+    }
+    // EWMA needs the log phase, which is rendered only where it is used.
+    for (name, b) in &new.backends {
+        if old.backends.contains_key(name) && old.feeds_ewma(name) != new.feeds_ewma(name) {
+            reasons.push(format!("load-balance:{}", b.name));
         }
     }
     if !reasons.is_empty() {
@@ -55,14 +68,30 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
 
     let backends = changed_keys(&old.backends, &new.backends);
     let certificates = changed_keys(&old.certificates, &new.certificates);
-    if backends.is_empty() && certificates.is_empty() {
+    if backends.is_empty() && certificates.is_empty() && tls_hosts.is_empty() {
         Diff::Unchanged
     } else {
         Diff::Dynamic {
             backends,
             certificates,
+            tls_hosts,
         }
     }
+}
+
+/// Whether two versions of a server differ in their TLS settings only.
+fn same_but_tls(a: &Server, b: &Server) -> bool {
+    let Server {
+        host,
+        tls: _,
+        owner,
+        server_snippet,
+        locations,
+    } = a;
+    *host == b.host
+        && *owner == b.owner
+        && *server_snippet == b.server_snippet
+        && *locations == b.locations
 }
 
 fn changed_keys<V: PartialEq>(

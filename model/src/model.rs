@@ -261,6 +261,23 @@ impl Model {
         self.problems.iter().filter(move |p| &p.resource == r)
     }
 
+    /// Whether requests routed to `backend` feed EWMA statistics: the backend or its
+    /// canary balances with EWMA. Only those locations run the log phase (it costs
+    /// every request that enters it), so a change here needs a reload.
+    pub fn feeds_ewma(&self, backend: &str) -> bool {
+        let ewma = |name: &str| {
+            self.backends
+                .get(name)
+                .is_some_and(|b| b.balancing.load_balance == LoadBalance::Ewma)
+        };
+        ewma(backend)
+            || self
+                .backends
+                .get(backend)
+                .and_then(|b| b.balancing.canary.as_ref())
+                .is_some_and(|c| ewma(&c.backend))
+    }
+
     /// The server for an exact host key (`*.example.com` for wildcard servers).
     pub fn server(&self, host: &str) -> Option<&Server> {
         self.servers

@@ -63,9 +63,15 @@ fn endpoints<'a>(objs: &'a mut [Value], slice: &str) -> &'a mut Vec<Value> {
 }
 
 fn dynamic(backends: &[&str], certificates: &[&str]) -> Diff {
+    tls(backends, certificates, &[])
+}
+
+fn tls(backends: &[&str], certificates: &[&str], hosts: &[&str]) -> Diff {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
     Diff::Dynamic {
-        backends: backends.iter().map(|s| s.to_string()).collect(),
-        certificates: certificates.iter().map(|s| s.to_string()).collect(),
+        backends: strings(backends),
+        certificates: strings(certificates),
+        tls_hosts: strings(hosts),
     }
 }
 
@@ -114,9 +120,21 @@ fn classification() {
             dynamic(&["default_next_80"], &[]),
         ),
         (
+            // EWMA needs the log phase, rendered only where EWMA is used
             "load-balance",
             |o| annotate(o, "default/main", "load-balance", "ewma"),
-            dynamic(&["default_a_80"], &[]),
+            reload(&["load-balance:default_a_80"]),
+        ),
+        (
+            // a canary Ingress's other annotations are ignored (ingress-nginx)
+            "load-balance on a canary",
+            |o| annotate(o, "default/canary", "load-balance", "ewma"),
+            Diff::Unchanged,
+        ),
+        (
+            "load-balance unchanged in effect",
+            |o| annotate(o, "default/main", "load-balance", "round_robin"),
+            Diff::Unchanged,
         ),
         (
             "upstream-hash-by",
@@ -199,12 +217,32 @@ fn classification() {
             reload(&["server-changed:a.example.com"]),
         ),
         (
+            // the host keeps TLS with the default certificate
             "TLS secret broken",
             |o| {
                 *obj(o, "Secret", "default/a-tls") =
                     tls_secret("default/a-tls", "a.crt", "other.key")
             },
-            reload(&["server-changed:a.example.com"]),
+            tls(&[], &["default/a-tls"], &["a.example.com"]),
+        ),
+        (
+            // without a secretName: served with the default certificate
+            "TLS added to a served host",
+            |o| {
+                let ing = obj(o, "Ingress", "default/other");
+                ing["spec"]["tls"] = json!([{ "hosts": ["b.test"] }]);
+            },
+            tls(&[], &[], &["b.test"]),
+        ),
+        (
+            "TLS removed",
+            |o| {
+                obj(o, "Ingress", "default/main")["spec"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("tls");
+            },
+            tls(&[], &["default/a-tls"], &["a.example.com"]),
         ),
         (
             "catch-all added",

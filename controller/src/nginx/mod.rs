@@ -148,6 +148,11 @@ impl Dataplane {
         &self.token
     }
 
+    /// The default certificate and key (PEM), as NGINX serves them.
+    pub fn default_certificate(&self) -> String {
+        std::fs::read_to_string(self.prefix().join(render::DEFAULT_CERTIFICATE)).unwrap_or_default()
+    }
+
     /// The balancer API socket.
     pub fn api_socket(&self) -> PathBuf {
         self.prefix().join("run/balancer.sock")
@@ -186,20 +191,8 @@ impl Dataplane {
                 )
             })
             .collect();
-        for (name, cert) in &model.certificates {
-            let pem = format!(
-                "{}\n{}\n",
-                cert.cert_pem.trim_end(),
-                cert.key_pem.trim_end()
-            );
-            specs.insert(
-                render::certificate_file(name),
-                FileSpec {
-                    bytes: pem.into_bytes(),
-                    mode: 0o600,
-                },
-            );
-        }
+        // Certificates of hosts are not files: the balancer serves them by SNI from
+        // its store, so private keys stay off the disk and a rotation writes nothing.
         let default =
             std::fs::read(self.prefix().join(render::DEFAULT_CERTIFICATE)).unwrap_or_default();
         specs.insert(

@@ -198,11 +198,11 @@ impl Renderer {
 
     fn server_view(&self, model: &Model, s: &Server) -> ServerView {
         let is_default = s.host == DEFAULT_SERVER;
-        let has_tls = s.tls.is_some();
-        let cert = match s.tls.as_ref().and_then(|t| t.certificate.as_deref()) {
-            Some(name) => self.path(&certificate_file(name)),
-            None => self.path(DEFAULT_CERTIFICATE),
-        };
+        // Nothing here depends on whether the host has TLS: the balancer serves its
+        // certificate by SNI and decides the ssl-redirect per request, so TLS coming
+        // or going needs no reload. The default certificate is the static fallback.
+        let cert = self.path(DEFAULT_CERTIFICATE);
+        let tls_host = (!is_default).then_some(s.host.as_str());
         let mut locations = Vec::new();
         let exact: std::collections::HashSet<&str> = s
             .locations
@@ -213,29 +213,29 @@ impl Renderer {
         let mut has_root = false;
         for l in &s.locations {
             match l.path_match {
-                PathMatch::Exact => locations.push(location_view(model, l, "=", &l.path, has_tls)),
+                PathMatch::Exact => locations.push(location_view(model, l, "=", &l.path, tls_host)),
                 PathMatch::Regex => locations.push(location_view(
                     model,
                     l,
                     "~",
                     &format!("^{}", l.path),
-                    has_tls,
+                    tls_host,
                 )),
                 PathMatch::Prefix if l.path == "/" => {
                     has_root = true;
-                    locations.push(location_view(model, l, "", "/", has_tls));
+                    locations.push(location_view(model, l, "", "/", tls_host));
                 }
                 PathMatch::Prefix => {
                     // Element-wise: `/foo` is `= /foo` plus everything below `/foo/`.
                     if !exact.contains(l.path.as_str()) {
-                        locations.push(location_view(model, l, "=", &l.path, has_tls));
+                        locations.push(location_view(model, l, "=", &l.path, tls_host));
                     }
                     locations.push(location_view(
                         model,
                         l,
                         "",
                         &format!("{}/", l.path),
-                        has_tls,
+                        tls_host,
                     ));
                 }
             }
@@ -257,7 +257,7 @@ impl Renderer {
                 continue;
             }
             let mut twin = match route::location_for(s, bare) {
-                Some(by) => location_view(model, by, "=", bare, has_tls),
+                Some(by) => location_view(model, by, "=", bare, tls_host),
                 None => default_location(model),
             };
             twin.modifier = "=".to_owned();
@@ -293,37 +293,6 @@ impl Renderer {
 
 /// The default certificate's file (certificate and key in one PEM, mode 0600).
 pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
-
-/// The file of a model certificate (`namespace/name`): `namespace_name.pem` for
-/// Kubernetes names; any other name (the manifests source accepts any string) is
-/// reduced to safe characters plus a hash, so that distinct names never share a file.
-pub fn certificate_file(name: &str) -> String {
-    let kube_name = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-    };
-    match name.split_once('/') {
-        Some((ns, n)) if kube_name(ns) && kube_name(n) && !n.starts_with('.') => {
-            format!("conf/certs/{ns}_{n}.pem")
-        }
-        _ => {
-            let safe: String = name
-                .chars()
-                .take(64)
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '-' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let hash = blake3::hash(name.as_bytes()).to_hex();
-            format!("conf/certs/{safe}-{}.pem", &hash[..16])
-        }
-    }
-}
 
 /// A value for a directive that expands variables (`set`): a literal `$` is written
 /// as `${ferrule_dollar}` (defined in nginx.conf as a literal `$`), so that a name
@@ -369,7 +338,7 @@ fn location_view(
     l: &Location,
     modifier: &str,
     path: &str,
-    has_tls: bool,
+    tls_host: Option<&str>,
 ) -> LocationView {
     let st = &l.settings;
     let (backend, status, include) = target_view(model, &l.target, st.backend_protocol);
@@ -377,7 +346,13 @@ fn location_view(
         source: source(&l.owner),
         modifier: modifier.to_owned(),
         path: path.to_owned(),
-        redirect: st.force_ssl_redirect || (st.ssl_redirect && has_tls),
+        force_redirect: st.force_ssl_redirect,
+        // The balancer redirects when this host has a certificate posted.
+        redirect_host: (st.ssl_redirect && !st.force_ssl_redirect)
+            .then_some(tls_host)
+            .flatten()
+            .map(literal_in_variables),
+        ewma: matches!(&l.target, Target::Backend(b) if model.feeds_ewma(b)),
         body_size: st.proxy_body_size.clone(),
         connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
@@ -401,7 +376,9 @@ fn default_location(model: &Model) -> LocationView {
         source: "Controller/default-backend/".to_owned(),
         modifier: String::new(),
         path: "/".to_owned(),
-        redirect: false,
+        force_redirect: false,
+        redirect_host: None,
+        ewma: false,
         body_size: None,
         connect_timeout: None,
         read_timeout: None,
@@ -542,7 +519,12 @@ struct LocationView {
     source: String,
     modifier: String,
     path: String,
-    redirect: bool,
+    /// `force-ssl-redirect`: static.
+    force_redirect: bool,
+    /// `ssl-redirect`: the server's host, for the balancer's per-request decision.
+    redirect_host: Option<String>,
+    /// Whether the location runs the log phase (EWMA statistics).
+    ewma: bool,
     body_size: Option<String>,
     connect_timeout: Option<String>,
     read_timeout: Option<String>,
@@ -690,6 +672,52 @@ spec:
             &["missing"],
         );
         insta::assert_snapshot!(servers(&m));
+    }
+
+    #[test]
+    fn the_log_phase_only_where_ewma_is_used() {
+        let ingress = |name: &str, host: &str, lb: &str| {
+            format!(
+                r#"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations: {{ nginx.ingress.kubernetes.io/load-balance: {lb} }}
+spec:
+  rules:
+  - host: {host}
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: {name}, port: {{ number: 80 }} }} }} }}
+"#
+            )
+        };
+        let m = model(
+            &format!(
+                "{SERVICES}{}{}",
+                ingress("app", "ewma.example.com", "ewma"),
+                ingress("canary", "rr.example.com", "round_robin")
+            ),
+            Settings::default(),
+        );
+        let rendered = Renderer::new(opts("/ferrule")).render(&m).unwrap();
+        let log_phases = |host: &str| {
+            rendered[&server_file(host)]
+                .text
+                .matches("log_by_lua_block")
+                .count()
+        };
+        assert_eq!(log_phases("ewma.example.com"), 1);
+        assert_eq!(log_phases("rr.example.com"), 0);
+        let includes = rendered
+            .values()
+            .map(|f| f.text.matches("log_by_lua").count())
+            .sum::<usize>();
+        assert_eq!(includes, 1, "nowhere else, not in nginx.conf");
     }
 
     #[test]
@@ -1117,36 +1145,6 @@ spec:
     }
 
     #[test]
-    fn certificate_files_are_safe_and_distinct() {
-        assert_eq!(certificate_file("demo/a-tls"), "conf/certs/demo_a-tls.pem");
-        assert_eq!(
-            certificate_file("demo/a.example.com"),
-            "conf/certs/demo_a.example.com.pem"
-        );
-        let odd = [
-            "demo/a_b",
-            "demo_a/b",
-            "x/..",
-            "x/a\"\n;}",
-            "x/$host",
-            "x/a/b",
-        ];
-        let files: std::collections::BTreeSet<String> =
-            odd.iter().map(|n| certificate_file(n)).collect();
-        assert_eq!(files.len(), odd.len(), "{files:?}");
-        for f in &files {
-            let stem = f.strip_prefix("conf/certs/").unwrap();
-            assert!(
-                stem.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-                    && !stem.starts_with('.'),
-                "{f}"
-            );
-        }
-    }
-
-    /// Values that the annotation and rule parsers must reject before rendering.
-    #[test]
     fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
         let cases: &[(&str, &str)] = &[
             ("proxy-body-size", "1m; return 200 \"x\""),
@@ -1261,7 +1259,7 @@ spec:
         );
         assert!(!host_file.contains("#$http_x_pick"), "{host_file}");
 
-        // And NGINX accepts it (and loads the certificate file with the odd name).
+        // And NGINX accepts it.
         if which_nginx().is_none() {
             eprintln!("nginx not installed: skipping nginx -t");
             return;

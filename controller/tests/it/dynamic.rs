@@ -444,7 +444,7 @@ async fn endpoint_churn_under_load_has_no_failures_and_no_reload() {
 // 2. Algorithms from annotations.
 
 #[tokio::test]
-async fn round_robin_hash_and_algorithm_changes_without_reload() {
+async fn round_robin_and_hash_without_reload_and_ewma_with_one_reload() {
     let echos = echo_group(&["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]).await;
     let port = echos[0].addr.port();
     let m = Manifests::new();
@@ -485,29 +485,6 @@ async fn round_robin_hash_and_algorithm_changes_without_reload() {
             "round robin uneven: {ep} got {n}: {counts:?}"
         );
     }
-
-    // load-balance: ewma, applied without reload; traffic keeps flowing everywhere.
-    m.write(
-        "ing.yaml",
-        &ingress(
-            "demo",
-            "rr",
-            CREATED,
-            "rr.test",
-            &rule,
-            &[("load-balance", "ewma")],
-        ),
-    );
-    wait_store(&f, "demo_rr_80", |b| b["load_balance"] == "ewma").await;
-    let counts = spread(&f, "rr.test", "/", &[], 300, 2).await;
-    assert!(
-        counts.keys().all(|k| !k.starts_with("status:")),
-        "ewma: {counts:?}"
-    );
-    assert!(
-        counts.len() >= 2,
-        "ewma uses more than one peer: {counts:?}"
-    );
 
     // upstream-hash-by: $arg_user: the same key always reaches the same peer.
     m.write(
@@ -568,7 +545,42 @@ async fn round_robin_hash_and_algorithm_changes_without_reload() {
         moved.len(),
         users.len()
     );
-    before.check(&f, "round robin / ewma / hash changes").await;
+    before.check(&f, "round robin / hash changes").await;
+
+    // load-balance: ewma needs the log phase, rendered only for EWMA backends (it
+    // costs every request that runs it): one reload, no failed request.
+    m.write(
+        "ing.yaml",
+        &ingress(
+            "demo",
+            "rr",
+            CREATED,
+            "rr.test",
+            &rule,
+            &[("load-balance", "ewma")],
+        ),
+    );
+    wait_store(&f, "demo_rr_80", |b| b["load_balance"] == "ewma").await;
+    let counts = spread(&f, "rr.test", "/", &[], 300, 2).await;
+    assert!(
+        counts.keys().all(|k| !k.starts_with("status:")),
+        "ewma: {counts:?}"
+    );
+    assert!(
+        counts.len() >= 2,
+        "ewma uses more than one peer: {counts:?}"
+    );
+
+    wait_until(Duration::from_secs(10), || async {
+        f.reloads().await > before.reloads
+    })
+    .await;
+    assert_eq!(
+        f.reloads().await,
+        before.reloads + 1.0,
+        "switching to EWMA is one reload; log:\n{}",
+        f.logs()
+    );
 }
 
 /// Requests `/?user=<key>` over new connections: key → backend.
@@ -922,6 +934,101 @@ async fn certificate_rotation_is_served_without_reload() {
         "proxied over TLS: {out:?}"
     );
     before.check(&f, "certificate rotation").await;
+}
+
+/// A plain-HTTP GET: (status, Location header).
+async fn location_of(f: &Ferrule, host: &str, path: &str) -> (u16, String) {
+    let r = client()
+        .get(format!("http://127.0.0.1:{}{path}", f.http))
+        .header("Host", host)
+        .send()
+        .await
+        .unwrap();
+    let location = r
+        .headers()
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), location.unwrap_or_default())
+}
+
+// A host already served over HTTP gains TLS (its certificate served by SNI, plain HTTP
+// redirected), then a second host gains TLS without a valid Secret (the default
+// certificate, still redirected), then TLS goes again: all without a reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_added_to_and_removed_from_served_hosts_without_reload() {
+    let a = Echo::start("127.0.0.12").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, fp) = self_signed(certs.path(), "plain", &["plain.test"]);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "plain", &[a.addr]));
+    let plain = ingress(
+        "demo",
+        "plain",
+        CREATED,
+        "plain.test",
+        &[("/", "Prefix", "plain")],
+        &[],
+    );
+    let other = ingress(
+        "demo",
+        "other",
+        CREATED,
+        "other.test",
+        &[("/", "Prefix", "plain")],
+        &[],
+    );
+    m.write("plain.yaml", &plain);
+    m.write("other.yaml", &other);
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.backend("plain.test", "/x").await.1, a.addr.to_string());
+    let default_fp = f.served_fingerprint("plain.test");
+    assert!(!default_fp.is_empty() && default_fp != fp);
+    let before = NoReload::capture(&f).await;
+
+    m.write("secret.yaml", &tls_secret("demo", "plain-tls", &cert, &key));
+    m.write(
+        "plain.yaml",
+        &with_tls(&plain, &["plain.test"], "plain-tls"),
+    );
+    let served = wait_until(Duration::from_secs(5), || async {
+        f.served_fingerprint("plain.test") == fp
+    })
+    .await;
+    assert!(
+        served,
+        "new TLS host served its certificate; log:\n{}",
+        f.logs()
+    );
+    assert_eq!(
+        location_of(&f, "plain.test", "/a?b=1").await,
+        (308, "https://plain.test/a?b=1".to_owned()),
+        "plain HTTP redirected once the host has TLS"
+    );
+    // The other host has no TLS: no redirect, the default certificate.
+    assert_eq!(f.backend("other.test", "/").await.1, a.addr.to_string());
+    assert_eq!(f.served_fingerprint("other.test"), default_fp);
+
+    // TLS without a usable Secret: the default certificate, and still redirected.
+    m.write("other.yaml", &with_tls(&other, &["other.test"], "missing"));
+    let redirected = wait_until(Duration::from_secs(5), || async {
+        location_of(&f, "other.test", "/").await.0 == 308
+    })
+    .await;
+    assert!(
+        redirected,
+        "TLS host with the default certificate redirects"
+    );
+    assert_eq!(f.served_fingerprint("other.test"), default_fp);
+
+    // TLS removed: plain HTTP is proxied again, the default certificate is served.
+    m.write("plain.yaml", &plain);
+    let back = wait_until(Duration::from_secs(5), || async {
+        f.backend("plain.test", "/").await == (200, a.addr.to_string())
+    })
+    .await;
+    assert!(back, "plain HTTP proxied again after TLS was removed");
+    assert_eq!(f.served_fingerprint("plain.test"), default_fp);
+    before.check(&f, "TLS added and removed").await;
 }
 
 // ---------------------------------------------------------------------------
