@@ -1,5 +1,6 @@
 //! Standalone mode: a directory of Kubernetes YAML/JSON manifests.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use ferrule_model::objects::{self, Added};
@@ -60,29 +61,55 @@ pub fn load(
     settings: Settings,
     config_map: Option<(&str, &str)>,
 ) -> Result<Snapshot, ManifestError> {
+    let files = fingerprint(dir)?;
+    load_cached(&files, settings, config_map, &mut Cache::default())
+}
+
+/// Parsed documents by file, valid while the file's (size, mtime, inode) is unchanged:
+/// a change to one file re-parses that file only (YAML parsing dominates a load).
+#[derive(Default)]
+struct Cache(HashMap<PathBuf, (FileStamp, Vec<serde_json::Value>)>);
+
+/// What identifies a version of a file: size, modification time (ns) and inode.
+type FileStamp = (u64, i128, u64);
+
+fn load_cached(
+    files: &[(PathBuf, FileStamp)],
+    settings: Settings,
+    config_map: Option<(&str, &str)>,
+    cache: &mut Cache,
+) -> Result<Snapshot, ManifestError> {
     let mut snap = Snapshot {
         settings,
         ..Snapshot::default()
     };
-    for path in files(dir)? {
-        let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        for (index, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let err = |message: String| ManifestError::Document {
-                path: path.clone(),
-                index,
-                message,
-            };
-            let value = serde_json::Value::deserialize(doc).map_err(|e| err(e.to_string()))?;
-            if value.is_null() {
-                continue; // an empty document (e.g. a trailing `---`)
+    cache.0.retain(|p, _| files.iter().any(|(f, _)| f == p));
+    for (path, stamp) in files {
+        let docs = match cache.0.get(path) {
+            Some((s, docs)) if s == stamp => docs,
+            _ => {
+                let docs = parse(path)?;
+                &cache
+                    .0
+                    .entry(path.clone())
+                    .insert_entry((*stamp, docs))
+                    .into_mut()
+                    .1
             }
-            for added in
-                objects::add(&mut snap, value, config_map).map_err(|e| err(e.to_string()))?
-            {
-                if let Added::Skipped(kind) = added {
+        };
+        for (index, value) in docs.iter().enumerate() {
+            if value.is_null() {
+                continue;
+            }
+            let added = objects::add(&mut snap, value.clone(), config_map).map_err(|e| {
+                ManifestError::Document {
+                    path: path.clone(),
+                    index,
+                    message: e.to_string(),
+                }
+            })?;
+            for a in added {
+                if let Added::Skipped(kind) = a {
                     tracing::warn!(file = %path.display(), document = index, kind, "skipping object of a kind Ferrule does not read");
                 }
             }
@@ -91,9 +118,30 @@ pub fn load(
     Ok(snap)
 }
 
+/// The documents of one file (empty documents, e.g. a trailing `---`, as `null`, so
+/// that indexes match the file).
+fn parse(path: &Path) -> Result<Vec<serde_json::Value>, ManifestError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_yaml::Deserializer::from_str(&text)
+        .enumerate()
+        .map(|(index, doc)| {
+            serde_json::Value::deserialize(doc).map_err(|e| ManifestError::Document {
+                path: path.to_owned(),
+                index,
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// Watches `dir` and publishes a new snapshot whenever a file changes (including
-/// atomic renames), checking every `interval`. An unreadable directory or invalid
-/// document is logged and the previous snapshot stays in force.
+/// atomic renames). Changes are noticed through inotify at once; the directory is
+/// also checked every `interval` (inotify can overflow, and misses some network
+/// file systems). An unreadable directory or invalid document is logged and the
+/// previous snapshot stays in force.
 pub async fn watch(
     dir: PathBuf,
     settings: Settings,
@@ -101,14 +149,20 @@ pub async fn watch(
     interval: std::time::Duration,
     tx: tokio::sync::watch::Sender<Option<std::sync::Arc<Snapshot>>>,
 ) {
+    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+    if let Err(e) = notify_on_change(&dir, wake.clone()) {
+        tracing::warn!(error = %e, dir = %dir.display(), "inotify unavailable; polling only");
+    }
+    let mut cache = Cache::default();
     let mut last_fingerprint = None;
     loop {
-        let fp = fingerprint(&dir);
+        let fp = fingerprint(&dir).ok();
         if fp.is_some() && fp != last_fingerprint {
             let cm = config_map.as_ref().map(|(a, b)| (a.as_str(), b.as_str()));
             let mut settings = settings.clone();
             settings.now = now();
-            match load(&dir, settings, cm) {
+            let files = fp.as_deref().unwrap_or_default();
+            match load_cached(files, settings, cm, &mut cache) {
                 Ok(snap) => {
                     tracing::debug!(dir = %dir.display(), "manifests changed");
                     tx.send_replace(Some(std::sync::Arc::new(snap)));
@@ -119,8 +173,48 @@ pub async fn watch(
             }
             last_fingerprint = fp;
         }
-        tokio::time::sleep(interval).await;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = wake.notified() => {
+                // Editors and `kubectl`-style tools write in several steps: let a
+                // burst settle so that one change is one load.
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        }
     }
+}
+
+/// Wakes `wake` whenever something changes in `dir` or a directory below it, from a
+/// thread blocked on inotify.
+fn notify_on_change(dir: &Path, wake: std::sync::Arc<tokio::sync::Notify>) -> nix::Result<()> {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
+    let mask = AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MODIFY
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_MOVED_FROM
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_ATTRIB;
+    watch_dirs(&inotify, dir, mask);
+    let dir = dir.to_owned();
+    std::thread::Builder::new()
+        .name("ferrule-manifests-inotify".to_owned())
+        .spawn(move || {
+            while let Ok(events) = inotify.read_events() {
+                let new_dir = events.iter().any(|e| {
+                    e.mask.contains(AddWatchFlags::IN_ISDIR)
+                        && e.mask
+                            .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO)
+                });
+                if new_dir {
+                    watch_dirs(&inotify, &dir, mask);
+                }
+                wake.notify_one();
+            }
+        })
+        .map(|_| ())
+        .map_err(|_| nix::Error::EAGAIN)
 }
 
 /// Seconds since the Unix epoch.
@@ -130,18 +224,79 @@ pub fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Paths, sizes, modification times and inodes of every manifest file.
-fn fingerprint(dir: &Path) -> Option<Vec<(PathBuf, u64, i128, u64)>> {
+/// Watches `dir` and every directory below it (adding one again returns its
+/// existing watch).
+fn watch_dirs(
+    inotify: &nix::sys::inotify::Inotify,
+    dir: &Path,
+    mask: nix::sys::inotify::AddWatchFlags,
+) {
+    for d in walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_dir())
+    {
+        let _ = inotify.add_watch(d.path(), mask);
+    }
+}
+
+/// Every manifest file with its stamp (size, modification time, inode).
+fn fingerprint(dir: &Path) -> Result<Vec<(PathBuf, FileStamp)>, ManifestError> {
     use std::os::unix::fs::MetadataExt;
-    let files = files(dir).ok()?;
-    Some(
-        files
-            .into_iter()
-            .filter_map(|p| {
-                let m = std::fs::metadata(&p).ok()?;
-                let mtime = m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128;
-                Some((p, m.len(), mtime, m.ino()))
-            })
-            .collect(),
-    )
+    Ok(files(dir)?
+        .into_iter()
+        .filter_map(|p| {
+            let m = std::fs::metadata(&p).ok()?;
+            let mtime = m.mtime() as i128 * 1_000_000_000 + m.mtime_nsec() as i128;
+            Some((p, (m.len(), mtime, m.ino())))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SVC: &str = "apiVersion: v1\nkind: Service\nmetadata: {name: NAME, namespace: demo}\nspec: {ports: [{port: 80}]}\n";
+
+    fn services(snap: &Snapshot) -> Vec<String> {
+        let mut names: Vec<String> = snap
+            .services
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap_or_default())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_cache_follows_edits_additions_and_deletions() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |file: &str, name: &str| {
+            std::fs::write(dir.path().join(file), SVC.replace("NAME", name)).unwrap()
+        };
+        let mut cache = Cache::default();
+        let mut load = |cache: &mut Cache| {
+            let files = fingerprint(dir.path()).unwrap();
+            load_cached(&files, Settings::default(), None, cache).unwrap()
+        };
+        write("a.yaml", "a");
+        write("b.yaml", "b");
+        assert_eq!(services(&load(&mut cache)), ["a", "b"]);
+        // An edit changes the stamp (size here): the file is parsed again.
+        write("b.yaml", "bee");
+        assert_eq!(services(&load(&mut cache)), ["a", "bee"]);
+        write("c.yaml", "c");
+        std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+        assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
+        assert_eq!(cache.0.len(), 2, "deleted files leave the cache");
+        // A file that stops parsing fails the load, naming it; the next good version loads.
+        std::fs::write(dir.path().join("c.yaml"), "kind: [").unwrap();
+        let files = fingerprint(dir.path()).unwrap();
+        let err = load_cached(&files, Settings::default(), None, &mut cache).unwrap_err();
+        assert!(err.to_string().contains("c.yaml"), "{err}");
+        write("c.yaml", "c");
+        assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
+    }
 }
