@@ -277,7 +277,7 @@ mod tests {
             std::fs::write(dir.path().join(file), SVC.replace("NAME", name)).unwrap()
         };
         let mut cache = Cache::default();
-        let mut load = |cache: &mut Cache| {
+        let load = |cache: &mut Cache| {
             let files = fingerprint(dir.path()).unwrap();
             load_cached(&files, Settings::default(), None, cache).unwrap()
         };
