@@ -1,4 +1,5 @@
-//! Client of the in-NGINX balancer API (lua/): posts backends and certificates.
+//! Client of the in-NGINX balancer API (lua/ or njs/, the same API): posts backends
+//! and certificates.
 //!
 //! The client remembers what the store holds and posts only the difference with the
 //! desired model, so the same call serves the endpoint fast path (a few backends),
@@ -54,6 +55,8 @@ pub struct BalancerClient {
     /// Objects the API refused, as they were refused (not retried while unchanged).
     refused_backends: BTreeMap<String, Backend>,
     refused_certificates: BTreeMap<String, (String, String)>,
+    /// The most objects one POST carries.
+    batch: usize,
 }
 
 impl BalancerClient {
@@ -67,7 +70,15 @@ impl BalancerClient {
             certificates: BTreeMap::new(),
             refused_backends: BTreeMap::new(),
             refused_certificates: BTreeMap::new(),
+            batch: usize::MAX,
         }
+    }
+
+    /// Posts at most `batch` objects per request (at least one), for balancers that
+    /// cannot take a full resync at once (`Balancer::max_batch`).
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
     }
 
     /// Forgets what the store holds (after NGINX restarted: its shared memory is new).
@@ -110,7 +121,7 @@ impl BalancerClient {
                 .map(|b| (b.name.clone(), backend_json(b)))
                 .collect();
             let refused = self
-                .post_delta("/configuration/backends", "backends", items, &removed)
+                .post_batches("/configuration/backends", "backends", items, &removed)
                 .await?;
             for name in &removed {
                 self.backends.remove(name);
@@ -153,7 +164,7 @@ impl BalancerClient {
                 .map(|(h, (cert, key))| (h.clone(), json!({"host": h, "cert": cert, "key": key})))
                 .collect();
             let refused = self
-                .post_delta(
+                .post_batches(
                     "/configuration/certificates",
                     "certificates",
                     items,
@@ -181,6 +192,29 @@ impl BalancerClient {
             tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
         }
         Ok(posted)
+    }
+
+    /// [`Self::post_delta`] in batches of at most `self.batch` items; the removals
+    /// go with the first.
+    async fn post_batches(
+        &mut self,
+        path: &str,
+        field: &str,
+        mut items: Vec<(String, Value)>,
+        removed: &[String],
+    ) -> Result<Vec<(String, String)>, BalancerError> {
+        if items.len() <= self.batch {
+            return self.post_delta(path, field, items, removed).await;
+        }
+        let mut refused = Vec::new();
+        let mut removed = removed;
+        while !items.is_empty() {
+            let rest = items.split_off(self.batch.min(items.len()));
+            refused.extend(self.post_delta(path, field, items, removed).await?);
+            removed = &[];
+            items = rest;
+        }
+        Ok(refused)
     }
 
     /// Posts `items` (name, JSON) and `removed` under `field`; on a validation

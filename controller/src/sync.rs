@@ -50,7 +50,8 @@ pub async fn run(
     applied: watch::Sender<Option<Arc<Model>>>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned());
+    let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned())
+        .with_batch(dataplane.balancer().max_batch());
     let common = Arc::new(Common {
         shared,
         balancer: Mutex::new(balancer),

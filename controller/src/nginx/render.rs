@@ -32,7 +32,74 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         "conf/grpcs.conf",
         include_str!("../../../rootfs/etc/nginx/grpcs.conf"),
     ),
+    (
+        "conf/proxy-headers.conf",
+        include_str!("../../../rootfs/etc/nginx/proxy-headers.conf"),
+    ),
+    (
+        "conf/grpc-headers.conf",
+        include_str!("../../../rootfs/etc/nginx/grpc-headers.conf"),
+    ),
+    (
+        "conf/njs-proxy-http.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-proxy-http.conf"),
+    ),
+    (
+        "conf/njs-proxy-https.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-proxy-https.conf"),
+    ),
+    (
+        "conf/njs-grpc.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-grpc.conf"),
+    ),
+    (
+        "conf/njs-grpcs.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-grpcs.conf"),
+    ),
 ];
+
+/// The balancer inside NGINX that picks peers and serves certificates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Balancer {
+    /// `lua/` with lua-nginx-module: round robin, EWMA, consistent hash, affinity,
+    /// canary; upstream keepalive and retries to the next peer.
+    #[default]
+    Lua,
+    /// `njs/` with ngx_http_js_module, for NGINX builds without Lua: the same API
+    /// and algorithms except EWMA (served as round robin), without upstream
+    /// keepalive or retries to the next peer (see `njs/README.md`).
+    Njs,
+}
+
+impl Balancer {
+    /// The dynamic modules it needs, as file names in the modules directory.
+    pub fn modules(self) -> &'static [&'static str] {
+        match self {
+            Balancer::Lua => &["ndk_http_module.so", "ngx_http_lua_module.so"],
+            Balancer::Njs => &["ngx_http_js_module.so"],
+        }
+    }
+
+    /// The most backends or certificates one API request should carry: njs keeps a
+    /// request's garbage until it ends (~140 MiB for 10,000 backends at once).
+    pub fn max_batch(self) -> usize {
+        match self {
+            Balancer::Lua => usize::MAX,
+            Balancer::Njs => 1000,
+        }
+    }
+}
+
+/// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
+pub const NJS_DIR: &str = "njs";
+/// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
+pub const NJS_TOKEN_FILE: &str = "conf/balancer.token.json";
+/// The njs balancer's state directory (written by the workers).
+pub const NJS_STATE_DIR: &str = "run/ferrule-state";
+/// The certificate served by the njs balancer when SNI matches nothing posted.
+pub const NJS_DEFAULT_CERT: &str = "conf/default.crt";
+/// The key of [`NJS_DEFAULT_CERT`] (separate: `ssl_certificate_key data:` takes it alone).
+pub const NJS_DEFAULT_KEY: &str = "conf/default.key";
 
 /// Where and how NGINX listens and finds its files.
 #[derive(Debug, Clone)]
@@ -53,6 +120,8 @@ pub struct RenderOptions {
     pub modules: Vec<String>,
     /// `namespace/name` of the controller ConfigMap, for attributing its snippets.
     pub configmap: Option<String>,
+    /// The balancer inside NGINX.
+    pub balancer: Balancer,
 }
 
 /// A rendered file and its source map.
@@ -189,6 +258,13 @@ impl Renderer {
             backends_dict: "128m".to_owned(),
             certificates_dict: "32m".to_owned(),
             token_file_lua: lua_quote(&self.path("conf/balancer.token")),
+            njs: self.opts.balancer == Balancer::Njs,
+            njs_dir: self.path(NJS_DIR),
+            njs_main: self.path(&format!("{NJS_DIR}/ferrule.js")),
+            njs_token_file: self.path(NJS_TOKEN_FILE),
+            njs_state_dir: self.path(NJS_STATE_DIR),
+            njs_default_cert: self.path(NJS_DEFAULT_CERT),
+            njs_default_key: self.path(NJS_DEFAULT_KEY),
             servers_glob: self.path("conf/servers/*.conf"),
             api_listen: format!("unix:{}", self.path("run/balancer.sock")),
             config_version: model.hash(),
@@ -267,6 +343,13 @@ impl Renderer {
         locations.extend(twins);
         if !has_root {
             locations.push(default_location(model));
+        }
+        if self.opts.balancer == Balancer::Njs {
+            // Every Lua include `X` has its njs twin `njs-X` (same headers, the peer
+            // from `$ferrule_peer`); the location view stays balancer-neutral.
+            for l in locations.iter_mut().filter(|l| !l.include.is_empty()) {
+                l.include = format!("njs-{}", l.include);
+            }
         }
         let listen = |port: u16| match self.opts.listen_address.as_str() {
             "*" | "" => port.to_string(),
@@ -518,6 +601,13 @@ struct MainView {
     backends_dict: String,
     certificates_dict: String,
     token_file_lua: String,
+    njs: bool,
+    njs_dir: String,
+    njs_main: String,
+    njs_token_file: String,
+    njs_state_dir: String,
+    njs_default_cert: String,
+    njs_default_key: String,
     servers_glob: String,
     api_listen: String,
     config_version: String,
@@ -619,6 +709,7 @@ mod tests {
             user: None,
             modules: Vec::new(),
             configmap: Some(format!("{}/{}", CONFIGMAP.0, CONFIGMAP.1)),
+            balancer: Balancer::Lua,
         }
     }
 
