@@ -783,16 +783,16 @@ spec:
         insta::assert_snapshot!(servers(&m));
     }
 
-    #[test]
-    fn tls_host_with_proxy_settings() {
+    /// A TLS host proxying over HTTPS with proxy settings, a gRPC host, a forced
+    /// redirect.
+    fn tls_and_protocols() -> String {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": { "name": "a-tls", "namespace": "demo" },
             "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
         });
-        let m = model(
-            &format!(
-                r#"{secret}
+        format!(
+            r#"{secret}
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -846,10 +846,56 @@ spec:
       paths:
       - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
 "#
-            ),
+        )
+    }
+
+    #[test]
+    fn tls_host_with_proxy_settings() {
+        let m = model(&tls_and_protocols(), Settings::default());
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    const REWRITE: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  rules:
+  - host: rw.example.com
+    http:
+      paths:
+      - { path: "/api(/|$)(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+"#;
+
+    /// The njs balancer: its contract in nginx.conf, certificates from `data:`
+    /// variables, the peer checked before any rewrite, the njs includes.
+    #[test]
+    fn njs_balancer() {
+        let m = model(
+            &format!("{}\n---\n{REWRITE}", tls_and_protocols()),
             Settings::default(),
         );
-        insta::assert_snapshot!(servers(&m));
+        let mut o = opts("/ferrule");
+        o.balancer = Balancer::Njs;
+        o.modules = vec!["/usr/lib/nginx/modules/ngx_http_js_module.so".to_owned()];
+        let rendered = Renderer::new(o).render(&m).unwrap();
+        let text = rendered
+            .iter()
+            .filter(|(p, _)| *p == "conf/nginx.conf" || p.starts_with("conf/servers/"))
+            .map(|(p, f)| {
+                format!(
+                    "#### {p}\n{}",
+                    f.text.replace(&m.hash(), "<config-version>")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!(text);
     }
 
     #[test]
@@ -1083,8 +1129,9 @@ spec:
                         i += 1;
                     }
                     i += 1;
+                    // NGINX also accepts `)` there, as in `if ($x = "")`.
                     assert!(
-                        i >= b.len() || b" \t\r\n;{".contains(&b[i]),
+                        i >= b.len() || b" \t\r\n;{)".contains(&b[i]),
                         "a quoted token must be followed by a separator at byte {i}"
                     );
                     words.push(w);
@@ -1298,8 +1345,10 @@ spec:
     }
 
     /// Everything rendered for a model, as (path, text), certificates excluded.
-    fn render_all(model: &Model, prefix: &Path) -> BTreeMap<String, String> {
-        Renderer::new(opts(&prefix.to_string_lossy()))
+    fn render_all(model: &Model, prefix: &Path, balancer: Balancer) -> BTreeMap<String, String> {
+        let mut o = opts(&prefix.to_string_lossy());
+        o.balancer = balancer;
+        Renderer::new(o)
             .render(model)
             .unwrap()
             .into_iter()
@@ -1325,8 +1374,8 @@ spec:
         }
         let dir = tempfile::tempdir().unwrap();
         let (h, b) = (
-            render_all(&hostile, dir.path()),
-            render_all(&benign, dir.path()),
+            render_all(&hostile, dir.path(), Balancer::Lua),
+            render_all(&benign, dir.path(), Balancer::Lua),
         );
         // The same files (server files are named by host) with the same structure:
         // no directive, block or parameter was added, removed or ended early.
@@ -1357,7 +1406,46 @@ spec:
             eprintln!("nginx not installed: skipping nginx -t");
             return;
         }
-        let out = nginx_test(&hostile, dir.path()).await;
+        let out = nginx_test(&hostile, dir.path(), Balancer::Lua).await;
+        assert!(out.is_ok(), "nginx -t failed: {out:?}");
+    }
+
+    /// In njs mode too, hostile values stay in their token, and NGINX (with the js
+    /// module) accepts the configuration with every backend protocol.
+    #[tokio::test]
+    async fn njs_configuration_is_quoted_and_passes_nginx_t() {
+        let hostile = model_with(&world(&HOSTILE), Settings::default());
+        let benign = model_with(&world(&BENIGN), Settings::default());
+        let dir = tempfile::tempdir().unwrap();
+        let h = render_all(&hostile, dir.path(), Balancer::Njs);
+        let b = render_all(&benign, dir.path(), Balancer::Njs);
+        assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        for (path, text) in &h {
+            assert_eq!(
+                skeleton(text),
+                skeleton(&b[path]),
+                "{path}: structure differs\n{text}"
+            );
+        }
+        let host_file = &h[&server_file("a.example.com")];
+        assert!(
+            host_file.contains("#${ferrule_dollar}http_x_pick_"),
+            "{host_file}"
+        );
+        if which_nginx().is_none()
+            || !Path::new("/usr/lib/nginx/modules/ngx_http_js_module.so").exists()
+        {
+            eprintln!("nginx or its js module not installed: skipping nginx -t");
+            return;
+        }
+        let out = nginx_test(&hostile, dir.path(), Balancer::Njs).await;
+        assert!(out.is_ok(), "nginx -t failed: {out:?}");
+        let protocols = model(
+            &format!("{}\n---\n{REWRITE}", tls_and_protocols()),
+            Settings::default(),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = nginx_test(&protocols, dir.path(), Balancer::Njs).await;
         assert!(out.is_ok(), "nginx -t failed: {out:?}");
     }
 
@@ -1374,9 +1462,12 @@ spec:
     async fn nginx_test(
         model: &Model,
         prefix: &Path,
+        balancer: Balancer,
     ) -> Result<(), crate::nginx::process::TestFailure> {
         let mut o = opts(&prefix.to_string_lossy());
-        o.modules = ["ndk_http_module.so", "ngx_http_lua_module.so"]
+        o.balancer = balancer;
+        o.modules = balancer
+            .modules()
             .iter()
             .map(|m| format!("/usr/lib/nginx/modules/{m}"))
             .collect();
