@@ -355,6 +355,7 @@ fn backend_json(b: &Backend) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::sync::{Arc, Mutex};
 
     use ferrule_model::{Backend, Endpoint, Model, ResourceRef, Snapshot};
@@ -510,6 +511,43 @@ mod tests {
             log.iter().any(|v| v["removed"] == json!(["b"])),
             "b removed: {log:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn batches_carry_at_most_the_limit_and_removals_go_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sock, accepted) = fake_api(dir.path());
+        let mut c = BalancerClient::new(sock, "t".into()).with_batch(2);
+        let five: Vec<Backend> = (1..=5)
+            .map(|i| backend(&format!("b{i}"), &format!("10.0.0.{i}")))
+            .collect();
+        let p = c.sync(&model(&five)).await.unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (5, 0));
+        let sizes: Vec<usize> = accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| names(v).len())
+            .collect();
+        assert_eq!(sizes, [2, 2, 1]);
+
+        // Three changed, one removed, one refused: the valid ones still go through.
+        accepted.lock().unwrap().clear();
+        let next = [
+            backend("b1", "10.0.1.1"),
+            backend("b2", "10.0.1.2"),
+            backend("b3", "10.0.0.3"),
+            backend("b4", "10.0.0.4"),
+            backend("bad", "10.0.1.9"),
+        ];
+        let p = c.sync(&model(&next)).await.unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (3, 1), "{p:?}");
+        let log = accepted.lock().unwrap();
+        assert_eq!(log[0]["removed"], json!(["b5"]));
+        assert!(log.iter().skip(1).all(|v| v["removed"] == json!([])));
+        let posted: BTreeSet<String> = log.iter().flat_map(names).collect();
+        assert_eq!(posted, BTreeSet::from(["b1".to_owned(), "b2".to_owned()]));
+        assert!(log.iter().all(|v| names(v).len() <= 2));
     }
 
     #[test]
