@@ -103,9 +103,7 @@ struct NginxFlags {
     /// Directory of NGINX dynamic modules (ndk and lua, or js for `--balancer njs`).
     #[arg(long, default_value = "/usr/lib/nginx/modules")]
     nginx_modules: PathBuf,
-    /// The balancer inside NGINX: `lua` (lua-nginx-module), or `njs`
-    /// (ngx_http_js_module) for NGINX builds without Lua: no EWMA, no upstream
-    /// keepalive, no retry to the next peer (see njs/README.md).
+    /// The balancer inside NGINX (picks peers, serves certificates).
     #[arg(long, value_enum, default_value_t = Balancer::Lua)]
     balancer: Balancer,
 }
