@@ -406,4 +406,19 @@ function sslKey(r) {
     }
 }
 
-export default {api, peer, sslCert, sslKey};
+// js_set $ferrule_tls_redirect: "1" when a plain-HTTP request must be redirected to
+// HTTPS: the location allows the ssl-redirect ($ferrule_redirect_host is its server's
+// host key) and a certificate is posted for exactly that key, so a host gaining or
+// losing TLS needs no reload. Evaluated through a map on $scheme: HTTPS requests
+// never run it.
+function tlsRedirect(r) {
+    try {
+        var host = validate.host(r.variables.ferrule_redirect_host || '');
+        return host && store.readCert(stateDir(r), host) ? '1' : '';
+    } catch (e) {
+        r.error('ferrule: ssl-redirect check failed: ' + e.message);
+        return '';
+    }
+}
+
+export default {api, peer, sslCert, sslKey, tlsRedirect};

@@ -115,6 +115,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
             .map(|m| format!("/usr/lib/nginx/modules/{m}"))
             .collect(),
         configmap: None,
+        balancer: Default::default(),
     };
     let pem = ferrule::tls::self_signed_default().expect("default certificate");
     Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), pem).expect("prefix")

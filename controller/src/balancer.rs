@@ -1,4 +1,5 @@
-//! Client of the in-NGINX balancer API (lua/): posts backends and certificates.
+//! Client of the in-NGINX balancer API (lua/ or njs/, the same API): posts backends
+//! and certificates.
 //!
 //! The client remembers what the store holds and posts only the difference with the
 //! desired model, so the same call serves the endpoint fast path (a few backends),
@@ -57,6 +58,8 @@ pub struct BalancerClient {
     /// Served for TLS hosts without a valid certificate of their own (the entry also
     /// tells the balancer that the host has TLS, for the ssl-redirect).
     default_certificate: Option<(String, String)>,
+    /// The most objects one POST carries.
+    batch: usize,
 }
 
 impl BalancerClient {
@@ -71,36 +74,23 @@ impl BalancerClient {
             refused_backends: BTreeMap::new(),
             refused_certificates: BTreeMap::new(),
             default_certificate: None,
+            batch: usize::MAX,
         }
     }
 
-    /// Posts the certificate and key in `pem` (PEM blocks, the key's label ending in
-    /// `PRIVATE KEY`) for TLS hosts that have no valid certificate of their own.
-    pub fn with_default_certificate(mut self, pem: &str) -> Self {
-        let (mut cert, mut key) = (String::new(), String::new());
-        let mut in_key = None;
-        for line in pem.lines().map(str::trim_end) {
-            if let Some(label) = line.strip_prefix("-----BEGIN ") {
-                in_key = Some(label.ends_with("PRIVATE KEY-----"));
-            }
-            match in_key {
-                Some(true) => key.push_str(line),
-                Some(false) => cert.push_str(line),
-                None => continue,
-            }
-            let out = if in_key == Some(true) {
-                &mut key
-            } else {
-                &mut cert
-            };
-            out.push('\n');
-            if line.starts_with("-----END ") {
-                in_key = None;
-            }
-        }
+    /// Posts `cert` and `key` (PEM) for TLS hosts that have no valid certificate of
+    /// their own.
+    pub fn with_default_certificate(mut self, (cert, key): &(String, String)) -> Self {
         if !cert.is_empty() && !key.is_empty() {
-            self.default_certificate = Some((cert, key));
+            self.default_certificate = Some((cert.clone(), key.clone()));
         }
+        self
+    }
+
+    /// Posts at most `batch` objects per request (at least one), for balancers that
+    /// cannot take a full resync at once (`Balancer::max_batch`).
+    pub fn with_batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
         self
     }
 
@@ -144,7 +134,7 @@ impl BalancerClient {
                 .map(|b| (b.name.clone(), backend_json(b)))
                 .collect();
             let refused = self
-                .post_delta("/configuration/backends", "backends", items, &removed)
+                .post_batches("/configuration/backends", "backends", items, &removed)
                 .await?;
             for name in &removed {
                 self.backends.remove(name);
@@ -187,7 +177,7 @@ impl BalancerClient {
                 .map(|(h, (cert, key))| (h.clone(), json!({"host": h, "cert": cert, "key": key})))
                 .collect();
             let refused = self
-                .post_delta(
+                .post_batches(
                     "/configuration/certificates",
                     "certificates",
                     items,
@@ -215,6 +205,29 @@ impl BalancerClient {
             tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
         }
         Ok(posted)
+    }
+
+    /// [`Self::post_delta`] in batches of at most `self.batch` items; the removals
+    /// go with the first.
+    async fn post_batches(
+        &mut self,
+        path: &str,
+        field: &str,
+        mut items: Vec<(String, Value)>,
+        removed: &[String],
+    ) -> Result<Vec<(String, String)>, BalancerError> {
+        if items.len() <= self.batch {
+            return self.post_delta(path, field, items, removed).await;
+        }
+        let mut refused = Vec::new();
+        let mut removed = removed;
+        while !items.is_empty() {
+            let rest = items.split_off(self.batch.min(items.len()));
+            refused.extend(self.post_delta(path, field, items, removed).await?);
+            removed = &[];
+            items = rest;
+        }
+        Ok(refused)
     }
 
     /// Posts `items` (name, JSON) and `removed` under `field`; on a validation
@@ -369,32 +382,13 @@ fn backend_json(b: &Backend) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::sync::{Arc, Mutex};
 
     use ferrule_model::{Backend, Endpoint, Model, ResourceRef, Snapshot};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
-
-    #[test]
-    fn default_certificate_is_split_into_certificate_and_key() {
-        let pem = crate::tls::self_signed_default().unwrap();
-        let text = String::from_utf8(pem).unwrap();
-        let c = BalancerClient::new("/nonexistent".into(), String::new())
-            .with_default_certificate(&text);
-        let (cert, key) = c.default_certificate.expect("both parts found");
-        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----\n"), "{cert}");
-        assert!(cert.trim_end().ends_with("-----END CERTIFICATE-----"));
-        assert!(!cert.contains("PRIVATE"));
-        assert!(key.starts_with("-----BEGIN ") && key.contains("PRIVATE KEY-----\n"));
-        assert!(!key.contains("CERTIFICATE"));
-        // Both blocks, nothing else: together they are the input, in some order.
-        assert_eq!(cert.len() + key.len(), text.trim_end().len() + 1);
-        // Without a key there is no default to post.
-        let only_cert = BalancerClient::new("/nonexistent".into(), String::new())
-            .with_default_certificate(&cert);
-        assert!(only_cert.default_certificate.is_none());
-    }
 
     /// A fake balancer API: refuses (400) any POST naming a backend that starts with
     /// "bad", accepts the rest; records every accepted body.
@@ -544,6 +538,43 @@ mod tests {
             log.iter().any(|v| v["removed"] == json!(["b"])),
             "b removed: {log:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn batches_carry_at_most_the_limit_and_removals_go_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sock, accepted) = fake_api(dir.path());
+        let mut c = BalancerClient::new(sock, "t".into()).with_batch(2);
+        let five: Vec<Backend> = (1..=5)
+            .map(|i| backend(&format!("b{i}"), &format!("10.0.0.{i}")))
+            .collect();
+        let p = c.sync(&model(&five)).await.unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (5, 0));
+        let sizes: Vec<usize> = accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|v| names(v).len())
+            .collect();
+        assert_eq!(sizes, [2, 2, 1]);
+
+        // Three changed, one removed, one refused: the valid ones still go through.
+        accepted.lock().unwrap().clear();
+        let next = [
+            backend("b1", "10.0.1.1"),
+            backend("b2", "10.0.1.2"),
+            backend("b3", "10.0.0.3"),
+            backend("b4", "10.0.0.4"),
+            backend("bad", "10.0.1.9"),
+        ];
+        let p = c.sync(&model(&next)).await.unwrap();
+        assert_eq!((p.backends, p.rejected.len()), (3, 1), "{p:?}");
+        let log = accepted.lock().unwrap();
+        assert_eq!(log[0]["removed"], json!(["b5"]));
+        assert!(log.iter().skip(1).all(|v| v["removed"] == json!([])));
+        let posted: BTreeSet<String> = log.iter().flat_map(names).collect();
+        assert_eq!(posted, BTreeSet::from(["b1".to_owned(), "b2".to_owned()]));
+        assert!(log.iter().all(|v| names(v).len() <= 2));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ferrule_model::{Diff, Settings};
 
+use ferrule::nginx::render::Balancer;
 use ferrule::source;
 
 mod commands;
@@ -99,9 +100,12 @@ struct NginxFlags {
     /// NGINX `worker_processes`.
     #[arg(long, default_value = "auto")]
     worker_processes: String,
-    /// Directory of NGINX dynamic modules (ndk, lua).
+    /// Directory of NGINX dynamic modules (ndk and lua, or js for `--balancer njs`).
     #[arg(long, default_value = "/usr/lib/nginx/modules")]
     nginx_modules: PathBuf,
+    /// The balancer inside NGINX (picks peers, serves certificates).
+    #[arg(long, value_enum, default_value_t = Balancer::Lua)]
+    balancer: Balancer,
 }
 
 impl NginxFlags {
@@ -116,11 +120,14 @@ impl NginxFlags {
             https_port: self.https_port,
             worker_processes: self.worker_processes.clone(),
             user: root.then(|| "nobody".to_owned()),
-            modules: ["ndk_http_module.so", "ngx_http_lua_module.so"]
+            modules: self
+                .balancer
+                .modules()
                 .iter()
                 .map(|m| self.nginx_modules.join(m).to_string_lossy().into_owned())
                 .collect(),
             configmap,
+            balancer: self.balancer,
         }
     }
 }

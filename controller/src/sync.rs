@@ -52,7 +52,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let balancer = BalancerClient::new(dataplane.api_socket(), dataplane.token().to_owned())
-        .with_default_certificate(&dataplane.default_certificate());
+        .with_default_certificate(dataplane.default_certificate())
+        .with_batch(dataplane.balancer().max_batch());
     let common = Arc::new(Common {
         shared,
         balancer: Mutex::new(balancer),

@@ -1,5 +1,5 @@
-//! The `ferrule model` and `ferrule diff` commands over manifests directories, run as a
-//! user would: the built binary on temporary directories.
+//! The `ferrule model`, `diff`, `render` and `validate` commands over manifests
+//! directories, run as a user would: the built binary on temporary directories.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -330,4 +330,87 @@ fn invalid_yaml_names_the_file_and_the_document() {
         err.contains("nokind.yaml") && err.contains("document 0"),
         "{err}"
     );
+}
+
+/// `--balancer` decides what `render` writes and what `validate` tests: a snippet
+/// using a Lua directive passes with the Lua balancer and is rejected with njs (no
+/// Lua module is loaded), naming the Ingress.
+#[test]
+fn balancer_flag_selects_what_render_writes_and_validate_tests() {
+    let mut docs = documents();
+    docs.push(
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: luaish
+  namespace: web
+  annotations:
+    nginx.ingress.kubernetes.io/configuration-snippet: |
+      access_by_lua_block { ngx.var.x = 1 }
+spec:
+  ingressClassName: ferrule
+  rules:
+    - host: lua.example.com
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service: { name: front, port: { number: 80 } }
+"#
+        .to_owned(),
+    );
+    let dir = plain(&docs);
+    let manifests = dir.path().to_str().unwrap();
+    let validate = |balancer: &str| {
+        ferrule(&[
+            "validate",
+            "--manifests",
+            manifests,
+            "--allow-snippet-annotations",
+            "--balancer",
+            balancer,
+        ])
+    };
+    let o = validate("lua");
+    assert!(o.status.success(), "lua: {}{}", stdout(&o), stderr(&o));
+    let o = validate("njs");
+    assert!(!o.status.success(), "njs accepted a Lua directive");
+    let out = stdout(&o);
+    assert!(
+        out.contains("Ingress web/luaish: rejected") && out.contains("access_by_lua_block"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("shop: rejected") && !out.contains("blog: rejected"),
+        "{out}"
+    );
+
+    let plain = plain(&documents());
+    for balancer in ["lua", "njs"] {
+        let out = tempfile::tempdir().unwrap();
+        let o = ferrule(&[
+            "render",
+            "--manifests",
+            plain.path().to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+            "--balancer",
+            balancer,
+        ]);
+        assert!(o.status.success(), "{balancer}: {}", stderr(&o));
+        let conf = std::fs::read_to_string(out.path().join("conf/nginx.conf")).unwrap();
+        let token = out.path().join("conf/balancer.token.json");
+        let njs = balancer == "njs";
+        assert_eq!(conf.contains("js_content ferrule.api;"), njs, "{conf}");
+        assert_eq!(conf.contains("content_by_lua_block"), !njs, "{conf}");
+        assert_eq!(out.path().join("njs/ferrule.js").exists(), njs);
+        assert_eq!(out.path().join("njs/ferrule/store.js").exists(), njs);
+        assert_eq!(out.path().join("lua/ferrule/balancer.lua").exists(), !njs);
+        assert_eq!(token.exists(), njs);
+        if njs {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(token).unwrap()).unwrap();
+            assert!(v["token"].as_str().is_some_and(|t| t.len() >= 32), "{v}");
+        }
+    }
 }

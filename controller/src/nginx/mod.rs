@@ -21,6 +21,7 @@ pub mod render;
 pub mod safety;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,11 +31,15 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use files::FileSpec;
 use process::{Nginx, TestFailure};
-use render::{Rendered, Renderer};
+use render::{Balancer, Rendered, Renderer};
 use safety::{Excluded, Exclusions};
 
 mod lua {
     include!(concat!(env!("OUT_DIR"), "/lua_files.rs"));
+}
+
+mod njs {
+    include!(concat!(env!("OUT_DIR"), "/njs_files.rs"));
 }
 
 /// How long a starting NGINX may take to serve its first configuration.
@@ -86,6 +91,8 @@ pub struct Dataplane {
     nginx: Nginx,
     /// The balancer API token (written to `conf/balancer.token`, mode 0600).
     token: String,
+    /// The default certificate and key (PEM).
+    default_certificate: (String, String),
     /// The model NGINX serves.
     applied: Option<Arc<Model>>,
     /// The ConfigMap that model was built with.
@@ -97,50 +104,99 @@ pub struct Dataplane {
 }
 
 impl Dataplane {
-    /// Prepares the prefix (directories, Lua sources, token, default certificate).
+    /// Prepares the prefix (directories, balancer sources, token, default
+    /// certificate; for njs also an empty state directory).
     pub fn new(
         renderer: Renderer,
         nginx_binary: PathBuf,
         default_pem: Vec<u8>,
     ) -> std::io::Result<Self> {
-        let prefix = renderer.options().prefix.clone();
-        for d in ["conf/servers", "conf/certs", "logs", "run", "lua"] {
+        let opts = renderer.options();
+        let prefix = opts.prefix.clone();
+        for d in ["conf/servers", "conf/certs", "logs", "run"] {
             std::fs::create_dir_all(prefix.join(d))?;
         }
         for d in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
             let dir = prefix.join("tmp").join(d);
             std::fs::create_dir_all(&dir)?;
-            if let Some(user) = renderer.options().user.as_deref() {
+            if let Some(user) = opts.user.as_deref() {
                 chown_to(&dir, user);
             }
         }
-        for (rel, text) in lua::LUA_FILES {
-            let path = prefix.join("lua").join(rel);
-            if std::fs::read_to_string(&path).ok().as_deref() != Some(*text) {
-                files::atomic_write(&path, text.as_bytes(), 0o644)?;
+        let token = new_token();
+        match opts.balancer {
+            Balancer::Lua => {
+                install(&prefix.join("lua"), lua::LUA_FILES)?;
+                files::atomic_write(&prefix.join("conf/balancer.token"), token.as_bytes(), 0o600)?;
+                files::atomic_write(
+                    &prefix.join(render::DEFAULT_CERTIFICATE),
+                    &default_pem,
+                    0o600,
+                )?;
+            }
+            // `njs/README.md`, "The nginx contract". The workers read the default
+            // certificate's files at handshakes, so they belong to the worker user.
+            Balancer::Njs => {
+                install(&prefix.join(render::NJS_DIR), njs::NJS_FILES)?;
+                let json = serde_json::json!({ "token": token }).to_string();
+                files::atomic_write(&prefix.join(render::NJS_TOKEN_FILE), json.as_bytes(), 0o600)?;
+                let (cert, key) = split_pem(&String::from_utf8_lossy(&default_pem));
+                for (rel, pem) in [
+                    (render::NJS_DEFAULT_CERT, &cert),
+                    (render::NJS_DEFAULT_KEY, &key),
+                ] {
+                    let path = prefix.join(rel);
+                    files::atomic_write(&path, pem.as_bytes(), 0o600)?;
+                    if let Some(user) = opts.user.as_deref() {
+                        chown_to(&path, user);
+                    }
+                }
             }
         }
-        let token = new_token();
-        files::atomic_write(&prefix.join("conf/balancer.token"), token.as_bytes(), 0o600)?;
-        files::atomic_write(
-            &prefix.join(render::DEFAULT_CERTIFICATE),
-            &default_pem,
-            0o600,
-        )?;
-        Ok(Self {
-            renderer,
+        let dp = Self {
             nginx: Nginx::new(nginx_binary, prefix),
+            renderer,
             token,
+            default_certificate: split_pem(&String::from_utf8_lossy(&default_pem)),
             applied: None,
             applied_configmap: None,
             verify_timeout: Duration::from_secs(10),
             dry_run: false,
-        })
+        };
+        dp.clear_njs_state()?;
+        Ok(dp)
+    }
+
+    /// Empties the njs state directory. Its files name the NGINX master that wrote
+    /// them, but a new master can get an old pid (a restarted container counts from
+    /// 1 again): state is cleared before every start, never trusted across one.
+    fn clear_njs_state(&self) -> std::io::Result<()> {
+        if self.renderer.options().balancer != Balancer::Njs {
+            return Ok(());
+        }
+        let dir = self.prefix().join(render::NJS_STATE_DIR);
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&dir)?;
+        if let Some(user) = self.renderer.options().user.as_deref() {
+            chown_to(&dir, user);
+        }
+        Ok(())
     }
 
     /// The prefix directory.
     pub fn prefix(&self) -> &Path {
         self.nginx.prefix()
+    }
+
+    /// The balancer inside NGINX.
+    pub fn balancer(&self) -> Balancer {
+        self.renderer.options().balancer
     }
 
     /// The balancer API token.
@@ -149,8 +205,8 @@ impl Dataplane {
     }
 
     /// The default certificate and key (PEM), as NGINX serves them.
-    pub fn default_certificate(&self) -> String {
-        std::fs::read_to_string(self.prefix().join(render::DEFAULT_CERTIFICATE)).unwrap_or_default()
+    pub fn default_certificate(&self) -> &(String, String) {
+        &self.default_certificate
     }
 
     /// The balancer API socket.
@@ -193,6 +249,10 @@ impl Dataplane {
             .collect();
         // Certificates of hosts are not files: the balancer serves them by SNI from
         // its store, so private keys stay off the disk and a rotation writes nothing.
+        if self.renderer.options().balancer == Balancer::Njs {
+            // The njs balancer serves its fallback from conf/default.{crt,key}.
+            return Ok((rendered, specs));
+        }
         let default =
             std::fs::read(self.prefix().join(render::DEFAULT_CERTIFICATE)).unwrap_or_default();
         specs.insert(
@@ -392,6 +452,7 @@ impl Dataplane {
                 Applied::ReloadUnverified
             }
         } else {
+            self.clear_njs_state()?;
             self.nginx.start().await?;
             // A master parsing a large configuration (10k servers) takes far longer
             // than a reload check: wait as long as it is alive, not a fixed timeout.
@@ -586,8 +647,58 @@ fn new_token() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Writes balancer sources (path relative to `dir`, contents) that differ on disk.
+fn install(dir: &Path, sources: &[(&str, &str)]) -> std::io::Result<()> {
+    for (rel, text) in sources {
+        let path = dir.join(rel);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(*text) {
+            files::atomic_write(&path, text.as_bytes(), 0o644)?;
+        }
+    }
+    Ok(())
+}
+
+/// Splits a PEM bundle into its certificates and its private key(s).
+/// (certificates, private keys) of a PEM text, each a sequence of whole blocks.
+pub fn split_pem(pem: &str) -> (String, String) {
+    let (mut certs, mut keys) = (String::new(), String::new());
+    let mut block = String::new();
+    for line in pem.lines() {
+        if line.starts_with("-----BEGIN ") {
+            block.clear();
+        }
+        block.push_str(line);
+        block.push('\n');
+        if let Some(label) = line.strip_prefix("-----END ") {
+            if label.contains("PRIVATE KEY") {
+                keys.push_str(&block);
+            } else {
+                certs.push_str(&block);
+            }
+            block.clear();
+        }
+    }
+    (certs, keys)
+}
+
 fn chown_to(dir: &Path, user: &str) {
     if let Ok(Some(u)) = nix::unistd::User::from_name(user) {
         let _ = nix::unistd::chown(dir, Some(u.uid), None);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_pem_separates_certificates_from_keys() {
+        let pem = String::from_utf8(crate::tls::self_signed_default().unwrap()).unwrap();
+        let (cert, key) = super::split_pem(&pem);
+        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----\n"), "{cert}");
+        assert!(cert.trim_end().ends_with("-----END CERTIFICATE-----"));
+        assert!(!cert.contains("PRIVATE"));
+        assert!(key.starts_with("-----BEGIN ") && key.contains("PRIVATE KEY-----\n"));
+        assert!(!key.contains("CERTIFICATE"));
+        // Whole blocks, nothing lost.
+        assert_eq!(cert.len() + key.len(), pem.trim_end().len() + 1);
     }
 }

@@ -32,7 +32,74 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         "conf/grpcs.conf",
         include_str!("../../../rootfs/etc/nginx/grpcs.conf"),
     ),
+    (
+        "conf/proxy-headers.conf",
+        include_str!("../../../rootfs/etc/nginx/proxy-headers.conf"),
+    ),
+    (
+        "conf/grpc-headers.conf",
+        include_str!("../../../rootfs/etc/nginx/grpc-headers.conf"),
+    ),
+    (
+        "conf/njs-proxy-http.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-proxy-http.conf"),
+    ),
+    (
+        "conf/njs-proxy-https.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-proxy-https.conf"),
+    ),
+    (
+        "conf/njs-grpc.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-grpc.conf"),
+    ),
+    (
+        "conf/njs-grpcs.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-grpcs.conf"),
+    ),
 ];
+
+/// The balancer inside NGINX that picks peers and serves certificates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Balancer {
+    /// `lua/` with lua-nginx-module: round robin, EWMA, consistent hash, affinity,
+    /// canary; upstream keepalive and retries to the next peer.
+    #[default]
+    Lua,
+    /// `njs/` with ngx_http_js_module, for NGINX builds without Lua: the same API
+    /// and algorithms except EWMA (served as round robin), without upstream
+    /// keepalive or retries to the next peer (see `njs/README.md`).
+    Njs,
+}
+
+impl Balancer {
+    /// The dynamic modules it needs, as file names in the modules directory.
+    pub fn modules(self) -> &'static [&'static str] {
+        match self {
+            Balancer::Lua => &["ndk_http_module.so", "ngx_http_lua_module.so"],
+            Balancer::Njs => &["ngx_http_js_module.so"],
+        }
+    }
+
+    /// The most backends or certificates one API request should carry: njs keeps a
+    /// request's garbage until it ends (~140 MiB for 10,000 backends at once).
+    pub fn max_batch(self) -> usize {
+        match self {
+            Balancer::Lua => usize::MAX,
+            Balancer::Njs => 1000,
+        }
+    }
+}
+
+/// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
+pub const NJS_DIR: &str = "njs";
+/// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
+pub const NJS_TOKEN_FILE: &str = "conf/balancer.token.json";
+/// The njs balancer's state directory (written by the workers).
+pub const NJS_STATE_DIR: &str = "run/ferrule-state";
+/// The certificate served by the njs balancer when SNI matches nothing posted.
+pub const NJS_DEFAULT_CERT: &str = "conf/default.crt";
+/// The key of [`NJS_DEFAULT_CERT`] (separate: `ssl_certificate_key data:` takes it alone).
+pub const NJS_DEFAULT_KEY: &str = "conf/default.key";
 
 /// Where and how NGINX listens and finds its files.
 #[derive(Debug, Clone)]
@@ -53,6 +120,8 @@ pub struct RenderOptions {
     pub modules: Vec<String>,
     /// `namespace/name` of the controller ConfigMap, for attributing its snippets.
     pub configmap: Option<String>,
+    /// The balancer inside NGINX.
+    pub balancer: Balancer,
 }
 
 /// A rendered file and its source map.
@@ -189,6 +258,13 @@ impl Renderer {
             backends_dict: "128m".to_owned(),
             certificates_dict: "32m".to_owned(),
             token_file_lua: lua_quote(&self.path("conf/balancer.token")),
+            njs: self.opts.balancer == Balancer::Njs,
+            njs_dir: self.path(NJS_DIR),
+            njs_main: self.path(&format!("{NJS_DIR}/ferrule.js")),
+            njs_token_file: self.path(NJS_TOKEN_FILE),
+            njs_state_dir: self.path(NJS_STATE_DIR),
+            njs_default_cert: self.path(NJS_DEFAULT_CERT),
+            njs_default_key: self.path(NJS_DEFAULT_KEY),
             servers_glob: self.path("conf/servers/*.conf"),
             api_listen: format!("unix:{}", self.path("run/balancer.sock")),
             config_version: model.hash(),
@@ -267,6 +343,13 @@ impl Renderer {
         locations.extend(twins);
         if !has_root {
             locations.push(default_location(model));
+        }
+        if self.opts.balancer == Balancer::Njs {
+            // Every Lua include `X` has its njs twin `njs-X` (same headers, the peer
+            // from `$ferrule_peer`); the location view stays balancer-neutral.
+            for l in locations.iter_mut().filter(|l| !l.include.is_empty()) {
+                l.include = format!("njs-{}", l.include);
+            }
         }
         let listen = |port: u16| match self.opts.listen_address.as_str() {
             "*" | "" => port.to_string(),
@@ -495,6 +578,13 @@ struct MainView {
     backends_dict: String,
     certificates_dict: String,
     token_file_lua: String,
+    njs: bool,
+    njs_dir: String,
+    njs_main: String,
+    njs_token_file: String,
+    njs_state_dir: String,
+    njs_default_cert: String,
+    njs_default_key: String,
     servers_glob: String,
     api_listen: String,
     config_version: String,
@@ -601,6 +691,7 @@ mod tests {
             user: None,
             modules: Vec::new(),
             configmap: Some(format!("{}/{}", CONFIGMAP.0, CONFIGMAP.1)),
+            balancer: Balancer::Lua,
         }
     }
 
@@ -720,16 +811,16 @@ spec:
         assert_eq!(includes, 1, "nowhere else, not in nginx.conf");
     }
 
-    #[test]
-    fn tls_host_with_proxy_settings() {
+    /// A TLS host proxying over HTTPS with proxy settings, a gRPC host, a forced
+    /// redirect.
+    fn tls_and_protocols() -> String {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": { "name": "a-tls", "namespace": "demo" },
             "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
         });
-        let m = model(
-            &format!(
-                r#"{secret}
+        format!(
+            r#"{secret}
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
@@ -783,10 +874,56 @@ spec:
       paths:
       - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
 "#
-            ),
+        )
+    }
+
+    #[test]
+    fn tls_host_with_proxy_settings() {
+        let m = model(&tls_and_protocols(), Settings::default());
+        insta::assert_snapshot!(servers(&m));
+    }
+
+    const REWRITE: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  rules:
+  - host: rw.example.com
+    http:
+      paths:
+      - { path: "/api(/|$)(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+"#;
+
+    /// The njs balancer: its contract in nginx.conf, certificates from `data:`
+    /// variables, the peer checked before any rewrite, the njs includes.
+    #[test]
+    fn njs_balancer() {
+        let m = model(
+            &format!("{}\n---\n{REWRITE}", tls_and_protocols()),
             Settings::default(),
         );
-        insta::assert_snapshot!(servers(&m));
+        let mut o = opts("/ferrule");
+        o.balancer = Balancer::Njs;
+        o.modules = vec!["/usr/lib/nginx/modules/ngx_http_js_module.so".to_owned()];
+        let rendered = Renderer::new(o).render(&m).unwrap();
+        let text = rendered
+            .iter()
+            .filter(|(p, _)| *p == "conf/nginx.conf" || p.starts_with("conf/servers/"))
+            .map(|(p, f)| {
+                format!(
+                    "#### {p}\n{}",
+                    f.text.replace(&m.hash(), "<config-version>")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        insta::assert_snapshot!(text);
     }
 
     #[test]
@@ -1020,8 +1157,9 @@ spec:
                         i += 1;
                     }
                     i += 1;
+                    // NGINX also accepts `)` there, as in `if ($x = "")`.
                     assert!(
-                        i >= b.len() || b" \t\r\n;{".contains(&b[i]),
+                        i >= b.len() || b" \t\r\n;{)".contains(&b[i]),
                         "a quoted token must be followed by a separator at byte {i}"
                     );
                     words.push(w);
@@ -1205,8 +1343,10 @@ spec:
     }
 
     /// Everything rendered for a model, as (path, text), certificates excluded.
-    fn render_all(model: &Model, prefix: &Path) -> BTreeMap<String, String> {
-        Renderer::new(opts(&prefix.to_string_lossy()))
+    fn render_all(model: &Model, prefix: &Path, balancer: Balancer) -> BTreeMap<String, String> {
+        let mut o = opts(&prefix.to_string_lossy());
+        o.balancer = balancer;
+        Renderer::new(o)
             .render(model)
             .unwrap()
             .into_iter()
@@ -1232,8 +1372,8 @@ spec:
         }
         let dir = tempfile::tempdir().unwrap();
         let (h, b) = (
-            render_all(&hostile, dir.path()),
-            render_all(&benign, dir.path()),
+            render_all(&hostile, dir.path(), Balancer::Lua),
+            render_all(&benign, dir.path(), Balancer::Lua),
         );
         // The same files (server files are named by host) with the same structure:
         // no directive, block or parameter was added, removed or ended early.
@@ -1264,7 +1404,46 @@ spec:
             eprintln!("nginx not installed: skipping nginx -t");
             return;
         }
-        let out = nginx_test(&hostile, dir.path()).await;
+        let out = nginx_test(&hostile, dir.path(), Balancer::Lua).await;
+        assert!(out.is_ok(), "nginx -t failed: {out:?}");
+    }
+
+    /// In njs mode too, hostile values stay in their token, and NGINX (with the js
+    /// module) accepts the configuration with every backend protocol.
+    #[tokio::test]
+    async fn njs_configuration_is_quoted_and_passes_nginx_t() {
+        let hostile = model_with(&world(&HOSTILE), Settings::default());
+        let benign = model_with(&world(&BENIGN), Settings::default());
+        let dir = tempfile::tempdir().unwrap();
+        let h = render_all(&hostile, dir.path(), Balancer::Njs);
+        let b = render_all(&benign, dir.path(), Balancer::Njs);
+        assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        for (path, text) in &h {
+            assert_eq!(
+                skeleton(text),
+                skeleton(&b[path]),
+                "{path}: structure differs\n{text}"
+            );
+        }
+        let host_file = &h[&server_file("a.example.com")];
+        assert!(
+            host_file.contains("#${ferrule_dollar}http_x_pick_"),
+            "{host_file}"
+        );
+        if which_nginx().is_none()
+            || !Path::new("/usr/lib/nginx/modules/ngx_http_js_module.so").exists()
+        {
+            eprintln!("nginx or its js module not installed: skipping nginx -t");
+            return;
+        }
+        let out = nginx_test(&hostile, dir.path(), Balancer::Njs).await;
+        assert!(out.is_ok(), "nginx -t failed: {out:?}");
+        let protocols = model(
+            &format!("{}\n---\n{REWRITE}", tls_and_protocols()),
+            Settings::default(),
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = nginx_test(&protocols, dir.path(), Balancer::Njs).await;
         assert!(out.is_ok(), "nginx -t failed: {out:?}");
     }
 
@@ -1281,9 +1460,12 @@ spec:
     async fn nginx_test(
         model: &Model,
         prefix: &Path,
+        balancer: Balancer,
     ) -> Result<(), crate::nginx::process::TestFailure> {
         let mut o = opts(&prefix.to_string_lossy());
-        o.modules = ["ndk_http_module.so", "ngx_http_lua_module.so"]
+        o.balancer = balancer;
+        o.modules = balancer
+            .modules()
             .iter()
             .map(|m| format!("/usr/lib/nginx/modules/{m}"))
             .collect();

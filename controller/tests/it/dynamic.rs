@@ -15,38 +15,6 @@ use crate::support::*;
 const CREATED: &str = "2026-01-01T00:00:00Z";
 const CANARY_CREATED: &str = "2026-01-02T00:00:00Z";
 
-/// Worker pids and reload count at one moment: "no reload since" is both unchanged.
-struct NoReload {
-    pids: Vec<u32>,
-    reloads: f64,
-}
-
-impl NoReload {
-    async fn capture(f: &Ferrule) -> NoReload {
-        let pids = f.worker_pids();
-        assert_eq!(pids.len(), 2, "two NGINX workers expected: {pids:?}");
-        NoReload {
-            pids,
-            reloads: f.reloads().await,
-        }
-    }
-
-    async fn check(&self, f: &Ferrule, what: &str) {
-        assert_eq!(
-            f.worker_pids(),
-            self.pids,
-            "{what}: NGINX workers changed (a reload happened); log:\n{}",
-            f.logs()
-        );
-        assert_eq!(
-            f.reloads().await,
-            self.reloads,
-            "{what}: ferrule_reloads_total changed; log:\n{}",
-            f.logs()
-        );
-    }
-}
-
 /// A client that keeps connections alive (steady load, like a real client).
 fn keepalive_client() -> reqwest::Client {
     reqwest::Client::builder()
@@ -138,27 +106,6 @@ async fn spread(
         j.await.unwrap();
     }
     Arc::try_unwrap(counts).unwrap().into_inner().unwrap()
-}
-
-/// Waits until the balancer store's backend `name` satisfies `pred`.
-async fn wait_store(f: &Ferrule, name: &str, pred: impl Fn(&Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let b = f.balancer_backend(name).await;
-        if pred(&b) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "balancer backend {name} never reached the expected state; last: {b}; log:\n{}",
-            f.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn endpoint_count(b: &Value) -> usize {
-    b["endpoints"].as_array().map_or(0, Vec::len)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -956,7 +903,12 @@ async fn location_of(f: &Ferrule, host: &str, path: &str) -> (u16, String) {
 // certificate, still redirected), then TLS goes again: all without a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_added_to_and_removed_from_served_hosts_without_reload() {
-    let a = Echo::start("127.0.0.12").await;
+    tls_comes_and_goes_without_reload("127.0.0.12", &[]).await;
+}
+
+/// The TLS test above with the balancer chosen by `args` (also run for njs).
+pub async fn tls_comes_and_goes_without_reload(ip: &str, args: &[&str]) {
+    let a = Echo::start(ip).await;
     let certs = tempfile::tempdir().unwrap();
     let (cert, key, fp) = self_signed(certs.path(), "plain", &["plain.test"]);
     let m = Manifests::new();
@@ -979,7 +931,7 @@ async fn tls_added_to_and_removed_from_served_hosts_without_reload() {
     );
     m.write("plain.yaml", &plain);
     m.write("other.yaml", &other);
-    let f = Ferrule::start(m.path(), &[]).await;
+    let f = Ferrule::start(m.path(), args).await;
     assert_eq!(f.backend("plain.test", "/x").await.1, a.addr.to_string());
     let default_fp = f.served_fingerprint("plain.test");
     assert!(!default_fp.is_empty() && default_fp != fp);
@@ -1033,43 +985,6 @@ async fn tls_added_to_and_removed_from_served_hosts_without_reload() {
 
 // ---------------------------------------------------------------------------
 // 4. The configuration API: token required, never reachable through the proxy.
-
-/// A raw HTTP/1.1 request on a proxy port: (status, body).
-async fn raw_http(port: u16, request: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    s.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut raw)).await;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// A request over HTTPS with curl: (status, body).
-fn curl_https(port: u16, sni: &str, host: &str, path: &str, token: &str) -> (u16, String) {
-    let out = std::process::Command::new("curl")
-        .args(["-sk", "-w", "\n%{http_code}", "--resolve"])
-        .arg(format!("{sni}:{port}:127.0.0.1"))
-        .args(["-H", &format!("Host: {host}")])
-        .args(["-H", &format!("Authorization: Bearer {token}")])
-        .arg(format!("https://{sni}:{port}{path}"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_owned())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balancer_api_needs_the_token_and_is_not_reachable_through_the_proxy() {

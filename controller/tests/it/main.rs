@@ -8,5 +8,6 @@ mod conformance;
 mod dataplane;
 mod dynamic;
 mod e2e;
+mod njs;
 mod process;
 mod safety;

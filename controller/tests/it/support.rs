@@ -264,6 +264,14 @@ impl Ferrule {
     }
 
     fn spawn_source(source: &[String], extra: &[&str]) -> Ferrule {
+        // FERRULE_IT_BALANCER=njs runs every test that does not choose a balancer
+        // against the njs one (e.g. `cargo test --test it conformance::`).
+        let balancer: Vec<String> = match std::env::var("FERRULE_IT_BALANCER") {
+            Ok(b) if !b.is_empty() && !extra.contains(&"--balancer") => {
+                vec!["--balancer".to_owned(), b]
+            }
+            _ => Vec::new(),
+        };
         let prefix = tempfile::tempdir().unwrap();
         let (http, https, status) = (free_port(), free_port(), free_port());
         let log = prefix.path().join("ferrule.log");
@@ -287,6 +295,7 @@ impl Ferrule {
                 &https.to_string(),
             ])
             .args(["--status-port", &status.to_string(), "--coalesce-ms", "20"])
+            .args(&balancer)
             .args(extra)
             .env("RUST_LOG", "info,ferrule=debug")
             .env("NO_COLOR", "1")
@@ -596,9 +605,14 @@ impl Ferrule {
         self.prefix.path().join("nginx/run/balancer.sock")
     }
 
-    /// The controller's token for the balancer API.
+    /// The controller's token for the balancer API (Lua: plain text; njs: JSON).
     pub fn api_token(&self) -> String {
-        std::fs::read_to_string(self.prefix.path().join("nginx/conf/balancer.token"))
+        let conf = self.prefix.path().join("nginx/conf");
+        if let Ok(json) = std::fs::read_to_string(conf.join("balancer.token.json")) {
+            let v: Value = serde_json::from_str(&json).unwrap_or_default();
+            return v["token"].as_str().unwrap_or_default().to_owned();
+        }
+        std::fs::read_to_string(conf.join("balancer.token"))
             .unwrap_or_default()
             .trim()
             .to_owned()
@@ -778,4 +792,99 @@ pub fn alive(pid: u32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
+}
+
+// ---------------------------------------------------------------------------
+// No-reload checks, the balancer store, raw requests (dynamic.rs, njs.rs).
+
+/// Worker pids and reload count at one moment: "no reload since" is both unchanged.
+pub struct NoReload {
+    /// NGINX worker pids.
+    pub pids: Vec<u32>,
+    /// `ferrule_reloads_total`.
+    pub reloads: f64,
+}
+
+impl NoReload {
+    pub async fn capture(f: &Ferrule) -> NoReload {
+        let pids = f.worker_pids();
+        assert_eq!(pids.len(), 2, "two NGINX workers expected: {pids:?}");
+        NoReload {
+            pids,
+            reloads: f.reloads().await,
+        }
+    }
+
+    pub async fn check(&self, f: &Ferrule, what: &str) {
+        assert_eq!(
+            f.worker_pids(),
+            self.pids,
+            "{what}: NGINX workers changed (a reload happened); log:\n{}",
+            f.logs()
+        );
+        assert_eq!(
+            f.reloads().await,
+            self.reloads,
+            "{what}: ferrule_reloads_total changed; log:\n{}",
+            f.logs()
+        );
+    }
+}
+
+/// Waits until the balancer store's backend `name` satisfies `pred`.
+pub async fn wait_store(f: &Ferrule, name: &str, pred: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let b = f.balancer_backend(name).await;
+        if pred(&b) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "balancer backend {name} never reached the expected state; last: {b}; log:\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn endpoint_count(b: &Value) -> usize {
+    b["endpoints"].as_array().map_or(0, Vec::len)
+}
+
+/// A raw HTTP/1.1 request on a proxy port: (status, body).
+pub async fn raw_http(port: u16, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A request over HTTPS with curl: (status, body).
+pub fn curl_https(port: u16, sni: &str, host: &str, path: &str, token: &str) -> (u16, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}", "--resolve"])
+        .arg(format!("{sni}:{port}:127.0.0.1"))
+        .args(["-H", &format!("Host: {host}")])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(format!("https://{sni}:{port}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
 }
