@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Throughput through Ferrule's full request path (Lua balancer: rewrite_by_lua +
-# balancer_by_lua + log_by_lua, Ferrule's proxy headers, access log) versus a
+# balancer_by_lua; log_by_lua only for EWMA backends, so not here; Ferrule's proxy
+# headers, access log) versus a
 # static-upstream NGINX proxying to the same backend, in the same run.
 #
 #   test/bench/throughput.sh            # builds ferrule --release first
@@ -11,7 +12,7 @@
 #                 Lua lines, same maps, access log to a file): isolates the balancer's cost;
 #   static-bare   proxy_pass + HTTP/1.1 keepalive only, no access log.
 #   lua-floor     like static, but through the same Lua phases as Ferrule with empty
-#                 bodies: `rewrite_by_lua_block {}`, `log_by_lua_block {}` and an upstream
+#                 bodies: `rewrite_by_lua_block {}` and an upstream
 #                 whose balancer_by_lua only calls set_current_peer(<the backend>): the
 #                 cost of the phases themselves, whatever the balancer does in them.
 # Rounds alternate the targets so that noise hits all alike; figures are medians over
@@ -47,6 +48,7 @@ SPORT=$(free_port)
 BAREPORT=$(free_port)
 S=$WORK/static
 mkdir -p "$S/conf" "$S/logs"
+cp "$ROOT/rootfs/etc/nginx/proxy-headers.conf" "$S/conf/"
 grep -v '_by_lua' "$ROOT/rootfs/etc/nginx/proxy-http.conf" |
     sed 's|proxy_pass http://ferrule_balancer;|proxy_pass http://backend;|' > "$S/conf/proxy.conf"
 sed 's|proxy_pass http://backend;|proxy_pass http://floor;|' "$S/conf/proxy.conf" > "$S/conf/proxy-floor.conf"
@@ -92,7 +94,6 @@ http {
         server_name bench.test;
         location / {
             rewrite_by_lua_block { }
-            log_by_lua_block { }
             include $S/conf/proxy-floor.conf;
         }
     }
