@@ -457,21 +457,11 @@ fn default_location(model: &Model) -> LocationView {
         target_view(model, &model.default_backend, BackendProtocol::Http);
     LocationView {
         source: "Controller/default-backend/".to_owned(),
-        modifier: String::new(),
         path: "/".to_owned(),
-        force_redirect: false,
-        redirect_host: None,
-        ewma: false,
-        body_size: None,
-        connect_timeout: None,
-        read_timeout: None,
-        send_timeout: None,
-        rewrite_from: String::new(),
-        rewrite: None,
-        snippet: None,
         backend,
         status,
         include,
+        ..LocationView::default()
     }
 }
 
@@ -604,7 +594,7 @@ struct ServerView {
     locations: Vec<LocationView>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct LocationView {
     source: String,
     modifier: String,
