@@ -423,6 +423,88 @@ async fn njs_api_needs_the_token_is_unreachable_through_the_proxy_and_survives_a
     }
 }
 
+/// An HTTP/2 cleartext server (a private NGINX) standing in for a gRPC backend: it
+/// answers with the protocol, URI and content type it received.
+struct H2Backend {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl H2Backend {
+    fn start(ip: &str, port: u16) -> H2Backend {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        let conf = format!(
+            "pid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\nworker_processes 1;\nevents {{}}\n\
+             http {{\n  access_log off;\n  server {{\n    listen {ip}:{port} http2;\n    location / {{\n      \
+             default_type text/plain;\n      return 200 \"h2 backend $server_protocol $request_uri $http_content_type\";\n    }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx");
+        H2Backend { child, _dir: dir }
+    }
+}
+
+impl Drop for H2Backend {
+    /// SIGTERM, not SIGKILL: a killed master would leave its worker behind.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_grpc_backend_gets_http2_from_the_picked_peer() {
+    let port = free_port();
+    let _backend = H2Backend::start("127.0.0.36", port);
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_endpoints("demo", "grpc", port, &[("127.0.0.36", true)]),
+    );
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "grpc", T0)
+            .nginx("backend-protocol", "GRPC")
+            .rule("grpc.test", &[("/pkg.Service", "Prefix", "grpc")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), NJS).await;
+    let call = || async {
+        let out = tokio::process::Command::new("curl")
+            .args(["-sk", "--http2", "-H", "content-type: application/grpc"])
+            .args(["-w", "\n%{http_code} %{http_version}", "--resolve"])
+            .arg(format!("grpc.test:{}:127.0.0.1", f.https))
+            .arg(format!("https://grpc.test:{}/pkg.Service/Call", f.https))
+            .output()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let ok = wait_until(Duration::from_secs(5), || async {
+        call().await.starts_with("h2 backend")
+    })
+    .await;
+    let out = call().await;
+    assert!(ok, "gRPC call: {out:?}; log:\n{}", f.logs());
+    assert_eq!(
+        out, "h2 backend HTTP/2.0 /pkg.Service/Call application/grpc\n200 2",
+        "HTTP/2 to the client and to the backend"
+    );
+}
+
 // A served host gaining and losing TLS: certificate by SNI and the ssl-redirect decided
 // per request (ferrule.tlsRedirect), without a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
