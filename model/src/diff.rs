@@ -37,6 +37,12 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     if old.default_backend != new.default_backend {
         reasons.push("default-backend".to_owned());
     }
+    // The default certificate is the static `ssl_certificate` of every server
+    // without one of its own (the balancer only serves certificates by SNI host), so
+    // a new one, or new contents, is a new configuration.
+    if default_certificate(old) != default_certificate(new) {
+        reasons.push("default-certificate".to_owned());
+    }
     let old_hosts: BTreeSet<&str> = old.servers.iter().map(|s| s.host.as_str()).collect();
     let new_hosts: BTreeSet<&str> = new.servers.iter().map(|s| s.host.as_str()).collect();
     for h in old_hosts.difference(&new_hosts) {
@@ -63,6 +69,12 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
             certificates,
         }
     }
+}
+
+/// The default certificate's name and contents.
+fn default_certificate(m: &Model) -> Option<(&String, Option<&crate::model::Certificate>)> {
+    let name = m.default_certificate.as_ref()?;
+    Some((name, m.certificates.get(name)))
 }
 
 fn changed_keys<V: PartialEq>(

@@ -279,3 +279,26 @@ fn diff_is_symmetric_in_kind() {
     let new = model(&objs);
     assert_eq!(diff(&new, &old), reload(&["server-added:b.test"]));
 }
+
+#[test]
+fn default_certificate_set_or_rotated_is_a_reload() {
+    // It is the static certificate of every server without one of its own, which
+    // the balancer does not serve: only new files change what those servers send.
+    let with = |cert: &str| {
+        let mut objs = base();
+        objs.push(tls_secret("ingress-nginx/fallback", cert, "a.key"));
+        objs.push(test_settings(
+            json!({ "defaultSslCertificate": "ingress-nginx/fallback" }),
+        ));
+        model(&objs)
+    };
+    let without = model(&base());
+    let set = with("a.crt");
+    assert_eq!(diff(&without, &set), reload(&["default-certificate"]));
+    assert_eq!(diff(&set, &without), reload(&["default-certificate"]));
+    assert_eq!(
+        diff(&set, &with("a-rotated.crt")),
+        reload(&["default-certificate"])
+    );
+    assert_eq!(diff(&set, &with("a.crt")), Diff::Unchanged);
+}
