@@ -199,7 +199,10 @@ impl Renderer {
     fn server_view(&self, model: &Model, s: &Server) -> ServerView {
         let is_default = s.host == DEFAULT_SERVER;
         let has_tls = s.tls.is_some();
-        let cert = match s.tls.as_ref().and_then(|t| t.certificate.as_deref()) {
+        // Servers without a certificate of their own (the catch-all, plain hosts)
+        // serve `--default-ssl-certificate` when it is valid.
+        let own = s.tls.as_ref().and_then(|t| t.certificate.as_deref());
+        let cert = match own.or(model.default_certificate.as_deref()) {
             Some(name) => self.path(&certificate_file(name)),
             None => self.path(DEFAULT_CERTIFICATE),
         };

@@ -494,6 +494,68 @@ async fn tls_with_sni_and_ssl_redirects() {
 }
 
 #[tokio::test]
+async fn default_ssl_certificate_is_served_without_a_valid_own_certificate() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    let (a_crt, wild_crt) = (tls_fixture("a.crt"), tls_fixture("wildcard.crt"));
+    m.write(
+        "secrets.yaml",
+        &[
+            tls_secret("demo", "a-tls", &a_crt, &tls_fixture("a.key")),
+            tls_secret(
+                "ingress-nginx",
+                "fallback",
+                &wild_crt,
+                &tls_fixture("wildcard.key"),
+            ),
+        ]
+        .join("---\n"),
+    );
+    m.write(
+        "own.yaml",
+        &Ing::new("demo", "own", T0)
+            .rule("a.example.com", &[("/", "Prefix", "app")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    m.write(
+        "missing.yaml",
+        &Ing::new("demo", "missing", T0)
+            .rule("m.example.com", &[("/", "Prefix", "app")])
+            .tls(&["m.example.com"], "no-such-secret")
+            .yaml(),
+    );
+    m.write(
+        "plain.yaml",
+        &Ing::new("demo", "plain", T0)
+            .rule("plain.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    let f = Ferrule::start(
+        m.path(),
+        &["--default-ssl-certificate", "ingress-nginx/fallback"],
+    )
+    .await;
+
+    let (own, fallback) = (fingerprint_pem(&a_crt), fingerprint_pem(&wild_crt));
+    assert!(!fallback.is_empty() && own != fallback);
+    for (sni, want, why) in [
+        ("a.example.com", &own, "a valid own Secret wins"),
+        ("m.example.com", &fallback, "its Secret is missing"),
+        ("plain.test", &fallback, "a host without TLS"),
+        ("unknown.example.org", &fallback, "the default server"),
+    ] {
+        assert_eq!(
+            &f.served_fingerprint(sni),
+            want,
+            "{sni}: {why}; log:\n{}",
+            f.logs()
+        );
+    }
+}
+
+#[tokio::test]
 async fn routes_without_endpoints_answer_503() {
     let a = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
