@@ -50,9 +50,10 @@ impl Change {
 /// Every file is replaced atomically (temporary file, then rename), and the whole
 /// change is made durable by one `syncfs` at the end instead of an fsync per file:
 /// a cold start writes one file per host, and per-file flushes cost more than the
-/// rest of the controller's pass (controller/BENCHMARKS.md). A crash before that
-/// flush can leave a renamed file without its data; the next start repairs it,
-/// since it compares every file with what it renders and rewrites what differs.
+/// rest of the controller's pass (controller/BENCHMARKS.md). A power loss before
+/// that flush can leave a renamed file without its data (a process crash cannot:
+/// the page cache survives it); the next start repairs it, since it compares every
+/// file with what it renders and rewrites what differs.
 pub fn write_all(prefix: &Path, files: &BTreeMap<String, FileSpec>) -> std::io::Result<Change> {
     let mut change = Change::default();
     let result = write_inner(prefix, files, &mut change).and_then(|()| sync_fs(prefix));
