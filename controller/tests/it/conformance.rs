@@ -512,26 +512,18 @@ async fn default_ssl_certificate_is_served_without_a_valid_own_certificate() {
         ]
         .join("---\n"),
     );
-    m.write(
-        "own.yaml",
-        &Ing::new("demo", "own", T0)
-            .rule("a.example.com", &[("/", "Prefix", "app")])
-            .tls(&["a.example.com"], "a-tls")
-            .yaml(),
-    );
-    m.write(
-        "missing.yaml",
-        &Ing::new("demo", "missing", T0)
-            .rule("m.example.com", &[("/", "Prefix", "app")])
-            .tls(&["m.example.com"], "no-such-secret")
-            .yaml(),
-    );
-    m.write(
-        "plain.yaml",
-        &Ing::new("demo", "plain", T0)
-            .rule("plain.test", &[("/", "Prefix", "app")])
-            .yaml(),
-    );
+    let ingresses = [
+        ("own", "a.example.com", Some("a-tls")),
+        ("missing", "m.example.com", Some("no-such-secret")),
+        ("plain", "plain.test", None),
+    ];
+    for (name, host, secret) in ingresses {
+        let mut ing = Ing::new("demo", name, T0).rule(host, &[("/", "Prefix", "app")]);
+        if let Some(secret) = secret {
+            ing = ing.tls(&[host], secret);
+        }
+        m.write(&format!("{name}.yaml"), &ing.yaml());
+    }
     let f = Ferrule::start(
         m.path(),
         &["--default-ssl-certificate", "ingress-nginx/fallback"],
