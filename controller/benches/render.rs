@@ -6,7 +6,8 @@
 //! (build + render + write) ≤ 0.1× the `nginx -t` time on the same configuration.
 //!
 //! `cargo bench -p ferrule --bench render` (short measurement by default; criterion
-//! flags such as `--measurement-time` override it). Needs `nginx` with the Lua module
+//! flags such as `--measurement-time` override it). `FERRULE_BENCH_SIZES=10000` runs
+//! only the listed sizes (comma separated). Needs `nginx` with the Lua module
 //! (`make deps`); without it the `nginx -t` part is skipped.
 //! Results: `controller/BENCHMARKS.md`.
 
@@ -184,9 +185,21 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Took {
     }
 }
 
+/// `SIZES`, or the sizes listed in `FERRULE_BENCH_SIZES`: criterion's filter only
+/// skips its own groups, while the timed summary is what takes minutes.
+fn sizes() -> Vec<usize> {
+    match std::env::var("FERRULE_BENCH_SIZES") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| n.trim().parse().expect("FERRULE_BENCH_SIZES: numbers"))
+            .collect(),
+        Err(_) => SIZES.to_vec(),
+    }
+}
+
 fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, have_nginx: bool) -> Vec<String> {
     let mut summary = Vec::new();
-    for &n in SIZES {
+    for n in sizes() {
         let snap = snapshot(n);
         let changed = with_changed_path(&snap, "ing-0");
         let dir = tempfile::tempdir().unwrap();
@@ -246,8 +259,8 @@ fn bench(c: &mut Criterion, rt: &tokio::runtime::Runtime, have_nginx: bool) -> V
                 files::write_all(out.path(), &specs).unwrap();
                 out
             });
-            // The same files without an fsync each (files::write_all syncs every file
-            // before its rename), to show what that durability costs.
+            // The same files without any flush (files::write_all flushes the file
+            // system once at the end), to show what that durability costs.
             let write_nosync = time(runs, || {
                 let out = tempfile::tempdir_in(base).unwrap();
                 for (rel, spec) in &specs {

@@ -58,6 +58,8 @@ pub struct BalancerClient {
     /// Served for TLS hosts without a valid certificate of their own (the entry also
     /// tells the balancer that the host has TLS, for the ssl-redirect).
     default_certificate: Option<(String, String)>,
+    /// The fallback certificate the store holds (posted as `default`).
+    posted_default: Option<(String, String)>,
     /// The most objects one POST carries.
     batch: usize,
 }
@@ -74,6 +76,7 @@ impl BalancerClient {
             refused_backends: BTreeMap::new(),
             refused_certificates: BTreeMap::new(),
             default_certificate: None,
+            posted_default: None,
             batch: usize::MAX,
         }
     }
@@ -100,6 +103,7 @@ impl BalancerClient {
         self.certificates.clear();
         self.refused_backends.clear();
         self.refused_certificates.clear();
+        self.posted_default = None;
     }
 
     /// Posts what differs between the store and `model`, retrying with backoff.
@@ -201,10 +205,51 @@ impl BalancerClient {
             }
             posted.certificates += removed.len();
         }
+        self.sync_default(model, &mut posted).await?;
         for r in &posted.rejected {
             tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
         }
         Ok(posted)
+    }
+
+    /// Posts the store's fallback certificate, served for every name without one of
+    /// its own (the catch-all, hosts without TLS): `--default-ssl-certificate` when
+    /// the model has a valid one, else the self-signed default. A change of it needs
+    /// no reload.
+    async fn sync_default(
+        &mut self,
+        model: &Model,
+        posted: &mut Posted,
+    ) -> Result<(), BalancerError> {
+        let wanted = model
+            .default_certificate
+            .as_ref()
+            .and_then(|n| model.certificates.get(n))
+            .map(|c| (c.cert_pem.clone(), c.key_pem.clone()))
+            .or_else(|| self.default_certificate.clone());
+        let Some((cert, key)) = wanted.clone() else {
+            return Ok(());
+        };
+        if wanted == self.posted_default {
+            return Ok(());
+        }
+        self.version += 1;
+        let body = json!({
+            "version": self.version,
+            "certificates": [],
+            "removed": [],
+            "default": {"cert": cert, "key": key},
+        });
+        match self.post("/configuration/certificates", &body).await {
+            Ok(()) => posted.certificates += 1,
+            // Not retried until it changes, like any refused object.
+            Err(e) if is_validation(&e) => {
+                posted.rejected.push(format!("default certificate: {e}"))
+            }
+            Err(e) => return Err(e),
+        }
+        self.posted_default = wanted;
+        Ok(())
     }
 
     /// [`Self::post_delta`] in batches of at most `self.batch` items; the removals

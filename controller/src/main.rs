@@ -66,10 +66,17 @@ impl ModelFlags {
         }
     }
 
+    /// The ConfigMap read: `--configmap NAME` without a namespace is `default/NAME`.
     fn config_map(&self) -> Option<(&str, &str)> {
         self.configmap
             .as_deref()
             .map(|c| c.split_once('/').unwrap_or(("default", c)))
+    }
+
+    /// `namespace/name` of the ConfigMap read, as the rendered files name it in
+    /// their source markers.
+    fn config_map_ref(&self) -> Option<String> {
+        self.config_map().map(|(ns, name)| format!("{ns}/{name}"))
     }
 
     fn model(&self, dir: &std::path::Path) -> Result<ferrule_model::Model> {
@@ -299,7 +306,7 @@ async fn main() -> Result<()> {
                 status: std::net::SocketAddr::new(status_address, status_port),
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
-                render: nginx.render_options(flags.configmap.clone()),
+                render: nginx.render_options(flags.config_map_ref()),
                 nginx_binary: nginx.nginx_binary.clone(),
                 settings: flags.settings(),
                 config_map: flags
@@ -317,7 +324,7 @@ async fn main() -> Result<()> {
             let model = flags.model(&manifests)?;
             let mut nginx = nginx.clone();
             nginx.nginx_prefix = out;
-            let opts = nginx.render_options(flags.configmap.clone());
+            let opts = nginx.render_options(flags.config_map_ref());
             let written = commands::render(&model, opts)?;
             println!("wrote {written} files");
         }
@@ -332,7 +339,7 @@ async fn main() -> Result<()> {
                 &snap,
                 &model,
                 &nginx.nginx_binary,
-                nginx.render_options(flags.configmap.clone()),
+                nginx.render_options(flags.config_map_ref()),
             )
             .await?;
             if !ok {

@@ -414,3 +414,46 @@ spec:
         }
     }
 }
+
+#[test]
+fn configmap_without_namespace_is_named_by_the_namespace_read() {
+    // Read as default/ferrule-cm; the one in kube-system must not be taken.
+    let cm = |ns: &str, tenant: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule-cm, namespace: {ns} }}\n\
+             data:\n  http-snippet: \"map $http_x_tenant $tenant {{ default {tenant}; }}\"\n"
+        )
+    };
+    let mut docs = documents();
+    docs.push(cm("default", "from-default"));
+    docs.push(cm("kube-system", "from-kube-system"));
+    let dir = plain(&docs);
+    for flag in ["ferrule-cm", "default/ferrule-cm"] {
+        let out = tempfile::tempdir().unwrap();
+        let o = ferrule(&[
+            "render",
+            "--manifests",
+            dir.path().to_str().unwrap(),
+            "--out",
+            out.path().to_str().unwrap(),
+            "--configmap",
+            flag,
+        ]);
+        assert!(o.status.success(), "--configmap {flag}: {}", stderr(&o));
+        let main = std::fs::read_to_string(out.path().join("conf/nginx.conf")).unwrap();
+        let marked: Vec<&str> = main
+            .lines()
+            .skip_while(|l| !l.contains("ferrule:begin \"ConfigMap/"))
+            .take(2)
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            marked,
+            [
+                "# ferrule:begin \"ConfigMap/default/ferrule-cm\"",
+                "map $http_x_tenant $tenant { default from-default; }"
+            ],
+            "--configmap {flag}"
+        );
+    }
+}

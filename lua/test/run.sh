@@ -7,99 +7,22 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LUA_DIR=$(dirname "$HERE")
-NGINX=${NGINX:-nginx}
-START=$(date +%s)
+# shellcheck source=../../test/lib.sh
+. "$LUA_DIR/../test/lib.sh"
 
-for tool in "$NGINX" curl openssl python3; do
-    command -v "$tool" >/dev/null || { echo "FATAL: $tool not found" >&2; exit 2; }
-done
-
-WORK=$(mktemp -d /tmp/ferrule-lua-test.XXXXXX)
-mkdir -p "$WORK"/{conf,run,logs,tmp,certs,out}
-MASTER=""
-
-cleanup() {
-    if [ -n "$MASTER" ] && kill -0 "$MASTER" 2>/dev/null; then
-        kill -QUIT "$MASTER" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$MASTER" 2>/dev/null && kill -KILL "$MASTER" 2>/dev/null
-    fi
-    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-
-PASS=0
-FAIL=0
-FAILED=()
-pass() { PASS=$((PASS + 1)); echo "  ok   $1"; }
-fail() { FAIL=$((FAIL + 1)); FAILED+=("$1"); echo "  FAIL $1" >&2; }
-check() { # check "description" test-command...
-    local what=$1; shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
-section() { echo "== $1"; }
+require "$NGINX" curl openssl python3
+new_prefix lua
 
 # ---------------------------------------------------------------- setup
-read -r PROXY_PORT TLS_PORT BACKEND_PORT SLOW_PORT DEAD_PORT LEAK_PORT < <(python3 - <<'EOF'
-import socket
-socks, ports = [], []
-for _ in range(6):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s); ports.append(s.getsockname()[1])
-print(*ports)
-EOF
-)
+PORT_VARS="PROXY_PORT TLS_PORT BACKEND_PORT SLOW_PORT DEAD_PORT LEAK_PORT"
+read -r $PORT_VARS < <(free_ports 6)
 
 TOKEN=$(openssl rand -hex 24)
 echo "  $TOKEN  " > "$WORK/conf/balancer.token"   # surrounding blanks: must be trimmed
 
-mkcert() { # mkcert name CN [extra openssl args]
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -subj "/CN=$2" -keyout "$WORK/certs/$1.key" -out "$WORK/certs/$1.crt" "${@:3}" 2>/dev/null
-}
-mkcert fallback static-fallback
-cp "$WORK/certs/fallback.crt" "$WORK/conf/default.crt"
-cp "$WORK/certs/fallback.key" "$WORK/conf/default.key"
-mkcert a a.example.com
-mkcert a2 a.example.com -set_serial 4242
-mkcert wild '*.w.example.com'
-mkcert dflt ferrule-default
-
-sed -e "s#PREFIX#$WORK#g" -e "s#LUA_DIR#$LUA_DIR#g" \
-    -e "s#PROXY_PORT#$PROXY_PORT#g" -e "s#TLS_PORT#$TLS_PORT#g" \
-    -e "s#BACKEND_PORT#$BACKEND_PORT#g" -e "s#SLOW_PORT#$SLOW_PORT#g" \
-    -e "s#DEAD_PORT#$DEAD_PORT#g" -e "s#LEAK_PORT#$LEAK_PORT#g" \
-    "$HERE/nginx.conf" > "$WORK/conf/nginx.conf"
-
-if ! "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" -t >"$WORK/logs/t.out" 2>&1; then
-    echo "FATAL: nginx -t failed:" >&2; cat "$WORK/logs/t.out" >&2; exit 1
-fi
-"$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" || {
-    echo "FATAL: nginx did not start" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
-for _ in $(seq 50); do [ -s "$WORK/run/nginx.pid" ] && [ -S "$WORK/run/balancer.sock" ] && break; sleep 0.1; done
-MASTER=$(cat "$WORK/run/nginx.pid" 2>/dev/null)
-[ -n "$MASTER" ] || { echo "FATAL: no nginx pid" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
-echo "nginx master $MASTER, prefix $WORK, proxy :$PROXY_PORT tls :$TLS_PORT"
-
-SOCK="$WORK/run/balancer.sock"
-PROXY="http://127.0.0.1:$PROXY_PORT"
-B=$BACKEND_PORT
-
-# api METHOD PATH [BODY] -> prints the status; body in $WORK/out/api
-api() {
-    local args=(-s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK"
-                -H "Authorization: Bearer $TOKEN" -X "$1")
-    [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
-    curl "${args[@]}" "http://ferrule$2"
-}
-workers() { ps -o pid= --ppid "$MASTER" | sort | tr -d ' ' | tr '\n' ' '; }
-# hits URL-with-glob [curl args] -> identity lines ("addr:port ...") into $WORK/out/hits
-hits() { local u=$1; shift; curl -s "$@" "$PROXY$u" > "$WORK/out/hits"; }
-count() { grep -c "^$1 " "$WORK/out/hits"; }
-distinct() { awk '{print $1}' "$WORK/out/hits" | sort -u | wc -l; }
-total() { wc -l < "$WORK/out/hits"; }
-between() { [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
-status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
-ep() { printf '{"address":"%s","port":%s}' "$1" "$2"; }
+common_certs
+render_conf "$HERE/nginx.conf" -e "s#LUA_DIR#$LUA_DIR#g" > "$WORK/conf/nginx.conf"
+test_and_start
 
 WORKERS_AT_START=$(workers)
 
@@ -155,26 +78,11 @@ api GET /configuration/version >/dev/null
 check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
 
 section "the API is unreachable through the proxy"
-GEN_BEFORE=$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)
-leak=0
-for host in example.com localhost ferrule unix: 127.0.0.1 "unix:$SOCK" x.w.example.com; do
-    for path in /configuration/backends /configuration/version //configuration/backends \
-                /configuration/../configuration/backends /configuration/backends/rr; do
-        out=$(curl -s --path-as-is -H "Host: $host" -H "Authorization: Bearer $TOKEN" "$PROXY$path")
-        case "$out" in
-            127.0.0.*|::1*) ;;                  # an echo backend answered
-            *'400 Bad Request'*) ;;             # nginx rejected an invalid Host
-            *) leak=1; echo "    Host '$host' $path -> $out" ;;
-        esac
-    done
-done
-out=$(curl -s -H "Host;" -H "Authorization: Bearer $TOKEN" "$PROXY/configuration/version")
-case "$out" in *'400 Bad Request'*) ;; *) leak=1; echo "    no Host header -> $out" ;; esac
-out=$(curl -s -X POST -H "Authorization: Bearer $TOKEN" --data-binary '{"version":99,"removed":["rr"]}' "$PROXY/configuration/backends")
-case "$out" in 127.0.0.*|::1*) ;; *) leak=1; echo "    POST via proxy -> $out" ;; esac
-check "every Host/path on the proxy port reaches normal routing (an echo backend)" [ $leak = 0 ]
+GEN_BEFORE=$(version_now)
+probe_api_via_proxy
+check "every Host/path on the proxy port reaches normal routing (an echo backend)" [ $LEAK = 0 ]
 check "a POST through the proxy changed nothing" \
-    [ "$GEN_BEFORE" = "$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)" ]
+    [ "$GEN_BEFORE" = "$(version_now)" ]
 
 # ---------------------------------------------------------------- 4. round robin
 section "round robin"
@@ -292,30 +200,6 @@ check "EWMA sends most traffic to the fast endpoint (>= 80%)" [ "$FAST" -ge 160 
 
 # ---------------------------------------------------------------- 9. certificates
 section "certificates (ssl_certificate_by_lua)"
-subject() { # subject SNI|"" -> "CN=... serial=..."
-    local sni=(-servername "$1"); [ -z "$1" ] && sni=(-noservername)
-    echo | timeout 5 openssl s_client -connect "127.0.0.1:$TLS_PORT" "${sni[@]}" 2>/dev/null |
-        openssl x509 -noout -subject -serial 2>/dev/null | sed -E 's/^subject=//; s/ = /=/g' | tr '\n' ' '
-}
-jcerts() { # jcerts version [host name]... -> JSON
-    python3 - "$WORK/certs" "$@" <<'EOF'
-import json, sys
-d, version, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-out = {"version": version, "certificates": [], "removed": []}
-for item in rest:
-    kind, _, val = item.partition("=")
-    if kind == "rm":
-        out["removed"].append(val)
-    else:
-        host, name = kind, val
-        pem = {"cert": open(f"{d}/{name}.crt").read(), "key": open(f"{d}/{name}.key").read()}
-        if host == "default":
-            out["default"] = pem
-        else:
-            out["certificates"].append(dict(host=host, **pem))
-print(json.dumps(out))
-EOF
-}
 check "before any POST: static fallback" grep -q 'CN=static-fallback' <(subject a.example.com)
 check "POST certificates -> 201" [ "$(api POST /configuration/certificates "$(jcerts 1 a.example.com=a '*.w.example.com=wild')")" = 201 ]
 check "exact host served without reload" grep -q 'CN=a.example.com' <(subject a.example.com)
@@ -347,13 +231,7 @@ check "HTTPS traffic is proxied too" grep -qE "^(127.0.0|::1)" <(curl -sk --reso
 
 # ---------------------------------------------------------------- 10. scale
 section "10,000 backends: bulk load, then one change"
-python3 - "$B" > "$WORK/out/big.json" <<'EOF'
-import json, sys
-print(json.dumps({"version": 100, "backends": [
-    {"name": f"ns{i // 100}-svc{i}-80", "load_balance": "round_robin",
-     "endpoints": [{"address": f"10.{i // 250}.{i % 250}.{j}", "port": 8080} for j in (1, 2, 3)]}
-    for i in range(10000)]}))
-EOF
+big_backends "$WORK/out/big.json"
 T0=$(date +%s%N)
 check "POST 10k backends -> 201" [ "$(curl -s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK" \
     -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/out/big.json" http://x/configuration/backends)" = 201 ]
@@ -375,11 +253,7 @@ check "no Lua runtime errors / alerts in error.log" \
 
 section "reload keeps the dynamic configuration (shared dicts survive HUP)"
 kill -HUP "$MASTER"
-for _ in $(seq 50); do
-    now=$(workers); [ "$(echo $now | wc -w)" = 2 ] && [ "$now" != "$WORKERS_AT_START" ] &&
-        ! echo "$now" | grep -qwFf <(echo "$WORKERS_AT_START" | tr ' ' '\n' | grep .) && break
-    sleep 0.1
-done
+wait_new_workers "$WORKERS_AT_START"
 check "new workers after HUP" [ "$(workers)" != "$WORKERS_AT_START" ]
 hits "/?[1-50]"
 check "backends still routed after reload without re-POSTing" [ "$(grep -c "^127.0.0\|^::1" "$WORK/out/hits")" = 50 ]
@@ -389,11 +263,4 @@ check "hash mapping unchanged across workers and reload" \
 check "no Lua runtime errors / alerts after reload" \
     bash -c "! grep -E 'runtime error|writing a global|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
 
-echo
-echo "summary: $PASS passed, $FAIL failed, $(( $(date +%s) - START ))s"
-if [ "$FAIL" -gt 0 ]; then
-    printf '  failed: %s\n' "${FAILED[@]}" >&2
-    echo "error.log tail:" >&2
-    grep -v 'connect() failed (111' "$WORK/logs/error.log" | tail -n 20 >&2
-    exit 1
-fi
+report

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use serde::Serialize;
 
-use crate::model::{Model, Server};
+use crate::model::{DEFAULT_SERVER, Model, Server};
 
 /// The outcome of comparing the running model with a new one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -20,7 +20,8 @@ pub enum Diff {
         backends: Vec<String>,
         /// Certificates added, removed or changed.
         certificates: Vec<String>,
-        /// Hosts that gained or lost TLS, or switched certificates.
+        /// Hosts that gained or lost TLS, or switched certificates (`_` when the
+        /// default certificate changed).
         tls_hosts: Vec<String>,
     },
     /// The configuration files change: render, test and reload.
@@ -48,6 +49,11 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     // not depend on TLS (the balancer serves certificates by SNI and decides the
     // ssl-redirect per request), so that is a certificate change, not a reload.
     let mut tls_hosts = Vec::new();
+    // The default certificate is the balancer's fallback for every name without a
+    // certificate of its own: a change of it is the catch-all's TLS changing.
+    if default_certificate(old) != default_certificate(new) {
+        tls_hosts.push(DEFAULT_SERVER.to_owned());
+    }
     for s in &new.servers {
         match old.server(&s.host) {
             None => reasons.push(format!("server-added:{}", s.host)),
@@ -92,6 +98,12 @@ fn same_but_tls(a: &Server, b: &Server) -> bool {
         && *owner == b.owner
         && *server_snippet == b.server_snippet
         && *locations == b.locations
+}
+
+/// The default certificate's name and contents.
+fn default_certificate(m: &Model) -> Option<(&String, Option<&crate::model::Certificate>)> {
+    let name = m.default_certificate.as_ref()?;
+    Some((name, m.certificates.get(name)))
 }
 
 fn changed_keys<V: PartialEq>(

@@ -72,6 +72,13 @@ pub struct Model {
     pub backends: BTreeMap<String, Backend>,
     /// Certificates by name (`namespace/secret`).
     pub certificates: BTreeMap<String, Certificate>,
+    /// The `--default-ssl-certificate` Secret's certificate (a key into
+    /// `certificates`) when it is valid: served by the catch-all server (unknown or
+    /// absent SNI), by servers without TLS, and by TLS hosts without a valid
+    /// certificate of their own. `None`: the controller's self-signed certificate.
+    /// Left out of the encoding when unset, so that models without it keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_certificate: Option<String>,
     /// Where unknown hosts and unmatched paths go: the catch-all Ingress's
     /// `spec.defaultBackend`, else `--default-backend-service`, else 404.
     pub default_backend: Target,
@@ -102,7 +109,8 @@ pub struct Server {
 /// TLS settings of a server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerTls {
-    /// Key into [`Model::certificates`]; `None` means the default certificate.
+    /// Key into [`Model::certificates`]; `None` means the controller's self-signed
+    /// certificate (no valid own certificate and no `--default-ssl-certificate`).
     pub certificate: Option<String>,
 }
 

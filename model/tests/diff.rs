@@ -317,3 +317,24 @@ fn diff_is_symmetric_in_kind() {
     let new = model(&objs);
     assert_eq!(diff(&new, &old), reload(&["server-added:b.test"]));
 }
+
+#[test]
+fn default_certificate_set_or_rotated_needs_no_reload() {
+    // The balancer serves it for every name without a certificate of its own (the
+    // catch-all `_`), so setting, removing or rotating it is a certificate change.
+    let with = |cert: &str| {
+        let mut objs = base();
+        objs.push(tls_secret("ingress-nginx/fallback", cert, "a.key"));
+        objs.push(test_settings(
+            json!({ "defaultSslCertificate": "ingress-nginx/fallback" }),
+        ));
+        model(&objs)
+    };
+    let without = model(&base());
+    let set = with("a.crt");
+    let change = tls(&[], &["ingress-nginx/fallback"], &["_"]);
+    assert_eq!(diff(&without, &set), change);
+    assert_eq!(diff(&set, &without), change);
+    assert_eq!(diff(&set, &with("a-rotated.crt")), change);
+    assert_eq!(diff(&set, &with("a.crt")), Diff::Unchanged);
+}

@@ -471,6 +471,10 @@ fn expected(w: &World) -> Expected {
                 let Some(canary) = resolve(w, ing.ns, p.svc, p.port) else {
                     continue;
                 };
+                // a canary on the primary's own backend is ignored and claims nothing
+                if canary == *primary {
+                    continue;
+                }
                 // the oldest canary Ingress wins a primary; within one Ingress the
                 // last path on that primary counts
                 match owners.get(primary) {

@@ -1124,3 +1124,48 @@ fn canary_oldest_wins_a_primary() {
         );
     }
 }
+
+#[test]
+fn canary_on_the_primarys_own_service_is_a_problem_on_the_canary() {
+    let self_canary = Ing::new("default/self-canary", 2)
+        .ann("canary", "true")
+        .ann("canary-weight", "50")
+        .rule("shop.test", &[("/", "Prefix", "stable", "80")]);
+    let base = docs![
+        app("default/stable", "10.0.0.1"),
+        app("default/next", "10.0.0.2"),
+        ingress(
+            "default/main",
+            1,
+            "shop.test",
+            &[("/", "Prefix", "stable", "80")]
+        ),
+        self_canary,
+    ];
+    let problem = (
+        "Ingress default/self-canary",
+        "canary: spec.rules[0].http.paths[0].backend.service default/stable is the primary's own backend default_stable_80 (host shop.test path /); canary ignored",
+    );
+
+    // Alone: the primary serves as if there were no canary.
+    let m = check(&base, &[("shop.test", "/", "default_stable_80")]);
+    assert_eq!(m.backends["default_stable_80"].balancing.canary, None);
+    expect_problems(&m, &[problem]);
+    expect_no_problems_on(&m, "Ingress default/main");
+
+    // It does not claim the primary either: a younger, real canary still attaches.
+    let yaml = base
+        + &docs![
+            Ing::new("default/real-canary", 3)
+                .ann("canary", "true")
+                .ann("canary-weight", "20")
+                .rule("shop.test", &[("/", "Prefix", "next", "80")])
+        ];
+    let m = check(&yaml, &[("shop.test", "/", "default_stable_80")]);
+    let canary = m.backends["default_stable_80"].balancing.canary.as_ref();
+    assert_eq!(canary.map(|c| c.backend.as_str()), Some("default_next_80"));
+    assert_eq!(canary.map(|c| c.rules.weight), Some(20));
+    expect_problems(&m, &[problem]);
+    expect_no_problems_on(&m, "Ingress default/real-canary");
+    expect_no_problems_on(&m, "Ingress default/main");
+}

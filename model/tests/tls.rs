@@ -299,3 +299,130 @@ fn tls_host_without_rule_adds_nothing() {
     assert!(m.server("other.example.com").unwrap().tls.is_none());
     assert!(m.certificates.is_empty());
 }
+
+// ---------------------------------------------------------------------------------------
+// --default-ssl-certificate
+
+/// Hosts with a valid Secret of their own, a missing one, none named, one that does
+/// not cover the host, and one with a key of another certificate; one host without TLS.
+fn default_cert_fixture(flag: &str) -> String {
+    docs![
+        app("default/web", "10.0.0.1"),
+        tls_secret("ingress-nginx/fallback", "wildcard.crt", "wildcard.key"),
+        tls_secret("default/fallback", "ec.crt", "ec.key"),
+        tls_secret("ingress-nginx/broken", "a.crt", "other.key"),
+        tls_secret("default/a", "a.crt", "a.key"),
+        tls_secret("default/mixed", "a.crt", "other.key"),
+        tls_ingress("default/own", 1, "a.example.com", "a"),
+        tls_ingress("default/missing", 1, "m.example.com", "no-such-secret"),
+        tls_ingress("default/uncovered", 1, "u.example.com", "a"),
+        tls_ingress("default/mismatch", 1, "k.example.com", "mixed"),
+        Ing::new("default/unnamed", 1)
+            .rule("n.example.com", &[("/", "Prefix", "web", "80")])
+            .tls(&["n.example.com"], ""),
+        Ing::new("default/plain", 1).rule("plain.test", &[("/", "Prefix", "web", "80")]),
+        test_settings(json!({ "defaultSslCertificate": flag })),
+    ]
+}
+
+#[test]
+fn default_ssl_certificate_serves_tls_hosts_without_a_valid_own_secret() {
+    // (flag, the certificate it names, or None when the Secret is not valid)
+    let flags = [
+        ("ingress-nginx/fallback", Some("ingress-nginx/fallback")),
+        // no namespace: `default`, as for --default-backend-service
+        ("fallback", Some("default/fallback")),
+        ("ingress-nginx/nope", None),
+        ("ingress-nginx/broken", None),
+    ];
+    for (flag, default) in flags {
+        let m = check(
+            &default_cert_fixture(flag),
+            &[
+                ("a.example.com", "/", "default_web_80"),
+                ("m.example.com", "/", "default_web_80"),
+                ("plain.test", "/", "default_web_80"),
+            ],
+        );
+        assert_eq!(m.default_certificate.as_deref(), default, "{flag}");
+        // (host, served certificate): its own when valid, else the flag's
+        let rows = [
+            ("a.example.com", Some("default/a")),
+            ("m.example.com", default),
+            ("n.example.com", default),
+            ("u.example.com", default),
+            ("k.example.com", default),
+        ];
+        for (host, want) in rows {
+            assert_eq!(served(&m, host).as_deref(), want, "{flag}: {host}");
+        }
+        // A host without TLS stays without TLS (no redirect to HTTPS); the default
+        // server serves the default certificate through `default_certificate`.
+        assert!(m.server("plain.test").unwrap().tls.is_none(), "{flag}");
+        match default {
+            Some(name) => {
+                assert!(m.certificates.contains_key(name), "{flag}");
+                let secret = format!("Secret {name}");
+                expect_no_problems_on(&m, &secret);
+            }
+            None => assert!(
+                !m.certificates
+                    .keys()
+                    .any(|k| k.contains("fallback") || k.contains("broken")),
+                "{flag}: {:?}",
+                m.certificates.keys()
+            ),
+        }
+        // The hosts' own problems stay, whatever is served instead.
+        expect_problems(
+            &m,
+            &[
+                (
+                    "Ingress default/missing",
+                    "Secret default/no-such-secret not found",
+                ),
+                (
+                    "Ingress default/uncovered",
+                    "does not cover host u.example.com",
+                ),
+                ("Ingress default/mismatch", "tls.key does not match"),
+            ],
+        );
+    }
+}
+
+#[test]
+fn default_ssl_certificate_that_is_not_valid_is_a_problem_on_its_secret() {
+    let m = check(&default_cert_fixture("ingress-nginx/nope"), &[]);
+    expect_problems(
+        &m,
+        &[(
+            "Secret ingress-nginx/nope",
+            "--default-ssl-certificate ingress-nginx/nope: Secret not found; serving the self-signed default certificate",
+        )],
+    );
+    let m = check(&default_cert_fixture("ingress-nginx/broken"), &[]);
+    expect_problems(
+        &m,
+        &[(
+            "Secret ingress-nginx/broken",
+            "--default-ssl-certificate ingress-nginx/broken: tls.key does not match the certificate in tls.crt",
+        )],
+    );
+    // Without the flag nothing changes: the model has no default certificate and
+    // its encoding (hence its hash) has no field for it.
+    let m = check(
+        &docs![
+            app("default/web", "10.0.0.1"),
+            tls_ingress("default/missing", 1, "m.example.com", "no-such-secret"),
+        ],
+        &[],
+    );
+    assert_eq!(m.default_certificate, None);
+    assert_eq!(served(&m, "m.example.com"), None);
+    assert!(
+        !serde_json::to_string(&m)
+            .unwrap()
+            .contains("default_certificate")
+    );
+}

@@ -8,71 +8,24 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NJS_DIR=$(dirname "$HERE")
-NGINX=${NGINX:-nginx}
 JS_MODULE=/usr/lib/nginx/modules/ngx_http_js_module.so
-START=$(date +%s)
+# shellcheck source=../../test/lib.sh
+. "$NJS_DIR/../test/lib.sh"
 
-for tool in "$NGINX" curl openssl python3 ps; do
-    command -v "$tool" >/dev/null || { echo "FATAL: $tool not found" >&2; exit 2; }
-done
+require "$NGINX" curl openssl python3 ps
 [ -f "$JS_MODULE" ] || { echo "FATAL: $JS_MODULE not found (apt-get install libnginx-mod-http-js)" >&2; exit 2; }
-
-WORK=$(mktemp -d /tmp/ferrule-njs-test.XXXXXX)
-mkdir -p "$WORK"/{conf,run,logs,tmp,certs,out}
-MASTER=""
-
-stop_nginx() {
-    if [ -n "$MASTER" ] && kill -0 "$MASTER" 2>/dev/null; then
-        kill -QUIT "$MASTER" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$MASTER" 2>/dev/null && kill -KILL "$MASTER" 2>/dev/null
-    fi
-    MASTER=""
-}
-cleanup() {
-    stop_nginx
-    if [ "${KEEP:-0}" = 1 ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-PASS=0
-FAIL=0
-FAILED=()
-pass() { PASS=$((PASS + 1)); echo "  ok   $1"; }
-fail() { FAIL=$((FAIL + 1)); FAILED+=("$1"); echo "  FAIL $1" >&2; }
-check() { # check "description" test-command...
-    local what=$1; shift
-    if "$@"; then pass "$what"; else fail "$what"; fi
-}
-section() { echo "== $1"; }
+new_prefix njs
 
 # ---------------------------------------------------------------- setup
-read -r PROXY_PORT TLS_PORT BACKEND_PORT DEAD_PORT LEAK_PORT < <(python3 - <<'EOF'
-import socket
-socks, ports = [], []
-for _ in range(5):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); socks.append(s); ports.append(s.getsockname()[1])
-print(*ports)
-EOF
-)
+PORT_VARS="PROXY_PORT TLS_PORT BACKEND_PORT DEAD_PORT LEAK_PORT"
+read -r $PORT_VARS < <(free_ports 5)
 
 TOKEN=$(openssl rand -hex 24)
 # JSON for js_preload_object; surrounding blanks in the token must be trimmed
 printf '{"token": "  %s  "}\n' "$TOKEN" > "$WORK/conf/balancer.token.json"
 chmod 600 "$WORK/conf/balancer.token.json"
 
-mkcert() { # mkcert name CN [extra openssl args]
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-        -subj "/CN=$2" -keyout "$WORK/certs/$1.key" -out "$WORK/certs/$1.crt" "${@:3}" 2>/dev/null
-}
-mkcert fallback static-fallback
-cp "$WORK/certs/fallback.crt" "$WORK/conf/default.crt"
-cp "$WORK/certs/fallback.key" "$WORK/conf/default.key"
-mkcert a a.example.com
-mkcert a2 a.example.com -set_serial 4242
-mkcert wild '*.w.example.com'
-mkcert dflt ferrule-default
+common_certs
 # other key formats: RSA with a PKCS#1 key, EC with a SEC1 key
 openssl genrsa -traditional -out "$WORK/certs/rsa.key" 2048 2>/dev/null
 openssl req -x509 -new -key "$WORK/certs/rsa.key" -days 2 -subj "/CN=rsa.example.com" \
@@ -85,13 +38,7 @@ for k in rsa:'RSA PRIVATE KEY' sec1:'EC PRIVATE KEY'; do
         { echo "FATAL: openssl did not write a ${k#*:}" >&2; exit 1; }
 done
 
-render() { # render template > out
-    sed -e "s#PREFIX#$WORK#g" -e "s#NJS_DIR#$NJS_DIR#g" \
-        -e "s#PROXY_PORT#$PROXY_PORT#g" -e "s#TLS_PORT#$TLS_PORT#g" \
-        -e "s#BACKEND_PORT#$BACKEND_PORT#g" -e "s#DEAD_PORT#$DEAD_PORT#g" \
-        -e "s#LEAK_PORT#$LEAK_PORT#g" "$1"
-}
-render "$HERE/nginx.conf" > "$WORK/conf/nginx.conf"
+render_conf "$HERE/nginx.conf" -e "s#NJS_DIR#$NJS_DIR#g" > "$WORK/conf/nginx.conf"
 
 # fail closed: without the token file the configuration does not load
 sed "s#$WORK/conf/balancer.token.json#$WORK/conf/missing.token.json#" "$WORK/conf/nginx.conf" \
@@ -99,41 +46,7 @@ sed "s#$WORK/conf/balancer.token.json#$WORK/conf/missing.token.json#" "$WORK/con
 NOTOKEN_T=0
 "$NGINX" -p "$WORK" -c conf/notoken.conf -e "$WORK/logs/t.log" -t >/dev/null 2>&1 || NOTOKEN_T=1
 
-if ! "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" -t >"$WORK/logs/t.out" 2>&1; then
-    echo "FATAL: nginx -t failed:" >&2; cat "$WORK/logs/t.out" >&2; exit 1
-fi
-start_nginx() {
-    "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" || {
-        echo "FATAL: nginx did not start" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
-    for _ in $(seq 50); do [ -s "$WORK/run/nginx.pid" ] && [ -S "$WORK/run/balancer.sock" ] && break; sleep 0.1; done
-    MASTER=$(cat "$WORK/run/nginx.pid" 2>/dev/null)
-    [ -n "$MASTER" ] || { echo "FATAL: no nginx pid" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
-    for _ in $(seq 50); do [ "$(workers | wc -w)" = 2 ] && break; sleep 0.1; done
-}
-workers() { ps -o pid= --ppid "$MASTER" | sort | tr -d ' ' | tr '\n' ' '; }
-start_nginx
-echo "nginx master $MASTER, prefix $WORK, proxy :$PROXY_PORT tls :$TLS_PORT"
-
-SOCK="$WORK/run/balancer.sock"
-PROXY="http://127.0.0.1:$PROXY_PORT"
-B=$BACKEND_PORT
-
-# api METHOD PATH [BODY] -> prints the status; body in $WORK/out/api
-api() {
-    local args=(-s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK"
-                -H "Authorization: Bearer $TOKEN" -X "$1")
-    [ $# -ge 3 ] && args+=(-H 'Content-Type: application/json' --data-binary "$3")
-    curl "${args[@]}" "http://ferrule$2"
-}
-# hits URL-with-glob [curl args] -> identity lines ("addr:port ...") into $WORK/out/hits
-hits() { local u=$1; shift; curl -s "$@" "$PROXY$u" > "$WORK/out/hits"; }
-count() { grep -c "^$1 " "$WORK/out/hits"; }
-distinct() { awk '{print $1}' "$WORK/out/hits" | sort -u | wc -l; }
-total() { wc -l < "$WORK/out/hits"; }
-between() { [ "$1" -ge "$2" ] && [ "$1" -le "$3" ]; }
-status() { curl -s -o /dev/null -w '%{http_code}' "$@"; }
-ep() { printf '{"address":"%s","port":%s}' "$1" "$2"; }
-spread() { awk '{print $1}' "$WORK/out/hits" | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}'; }
+test_and_start
 
 WORKERS_AT_START=$(workers)
 
@@ -197,28 +110,13 @@ api GET /configuration/version >/dev/null
 check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
 
 section "the API is unreachable through the proxy"
-GEN_BEFORE=$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)
-leak=0
-for host in example.com localhost ferrule unix: 127.0.0.1 "unix:$SOCK" x.w.example.com; do
-    for path in /configuration/backends /configuration/version //configuration/backends \
-                /configuration/../configuration/backends /configuration/backends/rr; do
-        out=$(curl -s --path-as-is -H "Host: $host" -H "Authorization: Bearer $TOKEN" "$PROXY$path")
-        case "$out" in
-            127.0.0.*|::1*) ;;                  # an echo backend answered
-            *'400 Bad Request'*) ;;             # nginx rejected an invalid Host
-            *) leak=1; echo "    Host '$host' $path -> $out" ;;
-        esac
-    done
-done
-out=$(curl -s -H "Host;" -H "Authorization: Bearer $TOKEN" "$PROXY/configuration/version")
-case "$out" in *'400 Bad Request'*) ;; *) leak=1; echo "    no Host header -> $out" ;; esac
-out=$(curl -s -X POST -H "Authorization: Bearer $TOKEN" --data-binary '{"version":99,"removed":["rr"]}' "$PROXY/configuration/backends")
-case "$out" in 127.0.0.*|::1*) ;; *) leak=1; echo "    POST via proxy -> $out" ;; esac
+GEN_BEFORE=$(version_now)
+probe_api_via_proxy
 out=$(curl -sk --resolve "x.w.example.com:$TLS_PORT:127.0.0.1" -H "Authorization: Bearer $TOKEN" "https://x.w.example.com:$TLS_PORT/configuration/version")
-case "$out" in 127.0.0.*|::1*) ;; *) leak=1; echo "    via TLS -> $out" ;; esac
-check "every Host/path on the proxy ports reaches normal routing (an echo backend)" [ $leak = 0 ]
+case "$out" in 127.0.0.*|::1*) ;; *) LEAK=1; echo "    via TLS -> $out" ;; esac
+check "every Host/path on the proxy ports reaches normal routing (an echo backend)" [ $LEAK = 0 ]
 check "a POST through the proxy changed nothing" \
-    [ "$GEN_BEFORE" = "$(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/version)" ]
+    [ "$GEN_BEFORE" = "$(version_now)" ]
 
 # ---------------------------------------------------------------- 4. round robin
 section "round robin"
@@ -378,29 +276,6 @@ check "canary backend gone -> primary serves" [ "$(count "127.0.0.2:$B")" = 20 ]
 
 # ---------------------------------------------------------------- 8. certificates
 section "certificates (ssl_certificate data:\$ferrule_ssl_cert, chosen per handshake)"
-subject() { # subject SNI|"" -> "CN=... serial=..."
-    local sni=(-servername "$1"); [ -z "$1" ] && sni=(-noservername)
-    echo | timeout 5 openssl s_client -connect "127.0.0.1:$TLS_PORT" "${sni[@]}" 2>/dev/null |
-        openssl x509 -noout -subject -serial 2>/dev/null | sed -E 's/^subject=//; s/ = /=/g' | tr '\n' ' '
-}
-jcerts() { # jcerts version [host=name | rm=host | default=name]... -> JSON
-    python3 - "$WORK/certs" "$@" <<'EOF'
-import json, sys
-d, version, rest = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-out = {"version": version, "certificates": [], "removed": []}
-for item in rest:
-    kind, _, val = item.partition("=")
-    if kind == "rm":
-        out["removed"].append(val)
-    else:
-        pem = {"cert": open(f"{d}/{val}.crt").read(), "key": open(f"{d}/{val}.key").read()}
-        if kind == "default":
-            out["default"] = pem
-        else:
-            out["certificates"].append(dict(host=kind, **pem))
-print(json.dumps(out))
-EOF
-}
 W2=$(workers)
 check "before any POST: static fallback" grep -q 'CN=static-fallback' <(subject a.example.com)
 check "POST certificates -> 201" [ "$(api POST /configuration/certificates "$(jcerts 1 a.example.com=a '*.w.example.com=wild')")" = 201 ]
@@ -450,13 +325,7 @@ check "worker pids unchanged by certificate changes" [ "$W2" = "$(workers)" ]
 
 # ---------------------------------------------------------------- 9. scale
 section "10,000 backends: bulk load, then one change"
-python3 - "$B" > "$WORK/out/big.json" <<'EOF'
-import json, sys
-print(json.dumps({"version": 100, "backends": [
-    {"name": f"ns{i // 100}-svc{i}-80", "load_balance": "round_robin",
-     "endpoints": [{"address": f"10.{i // 250}.{i % 250}.{j}", "port": 8080} for j in (1, 2, 3)]}
-    for i in range(10000)]}))
-EOF
+big_backends "$WORK/out/big.json"
 T0=$(date +%s%N)
 check "POST 10k backends -> 201" [ "$(curl -s -o "$WORK/out/api" -w '%{http_code}' --unix-socket "$SOCK" \
     -H "Authorization: Bearer $TOKEN" --data-binary @"$WORK/out/big.json" http://x/configuration/backends)" = 201 ]
@@ -476,11 +345,7 @@ check "no njs exceptions / alerts in error.log" \
 
 section "reload keeps the dynamic configuration (state files, same master)"
 kill -HUP "$MASTER"
-for _ in $(seq 50); do
-    now=$(workers); [ "$(echo $now | wc -w)" = 2 ] &&
-        ! echo "$now" | grep -qwFf <(echo "$WORKERS_AT_START" | tr ' ' '\n' | grep .) && break
-    sleep 0.1
-done
+wait_new_workers "$WORKERS_AT_START"
 check "new workers after HUP" [ "$(workers)" != "$WORKERS_AT_START" ]
 hits "/?[1-20]"
 check "backends still routed after reload without re-POSTing" [ "$(count "127.0.0.4:$B")" = 20 ]
@@ -506,11 +371,4 @@ check "  ... and deleted the previous master's files" \
 check "no njs exceptions / alerts in error.log after reload and restart" \
     bash -c "! grep -E 'js exception|peer selection failed|lookup failed|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
 
-echo
-echo "summary: $PASS passed, $FAIL failed, $(( $(date +%s) - START ))s"
-if [ "$FAIL" -gt 0 ]; then
-    printf '  failed: %s\n' "${FAILED[@]}" >&2
-    echo "error.log tail:" >&2
-    grep -v 'connect() failed (111' "$WORK/logs/error.log" | tail -n 20 >&2
-    exit 1
-fi
+report

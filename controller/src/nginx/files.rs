@@ -46,9 +46,17 @@ impl Change {
 ///
 /// Files whose contents are identical are not rewritten, so their mtime and inode
 /// stay the same. In the managed directories, files not in `files` are removed.
+///
+/// Every file is replaced atomically (temporary file, then rename), and the whole
+/// change is made durable by one `syncfs` at the end instead of an fsync per file:
+/// a cold start writes one file per host, and per-file flushes cost more than the
+/// rest of the controller's pass (controller/BENCHMARKS.md). A power loss before
+/// that flush can leave a renamed file without its data (a process crash cannot:
+/// the page cache survives it); the next start repairs it, since it compares every
+/// file with what it renders and rewrites what differs.
 pub fn write_all(prefix: &Path, files: &BTreeMap<String, FileSpec>) -> std::io::Result<Change> {
     let mut change = Change::default();
-    let result = write_inner(prefix, files, &mut change);
+    let result = write_inner(prefix, files, &mut change).and_then(|()| sync_fs(prefix));
     if let Err(e) = result {
         // Leave the tree as it was: a half-written change is worse than none.
         let _ = rollback(change);
@@ -62,16 +70,36 @@ fn write_inner(
     files: &BTreeMap<String, FileSpec>,
     change: &mut Change,
 ) -> std::io::Result<()> {
-    for (rel, spec) in files {
-        let path = prefix.join(rel);
-        let old = read(&path)?;
-        if old
-            .as_ref()
-            .is_some_and(|(b, m)| *b == spec.bytes && *m == spec.mode)
-        {
-            continue;
+    // All temporary files first, so that a failure (disk full) renames nothing.
+    let mut staged: Vec<(PathBuf, PathBuf, Previous)> = Vec::new();
+    let mut stage = || -> std::io::Result<()> {
+        for (rel, spec) in files {
+            let path = prefix.join(rel);
+            let old = read(&path)?;
+            if old
+                .as_ref()
+                .is_some_and(|(b, m)| *b == spec.bytes && *m == spec.mode)
+            {
+                continue;
+            }
+            let tmp = write_temp(&path, &spec.bytes, spec.mode, false)?;
+            staged.push((path, tmp, old));
         }
-        atomic_write(&path, &spec.bytes, spec.mode)?;
+        Ok(())
+    };
+    if let Err(e) = stage() {
+        remove_temps(staged.iter().map(|(_, tmp, _)| tmp.as_path()));
+        return Err(e);
+    }
+    let mut staged = staged.into_iter();
+    while let Some((path, tmp, old)) = staged.next() {
+        if let Err(e) = fs::rename(&tmp, &path) {
+            remove_temps(
+                std::iter::once(tmp.as_path())
+                    .chain(staged.as_slice().iter().map(|(_, t, _)| t.as_path())),
+            );
+            return Err(e);
+        }
         change.undo.push((path, old));
     }
     for dir in MANAGED_DIRS {
@@ -98,16 +126,28 @@ fn write_inner(
 
 /// Undoes a change: restores previous contents, removes files that were new.
 pub fn rollback(change: Change) -> std::io::Result<()> {
+    let Some(dir) = change
+        .undo
+        .first()
+        .and_then(|(p, _)| p.parent().map(Path::to_owned))
+    else {
+        return Ok(());
+    };
     for (path, old) in change.undo.into_iter().rev() {
         match old {
-            Some((bytes, mode)) => atomic_write(&path, &bytes, mode)?,
+            Some((bytes, mode)) => {
+                let tmp = write_temp(&path, &bytes, mode, false)?;
+                fs::rename(&tmp, &path)?;
+            }
             None => match fs::remove_file(&path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             },
         }
     }
-    Ok(())
+    // One flush for the whole undo, as for the change itself (one prefix, one file
+    // system).
+    sync_fs(&dir)
 }
 
 fn read(path: &Path) -> std::io::Result<Previous> {
@@ -118,16 +158,25 @@ fn read(path: &Path) -> std::io::Result<Previous> {
     }
 }
 
-/// Writes a temporary file beside `path` with `mode`, then renames it over `path`.
-pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+/// Commits the caches of the file system holding `path` (data and metadata of
+/// every file and directory written since the last flush) to disk.
+fn sync_fs(path: &Path) -> std::io::Result<()> {
+    let dir = fs::File::open(path)?;
+    nix::unistd::syncfs(&dir).map_err(std::io::Error::from)
+}
+
+/// Writes `bytes` with `mode` into a temporary file beside `path`; returns its path.
+/// Flushed only with `sync`: [`write_all`] renames many and flushes once.
+fn write_temp(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // A leading dot keeps it out of NGINX's `include servers/*.conf`.
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    {
+    let written = (|| {
         let mut f = fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -135,9 +184,32 @@ pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
             .mode(mode)
             .open(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_data()?;
+        if sync {
+            f.sync_data()?;
+        }
+        // The umask may have narrowed `mode`, and a leftover temp kept its own.
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+    })();
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+}
+
+fn remove_temps<'a>(temps: impl Iterator<Item = &'a Path>) {
+    for tmp in temps {
+        let _ = fs::remove_file(tmp);
+    }
+}
+
+/// Writes a temporary file beside `path` with `mode`, flushes it, then renames it
+/// over `path`: for single files written outside [`write_all`] (token, default
+/// certificate, Lua sources).
+pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    let tmp = write_temp(path, bytes, mode, true)?;
     fs::rename(&tmp, path)
 }
 
@@ -182,6 +254,48 @@ mod tests {
         assert!(
             !dir.path().join("conf/servers/host_b.conf").exists(),
             "new file removed by rollback"
+        );
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing_and_leaves_no_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let servers = dir.path().join("conf/servers");
+        let mut files = BTreeMap::new();
+        files.insert("conf/servers/host_a.conf".to_owned(), spec("a"));
+        write_all(dir.path(), &files).unwrap();
+        // A directory where host_b's temporary file goes: staging fails after the
+        // temporary files of nginx.conf and host_a were written.
+        let squatter = servers.join(format!(".host_b.conf.tmp-{}", std::process::id()));
+        fs::create_dir(&squatter).unwrap();
+
+        let mut next = BTreeMap::new();
+        next.insert("conf/nginx.conf".to_owned(), spec("main"));
+        next.insert("conf/servers/host_a.conf".to_owned(), spec("a2"));
+        next.insert("conf/servers/host_b.conf".to_owned(), spec("b"));
+        next.insert("conf/servers/host_c.conf".to_owned(), spec("c"));
+        assert!(write_all(dir.path(), &next).is_err());
+
+        assert_eq!(
+            fs::read_to_string(servers.join("host_a.conf")).unwrap(),
+            "a"
+        );
+        assert!(!dir.path().join("conf/nginx.conf").exists());
+        assert!(!servers.join("host_c.conf").exists());
+        let leftovers: Vec<PathBuf> = [dir.path().join("conf"), servers.clone()]
+            .iter()
+            .flat_map(|d| fs::read_dir(d).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file() && p.to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+
+        // Once the obstacle is gone, the same change goes through whole.
+        fs::remove_dir(&squatter).unwrap();
+        assert_eq!(write_all(dir.path(), &next).unwrap().paths().count(), 4);
+        assert_eq!(
+            fs::read_to_string(servers.join("host_c.conf")).unwrap(),
+            "c"
         );
     }
 

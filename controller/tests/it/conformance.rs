@@ -494,6 +494,60 @@ async fn tls_with_sni_and_ssl_redirects() {
 }
 
 #[tokio::test]
+async fn default_ssl_certificate_is_served_without_a_valid_own_certificate() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "app", &[a.addr]));
+    let (a_crt, wild_crt) = (tls_fixture("a.crt"), tls_fixture("wildcard.crt"));
+    m.write(
+        "secrets.yaml",
+        &[
+            tls_secret("demo", "a-tls", &a_crt, &tls_fixture("a.key")),
+            tls_secret(
+                "ingress-nginx",
+                "fallback",
+                &wild_crt,
+                &tls_fixture("wildcard.key"),
+            ),
+        ]
+        .join("---\n"),
+    );
+    let ingresses = [
+        ("own", "a.example.com", Some("a-tls")),
+        ("missing", "m.example.com", Some("no-such-secret")),
+        ("plain", "plain.test", None),
+    ];
+    for (name, host, secret) in ingresses {
+        let mut ing = Ing::new("demo", name, T0).rule(host, &[("/", "Prefix", "app")]);
+        if let Some(secret) = secret {
+            ing = ing.tls(&[host], secret);
+        }
+        m.write(&format!("{name}.yaml"), &ing.yaml());
+    }
+    let f = Ferrule::start(
+        m.path(),
+        &["--default-ssl-certificate", "ingress-nginx/fallback"],
+    )
+    .await;
+
+    let (own, fallback) = (fingerprint_pem(&a_crt), fingerprint_pem(&wild_crt));
+    assert!(!fallback.is_empty() && own != fallback);
+    for (sni, want, why) in [
+        ("a.example.com", &own, "a valid own Secret wins"),
+        ("m.example.com", &fallback, "its Secret is missing"),
+        ("plain.test", &fallback, "a host without TLS"),
+        ("unknown.example.org", &fallback, "the default server"),
+    ] {
+        assert_eq!(
+            &f.served_fingerprint(sni),
+            want,
+            "{sni}: {why}; log:\n{}",
+            f.logs()
+        );
+    }
+}
+
+#[tokio::test]
 async fn routes_without_endpoints_answer_503() {
     let a = Echo::start("127.0.0.2").await;
     let m = Manifests::new();

@@ -181,21 +181,10 @@ async fn netns_echo(ip: &str) -> Echo {
     Echo::serve(tokio::net::TcpListener::from_std(std_listener).unwrap())
 }
 
-/// Service + EndpointSlice YAML for backends at `ips` (port 8080).
+/// Service + EndpointSlice YAML for ready backends at `ips` (port 8080).
 fn k8s_service(ns: &str, name: &str, ips: &[&str]) -> String {
-    let eps: String = ips
-        .iter()
-        .map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ ready: true }}\n"))
-        .collect();
-    let eps = if eps.is_empty() {
-        "  []\n".to_owned()
-    } else {
-        eps
-    };
-    format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{ name: {name}, namespace: {ns} }}\nspec:\n  ports: [{{ name: http, port: 80, targetPort: 8080 }}]\n---\n\
-         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {name}-1\n  namespace: {ns}\n  labels: {{ kubernetes.io/service-name: {name} }}\naddressType: IPv4\nports: [{{ name: http, port: 8080 }}]\nendpoints:\n{eps}"
-    )
+    let ready: Vec<(&str, bool)> = ips.iter().map(|ip| (*ip, true)).collect();
+    service_endpoints(ns, name, 8080, &ready)
 }
 
 /// Ingress YAML (no creationTimestamp: the API server sets it).

@@ -147,33 +147,9 @@ spec:
 /// `endpoints` (all ready; the slice port is their port).
 pub fn service(ns: &str, name: &str, endpoints: &[SocketAddr]) -> String {
     let port = endpoints.first().map_or(80, |e| e.port());
-    let eps: String = endpoints
-        .iter()
-        .map(|e| {
-            format!(
-                "  - addresses: [\"{}\"]\n    conditions: {{ ready: true }}\n",
-                e.ip()
-            )
-        })
-        .collect();
-    format!(
-        r#"apiVersion: v1
-kind: Service
-metadata: {{ name: {name}, namespace: {ns} }}
-spec:
-  ports: [{{ name: http, port: 80, targetPort: {port} }}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-1
-  namespace: {ns}
-  labels: {{ kubernetes.io/service-name: {name} }}
-addressType: IPv4
-ports: [{{ name: http, port: {port} }}]
-endpoints:
-{eps}"#
-    )
+    let ips: Vec<String> = endpoints.iter().map(|e| e.ip().to_string()).collect();
+    let ready: Vec<(&str, bool)> = ips.iter().map(|ip| (ip.as_str(), true)).collect();
+    service_endpoints(ns, name, port, &ready)
 }
 
 /// One path rule: (path, pathType, service name).
@@ -331,13 +307,24 @@ impl Ferrule {
         );
     }
 
-    /// GET on the status port: (status, body).
+    /// One request to `port` on loopback, with a `Host` header when given.
+    async fn send(
+        port: u16,
+        method: &str,
+        host: Option<&str>,
+        path: &str,
+    ) -> reqwest::Result<reqwest::Response> {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let mut req = client().request(method.parse().unwrap(), url);
+        if let Some(host) = host {
+            req = req.header("Host", host);
+        }
+        req.send().await
+    }
+
+    /// GET on the status port: (status, body); (0, "") while nothing listens.
     pub async fn get_status(&self, path: &str) -> (u16, String) {
-        match client()
-            .get(format!("http://127.0.0.1:{}{path}", self.status))
-            .send()
-            .await
-        {
+        match Self::send(self.status, "GET", None, path).await {
             Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
             Err(_) => (0, String::new()),
         }
@@ -364,11 +351,7 @@ impl Ferrule {
 
     /// Any method through the HTTP proxy port.
     pub async fn request(&self, method: &str, host: &str, path: &str) -> (u16, Value) {
-        let url = format!("http://127.0.0.1:{}{path}", self.http);
-        let req = client()
-            .request(method.parse().unwrap(), url)
-            .header("Host", host);
-        match req.send().await {
+        match Self::send(self.http, method, Some(host), path).await {
             Ok(r) => {
                 let status = r.status().as_u16();
                 (status, r.json().await.unwrap_or(Value::Null))
@@ -385,11 +368,11 @@ impl Ferrule {
 
     /// PIDs of the NGINX worker processes (unchanged pids prove "no reload").
     pub fn worker_pids(&self) -> Vec<u32> {
-        let master = std::fs::read_to_string(self.prefix.path().join("nginx/run/nginx.pid"))
-            .unwrap_or_default();
-        let master = master.trim();
+        let Some(master) = self.master_pid() else {
+            return Vec::new();
+        };
         let out = Command::new("ps")
-            .args(["-o", "pid=", "--ppid", master])
+            .args(["-o", "pid=", "--ppid", &master.to_string()])
             .output()
             .unwrap();
         let mut pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
@@ -429,10 +412,7 @@ impl Drop for Ferrule {
             let _ = self.child.wait();
         }
         // A Ferrule killed with SIGKILL leaves its NGINX behind: stop it too.
-        let pid_file = self.prefix.path().join("nginx/run/nginx.pid");
-        if let Some(pid) = std::fs::read_to_string(pid_file)
-            .ok()
-            .and_then(|p| p.trim().parse::<u32>().ok())
+        if let Some(pid) = self.master_pid()
             && pid > 1
         {
             let _ = nix_kill(pid, "KILL");

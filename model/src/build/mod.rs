@@ -367,7 +367,12 @@ impl Builder<'_> {
         };
         let ns = r.namespace.as_str();
         let regex = a.use_regex || a.rewrite_target.is_some();
-        for rule in ing.spec.iter().flat_map(|s| s.rules.iter().flatten()) {
+        for (ri, rule) in ing
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+            .enumerate()
+        {
             let host = match rule
                 .host
                 .as_deref()
@@ -381,7 +386,7 @@ impl Builder<'_> {
                     continue;
                 }
             };
-            for p in rule.http.iter().flat_map(|h| &h.paths) {
+            for (pi, p) in rule.http.iter().flat_map(|h| &h.paths).enumerate() {
                 let raw = p.path.clone().unwrap_or_else(|| "/".to_owned());
                 let key = match p.path_type.as_str() {
                     "Exact" => (raw, PathMatch::Exact),
@@ -406,6 +411,17 @@ impl Builder<'_> {
                 else {
                     continue;
                 };
+                if canary == primary {
+                    // It would split traffic between a backend and itself; claiming the
+                    // primary would also turn a real canary of it away.
+                    let svc = p.backend.service.as_ref().map_or("", |s| s.name.as_str());
+                    let msg = format!(
+                        "canary: spec.rules[{ri}].http.paths[{pi}].backend.service {ns}/{svc} is the primary's own backend {primary} (host {host} path {}); canary ignored",
+                        key.0
+                    );
+                    self.problem(r, Severity::Error, msg);
+                    continue;
+                }
                 match self.canary_owners.get(&primary) {
                     Some(owner) if owner != r => {
                         let msg = format!(
@@ -431,13 +447,17 @@ impl Builder<'_> {
 
     fn finish(mut self) -> Model {
         let mut certificates = BTreeMap::new();
+        let default_certificate = self.default_certificate_flag(&mut certificates);
         let mut servers = Vec::with_capacity(self.servers.len());
         let server_acc = std::mem::take(&mut self.servers);
         let claims = std::mem::take(&mut self.tls_claims);
         for (host, acc) in server_acc {
-            let tls = claims
-                .get(&host)
-                .map(|claim| self.server_tls(&host, claim, &mut certificates));
+            let tls = claims.get(&host).map(|claim| {
+                let tls = self.server_tls(&host, claim, &mut certificates);
+                ServerTls {
+                    certificate: tls.certificate.or_else(|| default_certificate.clone()),
+                }
+            });
             let mut locations: Vec<Location> = acc.locations.into_values().collect();
             locations.sort_by(|a, b| {
                 (a.path_match, std::cmp::Reverse(a.path.len()), &a.path).cmp(&(
@@ -490,6 +510,7 @@ impl Builder<'_> {
             servers,
             backends,
             certificates,
+            default_certificate,
             default_backend,
             global: self.global,
             problems: self.problems,
@@ -547,6 +568,35 @@ impl Builder<'_> {
                     format!("spec.tls host {host}: {e}; serving the default certificate"),
                 );
                 ServerTls { certificate: None }
+            }
+        }
+    }
+
+    /// The `--default-ssl-certificate` Secret, checked like any TLS Secret but
+    /// without a host to cover (it is served for any name); added to `certs`.
+    fn default_certificate_flag(
+        &mut self,
+        certs: &mut BTreeMap<String, Certificate>,
+    ) -> Option<String> {
+        let flag = self.snap.settings.default_certificate.clone()?;
+        let (ns, name) = flag.split_once('/').unwrap_or(("default", flag.as_str()));
+        let checked = match self.secrets.get(&(ns, name)) {
+            None => Err("Secret not found".to_owned()),
+            Some(s) => tls::certificate(s, self.snap.settings.now),
+        };
+        match checked {
+            Ok(cert) => {
+                let key = format!("{ns}/{name}");
+                certs.insert(key.clone(), cert);
+                Some(key)
+            }
+            Err(e) => {
+                let r = ResourceRef::new("Secret", ns, name);
+                let msg = format!(
+                    "--default-ssl-certificate {flag}: {e}; serving the self-signed default certificate"
+                );
+                self.problem(&r, Severity::Error, msg);
+                None
             }
         }
     }

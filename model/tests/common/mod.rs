@@ -269,7 +269,8 @@ pub fn config_map(data: &[(&str, &str)]) -> Value {
 }
 
 /// A pseudo-document only the tests read: controller settings, so that a rule table
-/// stays one YAML string. Fields: `watchWithoutClass`, `defaultBackendService`, `now`.
+/// stays one YAML string. Fields: `watchWithoutClass`, `defaultBackendService`,
+/// `defaultSslCertificate`, `now`.
 pub fn test_settings(fields: Value) -> Value {
     json!({ "kind": "TestSettings", "spec": fields })
 }
@@ -361,6 +362,9 @@ pub fn snapshot(manifests: &str) -> Snapshot {
             }
             if let Some(d) = spec["defaultBackendService"].as_str() {
                 s.default_backend_service = Some(d.to_owned());
+            }
+            if let Some(d) = spec["defaultSslCertificate"].as_str() {
+                s.default_certificate = Some(d.to_owned());
             }
             if let Some(n) = spec["now"].as_i64() {
                 s.now = n;
