@@ -37,11 +37,13 @@ pub struct RunArgs {
 /// `ferrule run`: the whole loop in standalone mode.
 pub async fn run(args: RunArgs) -> Result<()> {
     let default_pem = ferrule::tls::self_signed_default()?;
-    let dataplane = Dataplane::new(
+    // A restarted controller takes over the NGINX it left running, without a reload.
+    let dataplane = Dataplane::adopt_or_new(
         Renderer::new(args.render.clone()),
         args.nginx_binary.clone(),
         default_pem,
     )
+    .await
     .with_context(|| {
         format!(
             "preparing the NGINX prefix {}",

@@ -37,6 +37,9 @@ mod lua {
     include!(concat!(env!("OUT_DIR"), "/lua_files.rs"));
 }
 
+/// The balancer API token, relative to the prefix (read by `init_by_lua`).
+const TOKEN_FILE: &str = "conf/balancer.token";
+
 /// How long a starting NGINX may take to serve its first configuration.
 const START_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -90,6 +93,10 @@ pub struct Dataplane {
     applied: Option<Arc<Model>>,
     /// The ConfigMap that model was built with.
     applied_configmap: Option<Arc<ConfigMap>>,
+    /// The configuration version an adopted master served when adopted, until the
+    /// first apply: files on disk equal to the new ones do not prove that the master
+    /// loaded them (an earlier controller may have died between writing and reload).
+    adopted_version: Option<String>,
     /// How long to wait for new workers to confirm a reload.
     pub verify_timeout: Duration,
     /// Only render and test; never start or reload NGINX (`ferrule validate`).
@@ -97,11 +104,39 @@ pub struct Dataplane {
 }
 
 impl Dataplane {
-    /// Prepares the prefix (directories, Lua sources, token, default certificate).
+    /// Prepares the prefix (directories, Lua sources, token, default certificate) for
+    /// a new NGINX.
     pub fn new(
         renderer: Renderer,
         nginx_binary: PathBuf,
         default_pem: Vec<u8>,
+    ) -> std::io::Result<Self> {
+        let nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone());
+        Self::prepare(renderer, nginx, default_pem, None)
+    }
+
+    /// Like [`Dataplane::new`], but first adopts an NGINX master that an earlier
+    /// controller process left running on the prefix (see [`Nginx::adopt`]). An
+    /// adopted master keeps the balancer token and default certificate it loaded, so
+    /// the files holding them are kept; the first apply then reloads only if the
+    /// configuration differs from what it serves.
+    pub async fn adopt_or_new(
+        renderer: Renderer,
+        nginx_binary: PathBuf,
+        default_pem: Vec<u8>,
+    ) -> std::io::Result<Self> {
+        let mut nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone());
+        let adopted = nginx.adopt().await;
+        let mut dataplane = Self::prepare(renderer, nginx, default_pem, adopted)?;
+        dataplane.check_adopted_token().await;
+        Ok(dataplane)
+    }
+
+    fn prepare(
+        renderer: Renderer,
+        nginx: Nginx,
+        default_pem: Vec<u8>,
+        adopted: Option<process::Adopted>,
     ) -> std::io::Result<Self> {
         let prefix = renderer.options().prefix.clone();
         for d in ["conf/servers", "conf/certs", "logs", "run", "lua"] {
@@ -120,22 +155,55 @@ impl Dataplane {
                 files::atomic_write(&path, text.as_bytes(), 0o644)?;
             }
         }
-        let token = new_token();
-        files::atomic_write(&prefix.join("conf/balancer.token"), token.as_bytes(), 0o600)?;
-        files::atomic_write(
-            &prefix.join(render::DEFAULT_CERTIFICATE),
-            &default_pem,
-            0o600,
-        )?;
+        let token_file = prefix.join(TOKEN_FILE);
+        let kept_token = adopted
+            .as_ref()
+            .and_then(|_| std::fs::read_to_string(&token_file).ok())
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty());
+        let token = match kept_token {
+            Some(t) => t,
+            None => {
+                let t = new_token();
+                files::atomic_write(&token_file, t.as_bytes(), 0o600)?;
+                t
+            }
+        };
+        let default_cert = prefix.join(render::DEFAULT_CERTIFICATE);
+        if adopted.is_none() || !default_cert.exists() {
+            files::atomic_write(&default_cert, &default_pem, 0o600)?;
+        }
         Ok(Self {
             renderer,
-            nginx: Nginx::new(nginx_binary, prefix),
+            nginx,
             token,
             applied: None,
             applied_configmap: None,
+            adopted_version: adopted.map(|a| a.version),
             verify_timeout: Duration::from_secs(10),
             dry_run: false,
         })
+    }
+
+    /// Makes the first apply reload when the adopted master refuses the token in the
+    /// token file (an earlier controller wrote it and died before the reload that
+    /// would have loaded it).
+    async fn check_adopted_token(&mut self) {
+        if self.adopted_version.is_none() {
+            return;
+        }
+        let resp = api::request(
+            &self.api_socket(),
+            "GET",
+            "/configuration/version",
+            Some(&self.token),
+            None,
+        )
+        .await;
+        if matches!(&resp, Ok(r) if r.status == 401 || r.status == 403) {
+            tracing::warn!("the adopted NGINX refuses the token on disk; the first apply reloads");
+            self.adopted_version = Some(String::new());
+        }
     }
 
     /// The prefix directory.
@@ -166,6 +234,7 @@ impl Dataplane {
     /// Forgets the running state after NGINX died, so the next apply starts it.
     pub fn nginx_died(&mut self) {
         self.applied = None;
+        self.adopted_version = None;
     }
 
     /// Renders every file for `model`, with modes.
@@ -234,7 +303,7 @@ impl Dataplane {
             let model = Arc::new(ferrule_model::build(&served));
             let (rendered, specs) = self.files(&model)?;
             let change = files::write_all(self.prefix(), &specs)?;
-            if change.is_empty() && self.nginx.is_running() && !self.dry_run {
+            if change.is_empty() && self.serves(&model) {
                 // Exactly what NGINX serves already: no test, no reload.
                 return Ok(self.served(model, &served, excl, Applied::Unchanged, pass));
             }
@@ -273,6 +342,16 @@ impl Dataplane {
         self.one_by_one(snap, excl, pass).await
     }
 
+    /// Whether the running NGINX has loaded `model`, given that the files on disk are
+    /// `model`'s.
+    fn serves(&mut self, model: &Model) -> bool {
+        let loaded = self
+            .adopted_version
+            .as_ref()
+            .is_none_or(|v| *v == model.hash());
+        loaded && self.nginx.is_running() && !self.dry_run
+    }
+
     /// Records a successful pass: what NGINX serves now, and each resource's last
     /// accepted version (the fallback of later broken edits).
     fn served(
@@ -285,6 +364,7 @@ impl Dataplane {
     ) -> Outcome {
         self.applied = Some(model.clone());
         self.applied_configmap = served.config_map.clone();
+        self.adopted_version = None;
         excl.remember(served);
         Outcome {
             applied,
@@ -553,7 +633,7 @@ impl Dataplane {
         let model = Arc::new(ferrule_model::build(&served));
         let (_, specs) = self.files(&model)?;
         let change = files::write_all(self.prefix(), &specs)?;
-        let applied = if change.is_empty() && self.nginx.is_running() && !self.dry_run {
+        let applied = if change.is_empty() && self.serves(&model) {
             Applied::Unchanged
         } else {
             self.activate(&model).await?
