@@ -83,12 +83,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 config_map: args.config_map.clone(),
                 coalesce: Duration::from_millis(10),
             };
-            tokio::spawn(ferrule::source::kube::run(
-                client.clone(),
-                args.settings.clone(),
-                opts,
-                tx,
-            ));
+            let ingresses =
+                ferrule::source::kube::start(client.clone(), args.settings.clone(), opts, tx);
             let identity = args.kube.lease.identity.clone();
             let leader = ferrule::kube::leader::elect(client.clone(), args.kube.lease.clone())
                 .await
@@ -100,6 +96,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 leader,
                 applied_rx,
                 rx.clone(),
+                ingresses,
                 shared.clone(),
             ));
             tracing::info!(prefix = %args.render.prefix.display(), "ferrule running against the Kubernetes API");
