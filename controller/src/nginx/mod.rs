@@ -192,15 +192,16 @@ impl Dataplane {
         if self.adopted_version.is_none() {
             return;
         }
-        let resp = api::request(
-            &self.api_socket(),
+        let socket = self.api_socket();
+        let request = api::request(
+            &socket,
             "GET",
             "/configuration/version",
             Some(&self.token),
             None,
-        )
-        .await;
-        if matches!(&resp, Ok(r) if r.status == 401 || r.status == 403) {
+        );
+        let resp = tokio::time::timeout(Duration::from_secs(5), request).await;
+        if matches!(&resp, Ok(Ok(r)) if r.status == 401 || r.status == 403) {
             tracing::warn!("the adopted NGINX refuses the token on disk; the first apply reloads");
             self.adopted_version = Some(String::new());
         }

@@ -155,8 +155,11 @@ impl Nginx {
 
     async fn config_version(&self) -> Option<String> {
         let socket = self.prefix.join(API_SOCKET);
-        let resp = api::request(&socket, "GET", "/ferrule/config-version", None, None)
+        // A hung master must not hang the controller's start.
+        let request = api::request(&socket, "GET", "/ferrule/config-version", None, None);
+        let resp = tokio::time::timeout(Duration::from_secs(5), request)
             .await
+            .ok()?
             .ok()?;
         (resp.status == 200).then(|| resp.body.trim().to_owned())
     }
