@@ -511,3 +511,31 @@ async fn a_stale_pid_file_is_not_adopted() {
     let _ = other.kill();
     let _ = other.wait();
 }
+
+#[tokio::test]
+async fn a_controller_restarted_on_changed_manifests_reloads_the_adopted_nginx() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+
+    // Changed while no controller runs: the files on disk are out of date.
+    f.kill_controller();
+    m.write("ing.yaml", &web(&[("/new", "Prefix", "echo")]));
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(20)).await;
+    assert_eq!(f.get("web.test", "/new").await.0, 200, "log:\n{}", f.logs());
+    assert_eq!(f.get("web.test", "/").await.0, 404);
+    assert_eq!(f.master_pid(), Some(master), "reloaded, not restarted");
+    assert_eq!(reloads(&f).await, 1.0, "one reload");
+    assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);
+    let replaced = wait_until(Duration::from_secs(10), || async {
+        let now = f.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !workers.contains(p))
+    })
+    .await;
+    assert!(replaced, "workers {workers:?} → {:?}", f.worker_pids());
+}
