@@ -115,7 +115,9 @@ impl Nginx {
     /// The pid file must name a live `nginx: master process` whose command line names
     /// this prefix's configuration, and the config-version endpoint on this prefix's
     /// API socket must answer. Anything else (no pid file, a stale pid, another
-    /// program, another prefix) adopts nothing, and the next apply starts NGINX.
+    /// program, another prefix) adopts nothing, and the next apply starts NGINX; a
+    /// master of this prefix that does not answer is killed (with its process group)
+    /// when that new one starts.
     pub async fn adopt(&mut self) -> Option<Adopted> {
         if self.is_running() {
             return None;
@@ -129,23 +131,26 @@ impl Nginx {
             tracing::info!(pid, "the pid file names no NGINX master of this prefix");
             return None;
         }
+        // Only a group of its own is ours to kill: a master started by hand may share
+        // a group with unrelated processes.
+        let group = nix::unistd::getpgid(Some(Pid::from_raw(pid)))
+            .ok()
+            .map(Pid::as_raw)
+            .filter(|g| *g == pid);
         let version = match self.config_version().await {
             Some(v) => v,
             None => {
                 tracing::warn!(
                     pid,
-                    "NGINX master found, but its config version does not answer; starting a new one"
+                    "NGINX master of this prefix found, but its config version does not answer; replacing it"
                 );
+                // It holds the listening ports: the new master could not bind.
+                self.group = group;
                 return None;
             }
         };
-        let group = nix::unistd::getpgid(Some(Pid::from_raw(pid)))
-            .ok()
-            .map(Pid::as_raw);
         self.adopted = Some(pid);
-        // Only a group of its own is ours to kill: a master started by hand may share
-        // a group with unrelated processes.
-        self.group = group.filter(|g| *g == pid);
+        self.group = group;
         tracing::info!(pid, version = %version, "adopted the running NGINX master");
         Some(Adopted {
             pid: pid as u32,

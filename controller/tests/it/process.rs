@@ -539,3 +539,35 @@ async fn a_controller_restarted_on_changed_manifests_reloads_the_adopted_nginx()
     .await;
     assert!(replaced, "workers {workers:?} → {:?}", f.worker_pids());
 }
+
+#[tokio::test]
+async fn an_unresponsive_nginx_is_replaced_not_adopted() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+
+    // The controller dies and its NGINX hangs: stopped workers answer nothing, but
+    // still hold the listening sockets.
+    f.kill_controller();
+    for w in &workers {
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &w.to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+    }
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(30)).await;
+    let fresh = f.master_pid().expect("pid file");
+    assert_ne!(fresh, master, "a new master");
+    let gone = wait_until(Duration::from_secs(5), || async {
+        !alive(master) && workers.iter().all(|w| !alive(*w))
+    })
+    .await;
+    assert!(gone, "the hung NGINX was not stopped; log:\n{}", f.logs());
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+}
