@@ -37,11 +37,13 @@ pub struct RunArgs {
 /// `ferrule run`: the whole loop in standalone mode.
 pub async fn run(args: RunArgs) -> Result<()> {
     let default_pem = ferrule::tls::self_signed_default()?;
-    let dataplane = Dataplane::new(
+    // A restarted controller takes over the NGINX it left running, without a reload.
+    let dataplane = Dataplane::adopt_or_new(
         Renderer::new(args.render.clone()),
         args.nginx_binary.clone(),
         default_pem,
     )
+    .await
     .with_context(|| {
         format!(
             "preparing the NGINX prefix {}",
@@ -81,12 +83,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 config_map: args.config_map.clone(),
                 coalesce: Duration::from_millis(10),
             };
-            tokio::spawn(ferrule::source::kube::run(
-                client.clone(),
-                args.settings.clone(),
-                opts,
-                tx,
-            ));
+            let ingresses =
+                ferrule::source::kube::start(client.clone(), args.settings.clone(), opts, tx);
             let identity = args.kube.lease.identity.clone();
             let leader = ferrule::kube::leader::elect(client.clone(), args.kube.lease.clone())
                 .await
@@ -98,6 +96,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 leader,
                 applied_rx,
                 rx.clone(),
+                ingresses,
                 shared.clone(),
             ));
             tracing::info!(prefix = %args.render.prefix.display(), "ferrule running against the Kubernetes API");

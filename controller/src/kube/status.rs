@@ -1,6 +1,9 @@
 //! `status.loadBalancer` of the Ingresses Ferrule serves.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::StreamExt;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{Ingress, IngressLoadBalancerIngress};
@@ -70,35 +73,49 @@ fn entry(addr: &str) -> IngressLoadBalancerIngress {
     }
 }
 
+/// How many status PATCHes are in flight at once: at 10k Ingresses serial writes
+/// (one round trip each) took minutes; unbounded ones would flood the API server.
+const CONCURRENT_WRITES: usize = 32;
+
 /// Writes `want` into the status of every Ingress in `owned` whose status differs.
-/// Returns how many were patched. `current` is the Ingress as last seen.
+/// Returns how many were patched. `owned` holds each Ingress as last seen.
 pub async fn write(
     client: &Client,
-    owned: &BTreeMap<(String, String), &Ingress>,
+    owned: &BTreeMap<(String, String), Arc<Ingress>>,
     want: &[IngressLoadBalancerIngress],
 ) -> usize {
-    let mut patched = 0;
-    for ((ns, name), ing) in owned {
-        let have = ing
-            .status
-            .as_ref()
-            .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.clone())
-            .unwrap_or_default();
-        if have == want {
-            continue;
-        }
-        let api = Api::<Ingress>::namespaced(client.clone(), ns);
-        let patch = json!({"status": {"loadBalancer": {"ingress": want}}});
-        match api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => patched += 1,
-            Err(e) => {
-                tracing::warn!(namespace = %ns, name = %name, error = %e, "writing Ingress status failed")
-            }
+    let stale: Vec<(String, String)> = owned
+        .iter()
+        .filter(|(_, ing)| {
+            let have = ing
+                .status
+                .as_ref()
+                .and_then(|s| s.load_balancer.as_ref())
+                .and_then(|l| l.ingress.as_deref())
+                .unwrap_or_default();
+            have != want
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    let patch = json!({"status": {"loadBalancer": {"ingress": want}}});
+    futures::stream::iter(stale)
+        .map(|(ns, name)| patch_one(client.clone(), ns, name, patch.clone()))
+        .buffer_unordered(CONCURRENT_WRITES)
+        .filter(|ok| std::future::ready(*ok))
+        .count()
+        .await
+}
+
+async fn patch_one(client: Client, ns: String, name: String, patch: serde_json::Value) -> bool {
+    let api = Api::<Ingress>::namespaced(client, &ns);
+    match api
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(namespace = %ns, name = %name, error = %e, "writing Ingress status failed");
+            false
         }
     }
-    patched
 }

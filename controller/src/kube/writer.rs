@@ -1,19 +1,23 @@
 //! The lease holder's duties: Ingress status and events, refreshed whenever the
 //! applied model, the leadership or the published address changes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferrule_model::{Model, Snapshot};
+use k8s_openapi::api::networking::v1::Ingress;
 use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use super::events::Events;
 use super::status::{self, Publish};
 use crate::status::Shared;
 
-/// Runs until the process exits.
+/// Runs until the process exits. `current` holds the Ingresses as last watched: a
+/// status change publishes no snapshot, so the snapshot's status may be older.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: Client,
     publish: Option<Publish>,
@@ -21,6 +25,7 @@ pub async fn run(
     mut leader: watch::Receiver<bool>,
     mut applied: watch::Receiver<Option<Arc<Model>>>,
     snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+    current: Store<Ingress>,
     shared: Arc<Shared>,
 ) {
     let mut events = Events::new(client.clone(), identity);
@@ -42,13 +47,18 @@ pub async fn run(
         }
         let owned: std::collections::BTreeSet<_> =
             ferrule_model::owned_ingresses(&snap).into_iter().collect();
-        let ingresses: BTreeMap<(String, String), &k8s_openapi::api::networking::v1::Ingress> =
-            snap.ingresses
-                .iter()
-                .map(|i| (crate::nginx::safety::ingress_ref(i), &**i))
-                .filter(|(r, _)| owned.contains(r))
-                .map(|(r, i)| ((r.namespace, r.name), i))
-                .collect();
+        let ingresses: BTreeMap<(String, String), Arc<Ingress>> = snap
+            .ingresses
+            .iter()
+            .map(|i| (crate::nginx::safety::ingress_ref(i), i))
+            .filter(|(r, _)| owned.contains(r))
+            .map(|(r, i)| {
+                let latest = current
+                    .get(&ObjectRef::new(&r.name).within(&r.namespace))
+                    .unwrap_or_else(|| i.clone());
+                ((r.namespace, r.name), latest)
+            })
+            .collect();
         if let Some(p) = &publish {
             match status::addresses(&client, p).await {
                 Ok(want) => {
@@ -61,15 +71,22 @@ pub async fn run(
             }
         }
         let statuses = shared.resources();
+        let uids: HashMap<(&str, &str), &str> = snap
+            .ingresses
+            .iter()
+            .filter_map(|i| {
+                let m = &i.metadata;
+                Some((
+                    (m.namespace.as_deref()?, m.name.as_deref()?),
+                    m.uid.as_deref()?,
+                ))
+            })
+            .collect();
         let uid = |s: &crate::status::ResourceStatus| {
-            snap.ingresses
-                .iter()
-                .find(|i| {
-                    s.kind == "Ingress"
-                        && i.metadata.namespace.as_deref() == Some(&s.namespace)
-                        && i.metadata.name.as_deref() == Some(&s.name)
-                })
-                .and_then(|i| i.metadata.uid.clone())
+            (s.kind == "Ingress")
+                .then(|| uids.get(&(s.namespace.as_str(), s.name.as_str())))
+                .flatten()
+                .map(|u| (*u).to_owned())
         };
         events.publish(&statuses, uid).await;
     }

@@ -42,6 +42,9 @@ mod njs {
     include!(concat!(env!("OUT_DIR"), "/njs_files.rs"));
 }
 
+/// The Lua balancer's API token, relative to the prefix (read by `init_by_lua`).
+const TOKEN_FILE: &str = "conf/balancer.token";
+
 /// How long a starting NGINX may take to serve its first configuration.
 const START_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -97,6 +100,10 @@ pub struct Dataplane {
     applied: Option<Arc<Model>>,
     /// The ConfigMap that model was built with.
     applied_configmap: Option<Arc<ConfigMap>>,
+    /// The configuration version an adopted master served when adopted, until the
+    /// first apply: files on disk equal to the new ones do not prove that the master
+    /// loaded them (an earlier controller may have died between writing and reload).
+    adopted_version: Option<String>,
     /// How long to wait for new workers to confirm a reload.
     pub verify_timeout: Duration,
     /// Only render and test; never start or reload NGINX (`ferrule validate`).
@@ -105,11 +112,38 @@ pub struct Dataplane {
 
 impl Dataplane {
     /// Prepares the prefix (directories, balancer sources, token, default
-    /// certificate; for njs also an empty state directory).
+    /// certificate; for njs also an empty state directory) for a new NGINX.
     pub fn new(
         renderer: Renderer,
         nginx_binary: PathBuf,
         default_pem: Vec<u8>,
+    ) -> std::io::Result<Self> {
+        let nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone());
+        Self::prepare(renderer, nginx, default_pem, None)
+    }
+
+    /// Like [`Dataplane::new`], but first adopts an NGINX master that an earlier
+    /// controller process left running on the prefix (see [`Nginx::adopt`]). An
+    /// adopted master keeps the balancer token, default certificate and (njs) state
+    /// it loaded, so the files holding them are kept; the first apply then reloads
+    /// only if the configuration differs from what it serves.
+    pub async fn adopt_or_new(
+        renderer: Renderer,
+        nginx_binary: PathBuf,
+        default_pem: Vec<u8>,
+    ) -> std::io::Result<Self> {
+        let mut nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone());
+        let adopted = nginx.adopt().await;
+        let mut dataplane = Self::prepare(renderer, nginx, default_pem, adopted)?;
+        dataplane.check_adopted_token().await;
+        Ok(dataplane)
+    }
+
+    fn prepare(
+        renderer: Renderer,
+        nginx: Nginx,
+        default_pem: Vec<u8>,
+        adopted: Option<process::Adopted>,
     ) -> std::io::Result<Self> {
         let opts = renderer.options();
         let prefix = opts.prefix.clone();
@@ -123,30 +157,62 @@ impl Dataplane {
                 chown_to(&dir, user);
             }
         }
-        let token = new_token();
+        let kept = adopted.is_some();
+        let (token_file, default_files) = match opts.balancer {
+            Balancer::Lua => (TOKEN_FILE, vec![render::DEFAULT_CERTIFICATE]),
+            Balancer::Njs => (
+                render::NJS_TOKEN_FILE,
+                vec![render::NJS_DEFAULT_CERT, render::NJS_DEFAULT_KEY],
+            ),
+        };
+        let kept_token = kept
+            .then(|| std::fs::read_to_string(prefix.join(token_file)).ok())
+            .flatten()
+            .and_then(|t| parse_token(opts.balancer, &t));
+        let token = kept_token.clone().unwrap_or_else(new_token);
+        // The default certificate an adopted master loaded stays (and is posted).
+        let kept_pem: Option<Vec<u8>> = kept
+            .then(|| {
+                let parts: Vec<Vec<u8>> = default_files
+                    .iter()
+                    .filter_map(|f| std::fs::read(prefix.join(f)).ok())
+                    .collect();
+                (parts.len() == default_files.len()).then(|| parts.concat())
+            })
+            .flatten();
+        let write_default = kept_pem.is_none();
+        let default_pem = kept_pem.unwrap_or(default_pem);
         match opts.balancer {
             Balancer::Lua => {
                 install(&prefix.join("lua"), lua::LUA_FILES)?;
-                files::atomic_write(&prefix.join("conf/balancer.token"), token.as_bytes(), 0o600)?;
-                files::atomic_write(
-                    &prefix.join(render::DEFAULT_CERTIFICATE),
-                    &default_pem,
-                    0o600,
-                )?;
+                if kept_token.is_none() {
+                    files::atomic_write(&prefix.join(token_file), token.as_bytes(), 0o600)?;
+                }
+                if write_default {
+                    files::atomic_write(
+                        &prefix.join(render::DEFAULT_CERTIFICATE),
+                        &default_pem,
+                        0o600,
+                    )?;
+                }
             }
             // `njs/README.md`, "The nginx contract". The workers read the default
             // certificate's files at handshakes, so they belong to the worker user.
             Balancer::Njs => {
                 install(&prefix.join(render::NJS_DIR), njs::NJS_FILES)?;
-                let json = serde_json::json!({ "token": token }).to_string();
-                files::atomic_write(&prefix.join(render::NJS_TOKEN_FILE), json.as_bytes(), 0o600)?;
+                if kept_token.is_none() {
+                    let json = serde_json::json!({ "token": token }).to_string();
+                    files::atomic_write(&prefix.join(token_file), json.as_bytes(), 0o600)?;
+                }
                 let (cert, key) = split_pem(&String::from_utf8_lossy(&default_pem));
                 for (rel, pem) in [
                     (render::NJS_DEFAULT_CERT, &cert),
                     (render::NJS_DEFAULT_KEY, &key),
                 ] {
                     let path = prefix.join(rel);
-                    files::atomic_write(&path, pem.as_bytes(), 0o600)?;
+                    if write_default {
+                        files::atomic_write(&path, pem.as_bytes(), 0o600)?;
+                    }
                     if let Some(user) = opts.user.as_deref() {
                         chown_to(&path, user);
                     }
@@ -154,16 +220,19 @@ impl Dataplane {
             }
         }
         let dp = Self {
-            nginx: Nginx::new(nginx_binary, prefix),
             renderer,
+            nginx,
             token,
             default_certificate: split_pem(&String::from_utf8_lossy(&default_pem)),
             applied: None,
             applied_configmap: None,
+            adopted_version: adopted.map(|a| a.version),
             verify_timeout: Duration::from_secs(10),
             dry_run: false,
         };
-        dp.clear_njs_state()?;
+        if !kept {
+            dp.clear_njs_state()?;
+        }
         Ok(dp)
     }
 
@@ -187,6 +256,28 @@ impl Dataplane {
             chown_to(&dir, user);
         }
         Ok(())
+    }
+
+    /// Makes the first apply reload when the adopted master refuses the token in the
+    /// token file (an earlier controller wrote it and died before the reload that
+    /// would have loaded it).
+    async fn check_adopted_token(&mut self) {
+        if self.adopted_version.is_none() {
+            return;
+        }
+        let socket = self.api_socket();
+        let request = api::request(
+            &socket,
+            "GET",
+            "/configuration/version",
+            Some(&self.token),
+            None,
+        );
+        let resp = tokio::time::timeout(Duration::from_secs(5), request).await;
+        if matches!(&resp, Ok(Ok(r)) if r.status == 401 || r.status == 403) {
+            tracing::warn!("the adopted NGINX refuses the token on disk; the first apply reloads");
+            self.adopted_version = Some(String::new());
+        }
     }
 
     /// The prefix directory.
@@ -227,6 +318,7 @@ impl Dataplane {
     /// Forgets the running state after NGINX died, so the next apply starts it.
     pub fn nginx_died(&mut self) {
         self.applied = None;
+        self.adopted_version = None;
     }
 
     /// Renders every file for `model`, with modes.
@@ -287,7 +379,7 @@ impl Dataplane {
             let model = Arc::new(ferrule_model::build(&served));
             let (rendered, specs) = self.files(&model)?;
             let change = files::write_all(self.prefix(), &specs)?;
-            if change.is_empty() && self.nginx.is_running() && !self.dry_run {
+            if change.is_empty() && self.serves(&model) {
                 // Exactly what NGINX serves already: no test, no reload.
                 return Ok(self.served(model, &served, excl, Applied::Unchanged, pass));
             }
@@ -326,6 +418,16 @@ impl Dataplane {
         self.one_by_one(snap, excl, pass).await
     }
 
+    /// Whether the running NGINX has loaded `model`, given that the files on disk are
+    /// `model`'s.
+    fn serves(&mut self, model: &Model) -> bool {
+        let loaded = self
+            .adopted_version
+            .as_ref()
+            .is_none_or(|v| *v == model.hash());
+        loaded && self.nginx.is_running() && !self.dry_run
+    }
+
     /// Records a successful pass: what NGINX serves now, and each resource's last
     /// accepted version (the fallback of later broken edits).
     fn served(
@@ -338,6 +440,7 @@ impl Dataplane {
     ) -> Outcome {
         self.applied = Some(model.clone());
         self.applied_configmap = served.config_map.clone();
+        self.adopted_version = None;
         excl.remember(served);
         Outcome {
             applied,
@@ -607,7 +710,7 @@ impl Dataplane {
         let model = Arc::new(ferrule_model::build(&served));
         let (_, specs) = self.files(&model)?;
         let change = files::write_all(self.prefix(), &specs)?;
-        let applied = if change.is_empty() && self.nginx.is_running() && !self.dry_run {
+        let applied = if change.is_empty() && self.serves(&model) {
             Applied::Unchanged
         } else {
             self.activate(&model).await?
@@ -638,6 +741,20 @@ impl Pass {
             failed: Vec::new(),
         }
     }
+}
+
+/// The token in a token file: plain text (Lua) or `{"token": "..."}` (njs).
+fn parse_token(balancer: Balancer, text: &str) -> Option<String> {
+    let token = match balancer {
+        Balancer::Lua => text.trim().to_owned(),
+        Balancer::Njs => serde_json::from_str::<serde_json::Value>(text)
+            .ok()?
+            .get("token")?
+            .as_str()?
+            .trim()
+            .to_owned(),
+    };
+    (!token.is_empty()).then_some(token)
 }
 
 fn new_token() -> String {

@@ -13,6 +13,32 @@ use super::api;
 /// The balancer API / config-version socket, relative to the prefix.
 const API_SOCKET: &str = "run/balancer.sock";
 
+/// The master's pid file, relative to the prefix (`pid` in nginx.conf).
+pub const PID_FILE: &str = "run/nginx.pid";
+
+/// Whether `pid` is a live (not zombie) NGINX master running `conf`.
+///
+/// The master rewrites its command line to `nginx: master process ` followed by the
+/// original arguments, which name the configuration file.
+fn is_master_of(pid: i32, conf: &Path) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let zombie = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .is_none_or(|state| state == "Z" || state == "X");
+    if zombie {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    cmdline.starts_with("nginx: master process ")
+        && cmdline.split_whitespace().any(|arg| Path::new(arg) == conf)
+}
+
 /// `nginx -t` rejected the configuration.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -46,12 +72,26 @@ impl TestFailure {
 /// (killed, crashed) its orphaned workers can be stopped too: they would otherwise
 /// keep the listening sockets and answer with a stale configuration, and no new
 /// master could bind.
+///
+/// The master is either our child, or a master an earlier controller process left
+/// running on the same prefix (see [`Nginx::adopt`]), which is supervised by pid.
 pub struct Nginx {
     binary: PathBuf,
     prefix: PathBuf,
     child: Option<Child>,
+    /// The pid of an adopted master (not our child: it cannot be waited for).
+    adopted: Option<i32>,
     /// Process group of the current (or last) master and its workers.
     group: Option<i32>,
+}
+
+/// A running master found by [`Nginx::adopt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adopted {
+    /// The master's pid.
+    pub pid: u32,
+    /// The configuration version its workers answer with.
+    pub version: String,
 }
 
 impl Nginx {
@@ -61,8 +101,72 @@ impl Nginx {
             binary: binary.into(),
             prefix: prefix.into(),
             child: None,
+            adopted: None,
             group: None,
         }
+    }
+
+    /// Takes over a master that an earlier controller process started on this prefix
+    /// and left running (the controller was killed or restarted; NGINX runs in its
+    /// own process group, so it survives). Adopting it keeps its workers and their
+    /// connections: a restarted controller with an unchanged configuration causes no
+    /// reload.
+    ///
+    /// The pid file must name a live `nginx: master process` whose command line names
+    /// this prefix's configuration, and the config-version endpoint on this prefix's
+    /// API socket must answer. Anything else (no pid file, a stale pid, another
+    /// program, another prefix) adopts nothing, and the next apply starts NGINX; a
+    /// master of this prefix that does not answer is killed (with its process group)
+    /// when that new one starts.
+    pub async fn adopt(&mut self) -> Option<Adopted> {
+        if self.is_running() {
+            return None;
+        }
+        let pid: i32 = std::fs::read_to_string(self.prefix.join(PID_FILE))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        if pid <= 1 || !is_master_of(pid, &self.prefix.join("conf/nginx.conf")) {
+            tracing::info!(pid, "the pid file names no NGINX master of this prefix");
+            return None;
+        }
+        // Only a group of its own is ours to kill: a master started by hand may share
+        // a group with unrelated processes.
+        let group = nix::unistd::getpgid(Some(Pid::from_raw(pid)))
+            .ok()
+            .map(Pid::as_raw)
+            .filter(|g| *g == pid);
+        let version = match self.config_version().await {
+            Some(v) => v,
+            None => {
+                tracing::warn!(
+                    pid,
+                    "NGINX master of this prefix found, but its config version does not answer; replacing it"
+                );
+                // It holds the listening ports: the new master could not bind.
+                self.group = group;
+                return None;
+            }
+        };
+        self.adopted = Some(pid);
+        self.group = group;
+        tracing::info!(pid, version = %version, "adopted the running NGINX master");
+        Some(Adopted {
+            pid: pid as u32,
+            version,
+        })
+    }
+
+    async fn config_version(&self) -> Option<String> {
+        let socket = self.prefix.join(API_SOCKET);
+        // A hung master must not hang the controller's start.
+        let request = api::request(&socket, "GET", "/ferrule/config-version", None, None);
+        let resp = tokio::time::timeout(Duration::from_secs(5), request)
+            .await
+            .ok()?
+            .ok()?;
+        (resp.status == 200).then(|| resp.body.trim().to_owned())
     }
 
     /// The prefix directory.
@@ -107,6 +211,7 @@ impl Nginx {
         if self.is_running() {
             return Err(std::io::Error::other("nginx is already running"));
         }
+        self.adopted = None;
         self.kill_group();
         for socket in [API_SOCKET] {
             match std::fs::remove_file(self.prefix.join(socket)) {
@@ -139,11 +244,22 @@ impl Nginx {
 
     /// The master's pid, when running.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().and_then(|c| c.id())
+        match self.adopted {
+            Some(pid) => Some(pid as u32),
+            None => self.child.as_ref().and_then(|c| c.id()),
+        }
     }
 
     /// Whether the master process is still alive.
     pub fn is_running(&mut self) -> bool {
+        if let Some(pid) = self.adopted {
+            if is_master_of(pid, &self.prefix.join("conf/nginx.conf")) {
+                return true;
+            }
+            self.adopted = None;
+            self.kill_group();
+            return false;
+        }
         match self.child.as_mut().map(|c| c.try_wait()) {
             Some(Ok(None)) => true,
             Some(_) => {
@@ -173,6 +289,19 @@ impl Nginx {
         if self.signal(Signal::SIGQUIT).is_err() {
             return;
         }
+        if self.adopted.is_some() {
+            // Not our child: watch it go instead of waiting for it.
+            let deadline = Instant::now() + timeout;
+            while self.is_running() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if self.is_running() {
+                let _ = self.signal(Signal::SIGKILL);
+            }
+            self.adopted = None;
+            self.kill_group();
+            return;
+        }
         if let Some(child) = self.child.as_mut()
             && tokio::time::timeout(timeout, child.wait()).await.is_err()
         {
@@ -200,6 +329,7 @@ impl Nginx {
     }
 
     /// Waits for the master to exit; returns when it does (for supervision).
+    /// An adopted master is not our child: for it, this returns `None` at once.
     pub async fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
         let status = self.child.as_mut()?.wait().await.ok();
         self.child = None;
@@ -211,7 +341,7 @@ impl Nginx {
 impl Drop for Nginx {
     /// The master is killed on drop (`kill_on_drop`); its workers go with it.
     fn drop(&mut self) {
-        if self.child.is_some()
+        if (self.child.is_some() || self.adopted.is_some())
             && let Some(group) = self.group
         {
             let _ = killpg(Pid::from_raw(group), Signal::SIGKILL);

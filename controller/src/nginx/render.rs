@@ -248,7 +248,7 @@ impl Renderer {
             user: self.opts.user.clone(),
             group: self.opts.user.as_ref().map(|_| "nogroup".to_owned()),
             worker_processes: self.opts.worker_processes.clone(),
-            pid: self.path("run/nginx.pid"),
+            pid: self.path(super::process::PID_FILE),
             error_log: self.path("logs/error.log"),
             access_log: self.path("logs/access.log"),
             mime_types: "/etc/nginx/mime.types".to_owned(),

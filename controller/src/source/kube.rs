@@ -1,9 +1,12 @@
 //! The Kubernetes source: reflectors for every kind Ferrule reads, turned into
 //! snapshots.
 //!
-//! Every raw watcher event, re-lists included, marks the source dirty: after a
-//! disconnect the re-list replaces the store, so objects deleted meanwhile vanish
-//! from the next snapshot. The first snapshot waits until every store is ready, so
+//! Every watcher event that changes what the model can read marks the source dirty,
+//! and every re-list does: after a disconnect the re-list replaces the store, so
+//! objects deleted meanwhile vanish from the next snapshot. A change of only the
+//! status or the resourceVersion (Ferrule's own Ingress status writes, at 10k
+//! Ingresses one watch event each) updates the store but marks nothing: the model
+//! never reads either. The first snapshot waits until every store is ready, so
 //! Ferrule never serves a half-listed cluster.
 //!
 //! The stores keep only what the model and the status writers read (see the
@@ -12,6 +15,8 @@
 //! node names, zones, owner references, labels other than the service name...)
 //! would otherwise hold most of the controller's memory.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,13 +51,15 @@ struct Stores {
     config_maps: Option<Store<ConfigMap>>,
 }
 
-/// Starts the watchers and publishes snapshots on `tx` until the process exits.
-pub async fn run(
+/// Starts the watchers and a task publishing snapshots on `tx` until the process
+/// exits. Returns the Ingress store, which holds each Ingress's current status even
+/// when no snapshot was published for a status change (for the status writer).
+pub fn start(
     client: Client,
     settings: Settings,
     opts: KubeSourceOptions,
     tx: watch::Sender<Option<Arc<Snapshot>>>,
-) {
+) -> Store<Ingress> {
     let dirty = Arc::new(Notify::new());
     let ns = opts.namespace.as_deref();
     let api = |c: &Client| -> (Api<Ingress>, Api<Service>, Api<EndpointSlice>, Api<Secret>) {
@@ -99,19 +106,30 @@ pub async fn run(
             )
         }),
     };
-    wait_ready(&stores).await;
-    tracing::info!("every watch has listed; publishing snapshots");
-    loop {
-        let snap = snapshot(&stores, &settings);
-        tx.send_replace(Some(Arc::new(snap)));
-        dirty.notified().await;
-        tokio::time::sleep(opts.coalesce).await;
-    }
+    let ingresses = stores.ingresses.clone();
+    tokio::spawn(async move {
+        wait_ready(&stores).await;
+        tracing::info!("every watch has listed; publishing snapshots");
+        loop {
+            let snap = snapshot(&stores, &settings);
+            tx.send_replace(Some(Arc::new(snap)));
+            dirty.notified().await;
+            tokio::time::sleep(opts.coalesce).await;
+        }
+    });
+    ingresses
 }
 
 fn reflect<K>(api: Api<K>, cfg: watcher::Config, strip: fn(&mut K), dirty: &Arc<Notify>) -> Store<K>
 where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + Send
+        + Sync
+        + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store::<K>();
@@ -184,16 +202,88 @@ pub fn strip_secret(o: &mut Secret) {
 async fn drive<S, K>(stream: S, dirty: Arc<Notify>)
 where
     S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    K: Resource + serde::Serialize,
 {
     let mut stream = std::pin::pin!(stream);
+    let mut seen = Seen::default();
     while let Some(ev) = stream.next().await {
         match ev {
-            Ok(_) => dirty.notify_one(),
+            Ok(ev) => {
+                if seen.changes(&ev) {
+                    dirty.notify_one();
+                }
+            }
             Err(e) => {
                 tracing::warn!(error = %e, kind = std::any::type_name::<K>(), "watch error; retrying with backoff")
             }
         }
     }
+}
+
+/// What the model could read of each object of one kind, as last seen, to tell
+/// changes from status-only and resourceVersion-only updates.
+#[derive(Default)]
+struct Seen {
+    current: HashMap<(String, String), u64>,
+    /// Filled during a re-list, then replaces `current` (so that objects deleted
+    /// while disconnected are forgotten).
+    relist: HashMap<(String, String), u64>,
+}
+
+impl Seen {
+    /// Records the event; whether it may change the model.
+    fn changes<K: Resource + serde::Serialize>(&mut self, ev: &watcher::Event<K>) -> bool {
+        match ev {
+            watcher::Event::Apply(o) => {
+                let fp = model_fingerprint(o);
+                self.current.insert(key(o), fp) != Some(fp)
+            }
+            watcher::Event::Delete(o) => {
+                self.current.remove(&key(o));
+                true
+            }
+            watcher::Event::Init => {
+                self.relist.clear();
+                true
+            }
+            watcher::Event::InitApply(o) => {
+                self.relist.insert(key(o), model_fingerprint(o));
+                true
+            }
+            watcher::Event::InitDone => {
+                self.current = std::mem::take(&mut self.relist);
+                true
+            }
+        }
+    }
+}
+
+fn key<K: Resource>(o: &K) -> (String, String) {
+    let m = o.meta();
+    (
+        m.namespace.clone().unwrap_or_default(),
+        m.name.clone().unwrap_or_default(),
+    )
+}
+
+/// A hash of everything in an object but what the model never reads and changes
+/// without the user changing anything: `status` (Ingress status written by the
+/// controller, Service load-balancer status), `metadata.resourceVersion`,
+/// `metadata.generation` (follows the spec, which is hashed) and managed fields.
+pub fn model_fingerprint<K: serde::Serialize>(o: &K) -> u64 {
+    let mut v = serde_json::to_value(o).unwrap_or_default();
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("status");
+        if let Some(meta) = obj.get_mut("metadata").and_then(|m| m.as_object_mut()) {
+            meta.remove("resourceVersion");
+            meta.remove("generation");
+            meta.remove("managedFields");
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    // serde_json maps are sorted (no preserve_order): equal objects, equal text.
+    v.to_string().hash(&mut h);
+    h.finish()
 }
 
 async fn wait_ready(s: &Stores) {
@@ -356,6 +446,55 @@ mod tests {
             secrets: each(&s.secrets, strip_secret),
             ..s.clone()
         }
+    }
+
+    #[test]
+    fn a_status_only_change_is_not_a_change() {
+        let ing = cluster().ingresses[0].clone();
+        let mut seen = Seen::default();
+        let apply = |o: &Ingress| watcher::Event::Apply(o.clone());
+        assert!(seen.changes(&apply(&ing)), "a new object is a change");
+        assert!(!seen.changes(&apply(&ing)), "the same object again is not");
+
+        // Ferrule's own status write, as the watch reports it back.
+        let mut written = (*ing).clone();
+        written.metadata.resource_version = Some("8".into());
+        written.status = Some(from(
+            json!({ "loadBalancer": { "ingress": [{ "ip": "192.0.2.9" }] } }),
+        ));
+        assert!(
+            !seen.changes(&apply(&written)),
+            "status and resourceVersion only"
+        );
+
+        let mut annotated = written.clone();
+        annotated
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(
+                "nginx.ingress.kubernetes.io/ssl-redirect".into(),
+                "false".into(),
+            );
+        assert!(
+            seen.changes(&apply(&annotated)),
+            "an annotation is a change"
+        );
+
+        let mut edited = annotated.clone();
+        edited.metadata.generation = Some(2);
+        edited.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host =
+            Some("other.example".into());
+        assert!(seen.changes(&apply(&edited)), "a spec edit is a change");
+
+        assert!(seen.changes(&watcher::Event::Delete(edited.clone())));
+        assert!(seen.changes(&apply(&edited)), "re-created after a delete");
+
+        // A re-list always counts (deletions while disconnected), and forgets what it
+        // did not list.
+        assert!(seen.changes(&watcher::Event::<Ingress>::Init));
+        assert!(seen.changes(&watcher::Event::<Ingress>::InitDone));
+        assert!(seen.changes(&apply(&edited)), "forgotten by the re-list");
     }
 
     #[test]

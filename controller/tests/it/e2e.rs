@@ -456,3 +456,98 @@ async fn only_the_lease_holder_writes_status_and_handover_works() {
     let took_over = wait_until(Duration::from_secs(30), || status("192.0.2.2")).await;
     assert!(took_over, "the follower took over; log:\n{}", second.logs());
 }
+
+/// The published address in an Ingress's status, if any.
+fn status_ip(c: &Cluster, ns: &str, name: &str) -> Value {
+    c.json(&["get", "ingress", "-n", ns, name])["status"]["loadBalancer"]["ingress"][0]["ip"]
+        .clone()
+}
+
+#[tokio::test]
+async fn status_writes_rebuild_nothing_and_a_restarted_controller_adopts_nginx() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster();
+    let ns = "e2e-adopt";
+    c.namespace(ns);
+    let a = netns_echo("10.213.0.5").await;
+    let b = netns_echo("10.213.0.6").await;
+    c.apply(&k8s_service(ns, "echo", &["10.213.0.5"]));
+    c.apply(&k8s_ingress(
+        ns,
+        "web",
+        "adopt.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
+    let mut f = start_ferrule(c, ns, &["--publish-status-address", "10.9.9.8"]);
+    f.wait_ready(Duration::from_secs(30)).await;
+    assert_eq!(f.backend("adopt.e2e", "/").await, (200, a.addr.to_string()));
+    let written = wait_until(Duration::from_secs(15), || async {
+        status_ip(c, ns, "web") == "10.9.9.8"
+    })
+    .await;
+    assert!(written, "status written; log:\n{}", f.logs());
+
+    // Someone else's status write: corrected from the watched status, and neither it
+    // nor the correction (status-only watch events) rebuilds the model.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let syncs = f.metric("ferrule_sync_duration_seconds_count", "").await;
+    let (ok, text) = c.kubectl(
+        &[
+            "patch",
+            "ingress",
+            "web",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"10.1.1.1"}]}}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "kubectl patch --subresource=status: {text}");
+    let corrected = wait_until(Duration::from_secs(15), || async {
+        status_ip(c, ns, "web") == "10.9.9.8"
+    })
+    .await;
+    assert!(corrected, "status corrected; log:\n{}", f.logs());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        f.metric("ferrule_sync_duration_seconds_count", "").await,
+        syncs,
+        "a status-only change rebuilt the model"
+    );
+
+    // The controller dies; the restarted one adopts its NGINX.
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+    f.kill_controller();
+    f.restart_controller();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while f.get_status("/readyz").await.0 != 200 {
+        assert_eq!(
+            f.backend("adopt.e2e", "/").await,
+            (200, a.addr.to_string()),
+            "served while the controller restarts"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready again; log:\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.master_pid(), Some(master), "the same master");
+    assert_eq!(f.worker_pids(), workers, "the same workers: no reload");
+    assert_eq!(f.metric("ferrule_reloads_total", "").await, 0.0);
+
+    // EndpointSlice changes reach traffic through the adopted balancer.
+    c.apply(&k8s_service(ns, "echo", &["10.213.0.6"]));
+    let moved = wait_until(Duration::from_secs(10), || async {
+        f.backend("adopt.e2e", "/").await.1 == b.addr.to_string()
+    })
+    .await;
+    assert!(moved, "endpoint change after adoption; log:\n{}", f.logs());
+    assert_eq!(f.worker_pids(), workers, "still no reload");
+}

@@ -373,3 +373,201 @@ async fn status_port_health_readiness_and_metrics() {
         "{bad}"
     );
 }
+
+/// Every request until `/readyz` answers 200 is served by `backend` (or refused with
+/// 503 by nobody: the proxy port must never fail while the controller restarts).
+async fn served_by_until_ready(f: &Ferrule, backend: &str, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    let mut requests = 0;
+    loop {
+        assert_eq!(
+            f.backend("web.test", "/").await,
+            (200, backend.to_owned()),
+            "request {requests} while the controller restarts; log:\n{}",
+            f.logs()
+        );
+        requests += 1;
+        if f.get_status("/readyz").await.0 == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not ready again within {timeout:?}; log:\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(requests > 0);
+}
+
+#[tokio::test]
+async fn a_restarted_controller_adopts_its_nginx_without_a_reload() {
+    let a = Echo::start("127.0.0.2").await;
+    let b = Echo::start_on("127.0.0.3", a.addr.port()).await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+    assert_eq!(workers.len(), 2, "two workers: {workers:?}");
+    let token = f.api_token();
+
+    // The controller dies (SIGKILL: no cleanup); its NGINX keeps serving.
+    f.kill_controller();
+    assert!(alive(master), "NGINX master died with the controller");
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+
+    f.restart_controller();
+    served_by_until_ready(&f, &a.addr.to_string(), Duration::from_secs(20)).await;
+    assert_eq!(f.master_pid(), Some(master), "the same master");
+    assert_eq!(f.worker_pids(), workers, "the same workers: no reload");
+    assert_eq!(reloads(&f).await, 0.0, "no reload counted");
+    assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);
+    assert_eq!(f.api_token(), token, "the token NGINX loaded is kept");
+    assert!(
+        f.logs().contains("adopted the running NGINX master"),
+        "log:\n{}",
+        f.logs()
+    );
+
+    // The balancer accepts the new controller: endpoint changes reach traffic, still
+    // without a reload.
+    m.write("svc.yaml", &service("demo", "echo", &[b.addr]));
+    let moved = wait_until(Duration::from_secs(3), || async {
+        f.backend("web.test", "/").await == (200, b.addr.to_string())
+    })
+    .await;
+    assert!(moved, "traffic follows the endpoints; log:\n{}", f.logs());
+    for _ in 0..10 {
+        assert_eq!(f.backend("web.test", "/").await, (200, b.addr.to_string()));
+    }
+    assert_eq!(f.worker_pids(), workers, "the same workers");
+    assert_eq!(reloads(&f).await, 0.0);
+
+    // A configuration change reloads the adopted master (not a restart).
+    m.write("ing.yaml", &web(&[("/only", "Prefix", "echo")]));
+    let applied = wait_until(Duration::from_secs(5), || async {
+        f.get("web.test", "/").await.0 == 404 && f.get("web.test", "/only").await.0 == 200
+    })
+    .await;
+    assert!(applied, "change applied; log:\n{}", f.logs());
+    assert_eq!(f.master_pid(), Some(master), "reloaded, not restarted");
+    let counted = wait_until(Duration::from_secs(5), || async {
+        reloads(&f).await == 1.0
+    })
+    .await;
+    assert!(counted, "one reload, got {}", reloads(&f).await);
+
+    // SIGTERM still drains and stops the adopted NGINX.
+    let status = f.stop();
+    assert!(status.success(), "exit {status:?}; log:\n{}", f.logs());
+    assert!(!alive(master), "adopted NGINX master still running");
+    let gone = wait_until(Duration::from_secs(5), || async {
+        f.worker_pids().is_empty() && workers.iter().all(|w| !alive(*w))
+    })
+    .await;
+    assert!(gone, "NGINX workers still running");
+}
+
+#[tokio::test]
+async fn a_stale_pid_file_is_not_adopted() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    let master = f.master_pid().expect("pid file");
+
+    // Controller and NGINX both gone; the pid file now names another program.
+    f.kill_controller();
+    let group = std::process::Command::new("kill")
+        .args(["-s", "KILL", "--", &format!("-{master}")])
+        .status()
+        .unwrap();
+    assert!(group.success());
+    let dead = wait_until(Duration::from_secs(5), || async { !alive(master) }).await;
+    assert!(dead);
+    let mut other = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid_file = f.prefix.path().join("nginx/run/nginx.pid");
+    std::fs::write(&pid_file, format!("{}\n", other.id())).unwrap();
+
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(20)).await;
+    let fresh = f.master_pid().expect("pid file");
+    assert!(
+        fresh != master && fresh != other.id() && alive(fresh),
+        "a new master: {master} → {fresh}"
+    );
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    assert!(
+        matches!(other.try_wait(), Ok(None)),
+        "the program named by the stale pid file was signalled"
+    );
+    let _ = other.kill();
+    let _ = other.wait();
+}
+
+#[tokio::test]
+async fn a_controller_restarted_on_changed_manifests_reloads_the_adopted_nginx() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+
+    // Changed while no controller runs: the files on disk are out of date.
+    f.kill_controller();
+    m.write("ing.yaml", &web(&[("/new", "Prefix", "echo")]));
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(20)).await;
+    assert_eq!(f.get("web.test", "/new").await.0, 200, "log:\n{}", f.logs());
+    assert_eq!(f.get("web.test", "/").await.0, 404);
+    assert_eq!(f.master_pid(), Some(master), "reloaded, not restarted");
+    assert_eq!(reloads(&f).await, 1.0, "one reload");
+    assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);
+    let replaced = wait_until(Duration::from_secs(10), || async {
+        let now = f.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !workers.contains(p))
+    })
+    .await;
+    assert!(replaced, "workers {workers:?} → {:?}", f.worker_pids());
+}
+
+#[tokio::test]
+async fn an_unresponsive_nginx_is_replaced_not_adopted() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    let master = f.master_pid().expect("pid file");
+    let workers = f.worker_pids();
+
+    // The controller dies and its NGINX hangs: stopped workers answer nothing, but
+    // still hold the listening sockets.
+    f.kill_controller();
+    for w in &workers {
+        let stopped = std::process::Command::new("kill")
+            .args(["-STOP", &w.to_string()])
+            .status()
+            .unwrap();
+        assert!(stopped.success());
+    }
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(30)).await;
+    let fresh = f.master_pid().expect("pid file");
+    assert_ne!(fresh, master, "a new master");
+    let gone = wait_until(Duration::from_secs(5), || async {
+        !alive(master) && workers.iter().all(|w| !alive(*w))
+    })
+    .await;
+    assert!(gone, "the hung NGINX was not stopped; log:\n{}", f.logs());
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+}

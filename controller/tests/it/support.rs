@@ -215,6 +215,8 @@ pub struct Ferrule {
     pub status: u16,
     pub prefix: tempfile::TempDir,
     pub log: PathBuf,
+    /// The `ferrule` arguments (for a restart on the same prefix and ports).
+    args: Vec<String>,
 }
 
 impl Ferrule {
@@ -251,34 +253,32 @@ impl Ferrule {
         let prefix = tempfile::tempdir().unwrap();
         let (http, https, status) = (free_port(), free_port(), free_port());
         let log = prefix.path().join("ferrule.log");
-        let child = Command::new(env!("CARGO_BIN_EXE_ferrule"))
-            .arg("run")
-            .args(source)
-            .arg("--nginx-prefix")
-            .arg(prefix.path().join("nginx"))
-            .args([
-                "--listen-address",
-                "127.0.0.1",
-                "--worker-processes",
-                "2",
-                "--status-address",
-                "127.0.0.1",
-            ])
-            .args([
-                "--http-port",
-                &http.to_string(),
-                "--https-port",
-                &https.to_string(),
-            ])
-            .args(["--status-port", &status.to_string(), "--coalesce-ms", "20"])
-            .args(&balancer)
-            .args(extra)
-            .env("RUST_LOG", "info,ferrule=debug")
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("ferrule binary");
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(source.iter().cloned());
+        args.push("--nginx-prefix".into());
+        args.push(prefix.path().join("nginx").to_string_lossy().into_owned());
+        for a in [
+            "--listen-address",
+            "127.0.0.1",
+            "--worker-processes",
+            "2",
+            "--status-address",
+            "127.0.0.1",
+        ] {
+            args.push(a.into());
+        }
+        for (flag, port) in [
+            ("--http-port", http),
+            ("--https-port", https),
+            ("--status-port", status),
+        ] {
+            args.push(flag.into());
+            args.push(port.to_string());
+        }
+        args.extend(["--coalesce-ms".into(), "20".into()]);
+        args.extend(balancer);
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let child = Self::exec(&args, &log);
         Ferrule {
             child,
             http,
@@ -286,7 +286,42 @@ impl Ferrule {
             status,
             prefix,
             log,
+            args,
         }
+    }
+
+    fn exec(args: &[String], log: &Path) -> Child {
+        // Appended: a restarted controller's log follows the first one's.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        Command::new(env!("CARGO_BIN_EXE_ferrule"))
+            .args(args)
+            .env("RUST_LOG", "info,ferrule=debug")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("ferrule binary")
+    }
+
+    /// SIGKILL to the controller only, as a crash or an OOM kill would do: its NGINX
+    /// (in a process group of its own) keeps running.
+    pub fn kill_controller(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts a new controller with the same arguments, prefix and ports (after
+    /// [`Ferrule::kill_controller`] or [`Ferrule::stop`]); does not wait.
+    pub fn restart_controller(&mut self) {
+        assert!(
+            !matches!(self.child.try_wait(), Ok(None)),
+            "the controller is still running"
+        );
+        self.child = Self::exec(&self.args, &self.log);
     }
 
     /// The controller's log so far (for assertion messages).
@@ -414,7 +449,14 @@ impl Drop for Ferrule {
         // A Ferrule killed with SIGKILL leaves its NGINX behind: stop it too.
         if let Some(pid) = self.master_pid()
             && pid > 1
+            && alive(pid)
+            // Only this test's NGINX, never a process that reused a stale pid.
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&*self.prefix.path().to_string_lossy()))
         {
+            let _ = Command::new("kill")
+                .args(["-s", "KILL", "--", &format!("-{pid}")])
+                .status();
             let _ = nix_kill(pid, "KILL");
         }
     }
