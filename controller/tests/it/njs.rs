@@ -511,3 +511,10 @@ async fn njs_grpc_backend_gets_http2_from_the_picked_peer() {
 async fn njs_tls_added_to_and_removed_from_served_hosts_without_reload() {
     crate::dynamic::tls_comes_and_goes_without_reload("127.0.0.41", NJS).await;
 }
+
+// A controller killed and restarted on the same prefix adopts its NGINX: the njs token,
+// default certificate and state the running master holds are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_a_restarted_controller_adopts_its_nginx_without_a_reload() {
+    crate::process::adoption_without_a_reload(&["127.0.0.42", "127.0.0.43"], NJS).await;
+}

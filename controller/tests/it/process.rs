@@ -402,12 +402,17 @@ async fn served_by_until_ready(f: &Ferrule, backend: &str, timeout: Duration) {
 
 #[tokio::test]
 async fn a_restarted_controller_adopts_its_nginx_without_a_reload() {
-    let a = Echo::start("127.0.0.2").await;
-    let b = Echo::start_on("127.0.0.3", a.addr.port()).await;
+    adoption_without_a_reload(&["127.0.0.2", "127.0.0.3"], &[]).await;
+}
+
+/// The adoption test above with the balancer chosen by `args` (also run for njs).
+pub async fn adoption_without_a_reload(ips: &[&str; 2], args: &[&str]) {
+    let a = Echo::start(ips[0]).await;
+    let b = Echo::start_on(ips[1], a.addr.port()).await;
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
     m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let mut f = Ferrule::start(m.path(), &[]).await;
+    let mut f = Ferrule::start(m.path(), args).await;
     assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
