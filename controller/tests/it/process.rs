@@ -576,3 +576,26 @@ async fn an_unresponsive_nginx_is_replaced_not_adopted() {
     assert!(gone, "the hung NGINX was not stopped; log:\n{}", f.logs());
     assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
 }
+
+// A first start does not run `nginx -t` before NGINX parses the same files as it starts
+// (twice the parse time at 10k hosts); later changes are tested before the reload.
+#[tokio::test]
+async fn a_clean_start_parses_the_configuration_once() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    assert_eq!(f.metric("ferrule_config_tests_total", "").await, 0.0);
+    m.write(
+        "ing.yaml",
+        &web(&[("/", "Prefix", "echo"), ("/new", "Prefix", "echo")]),
+    );
+    let reloaded = wait_until(Duration::from_secs(5), || async {
+        f.reloads().await >= 1.0
+    })
+    .await;
+    assert!(reloaded, "log:\n{}", f.logs());
+    assert_eq!(f.metric("ferrule_config_tests_total", "").await, 1.0);
+}
