@@ -57,11 +57,11 @@ pub struct BalancerClient {
     token: String,
     version: u64,
     /// What the store holds, as far as this client posted it.
-    backends: BTreeMap<String, Backend>,
-    certificates: BTreeMap<String, (String, String)>,
+    backends: BTreeMap<String, Digest>,
+    certificates: BTreeMap<String, Digest>,
     /// Objects the API refused, as they were refused (not retried while unchanged).
-    refused_backends: BTreeMap<String, Backend>,
-    refused_certificates: BTreeMap<String, (String, String)>,
+    refused_backends: BTreeMap<String, Digest>,
+    refused_certificates: BTreeMap<String, Digest>,
     /// Served for TLS hosts without a valid certificate of their own (the entry also
     /// tells the balancer that the host has TLS, for the ssl-redirect).
     default_certificate: Option<(String, String)>,
@@ -122,16 +122,16 @@ impl BalancerClient {
     /// be applied (socket unreachable, token refused, store full, ...).
     pub async fn sync(&mut self, model: &Model) -> Result<Posted, BalancerError> {
         let mut posted = Posted::default();
+        let wanted: Vec<(&Backend, Digest)> =
+            model.backends.values().map(|b| (b, digest(b))).collect();
         self.refused_backends
-            .retain(|n, b| model.backends.get(n) == Some(&*b));
-        let changed: Vec<Backend> = model
-            .backends
-            .values()
-            .filter(|b| {
-                self.backends.get(&b.name) != Some(*b)
-                    && self.refused_backends.get(&b.name) != Some(*b)
+            .retain(|n, d| model.backends.get(n).is_some_and(|b| digest(b) == *d));
+        let changed: Vec<(&Backend, Digest)> = wanted
+            .into_iter()
+            .filter(|(b, d)| {
+                self.backends.get(&b.name) != Some(d)
+                    && self.refused_backends.get(&b.name) != Some(d)
             })
-            .cloned()
             .collect();
         let removed: Vec<String> = self
             .backends
@@ -142,7 +142,7 @@ impl BalancerClient {
         if !changed.is_empty() || !removed.is_empty() {
             let items: Vec<(String, BackendPayload)> = changed
                 .iter()
-                .map(|b| (b.name.clone(), BackendPayload::from(b)))
+                .map(|(b, _)| (b.name.clone(), BackendPayload::from(*b)))
                 .collect();
             let refused = self
                 .post_chunked("/configuration/backends", "backends", items, &removed)
@@ -150,42 +150,48 @@ impl BalancerClient {
             for name in &removed {
                 self.backends.remove(name);
             }
-            for b in changed {
+            for (b, d) in changed {
                 match refused.iter().find(|(n, _)| *n == b.name) {
                     Some((_, msg)) => {
                         posted.rejected.push(format!("backend {}: {msg}", b.name));
-                        self.refused_backends.insert(b.name.clone(), b);
+                        self.refused_backends.insert(b.name.clone(), d);
                     }
                     None => {
                         posted.backends += 1;
-                        self.backends.insert(b.name.clone(), b);
+                        self.backends.insert(b.name.clone(), d);
                     }
                 }
             }
             posted.backends += removed.len();
         }
 
-        let wanted = certificate_hosts(model, self.default_certificate.as_ref());
+        let default = self.default_certificate.clone();
+        let wanted = certificate_hosts(model, default.as_ref());
+        let digests: BTreeMap<&str, Digest> =
+            wanted.iter().map(|(h, pair)| (*h, digest(pair))).collect();
         self.refused_certificates
-            .retain(|h, c| wanted.get(h) == Some(&*c));
-        let changed: Vec<(String, (String, String))> = wanted
+            .retain(|h, d| digests.get(h.as_str()) == Some(&*d));
+        let changed: Vec<(&str, Digest)> = digests
             .iter()
-            .filter(|(h, c)| {
-                self.certificates.get(*h) != Some(*c)
-                    && self.refused_certificates.get(*h) != Some(*c)
+            .filter(|(h, d)| {
+                self.certificates.get(**h) != Some(*d)
+                    && self.refused_certificates.get(**h) != Some(*d)
             })
-            .map(|(h, c)| (h.clone(), c.clone()))
+            .map(|(h, d)| (*h, *d))
             .collect();
         let removed: Vec<String> = self
             .certificates
             .keys()
-            .filter(|h| !wanted.contains_key(*h))
+            .filter(|h| !wanted.contains_key(h.as_str()))
             .cloned()
             .collect();
         if !changed.is_empty() || !removed.is_empty() {
             let items: Vec<(String, CertificatePayload)> = changed
                 .iter()
-                .map(|(h, (cert, key))| (h.clone(), CertificatePayload { host: h, cert, key }))
+                .map(|(h, _)| {
+                    let (cert, key) = wanted[h];
+                    (h.to_string(), CertificatePayload { host: h, cert, key })
+                })
                 .collect();
             let refused = self
                 .post_chunked(
@@ -198,15 +204,15 @@ impl BalancerClient {
             for host in &removed {
                 self.certificates.remove(host);
             }
-            for (host, c) in changed {
-                match refused.iter().find(|(h, _)| *h == host) {
+            for (host, d) in changed {
+                match refused.iter().find(|(h, _)| h == host) {
                     Some((_, msg)) => {
                         posted.rejected.push(format!("certificate {host}: {msg}"));
-                        self.refused_certificates.insert(host, c);
+                        self.refused_certificates.insert(host.to_owned(), d);
                     }
                     None => {
                         posted.certificates += 1;
-                        self.certificates.insert(host, c);
+                        self.certificates.insert(host.to_owned(), d);
                     }
                 }
             }
@@ -381,10 +387,10 @@ fn api_message(body: &str) -> String {
 
 /// Host → (certificate PEM, key PEM) for every server with TLS: its model
 /// certificate, else `default`.
-fn certificate_hosts(
-    model: &Model,
-    default: Option<&(String, String)>,
-) -> BTreeMap<String, (String, String)> {
+fn certificate_hosts<'a>(
+    model: &'a Model,
+    default: Option<&'a (String, String)>,
+) -> BTreeMap<&'a str, (&'a str, &'a str)> {
     let mut out = BTreeMap::new();
     for s in &model.servers {
         let Some(tls) = &s.tls else {
@@ -393,18 +399,34 @@ fn certificate_hosts(
         let own = tls
             .certificate
             .as_ref()
-            .and_then(|n| model.certificates.get(n));
-        match (own, default) {
-            (Some(c), _) => {
-                out.insert(s.host.clone(), (c.cert_pem.clone(), c.key_pem.clone()));
-            }
-            (None, Some(d)) => {
-                out.insert(s.host.clone(), d.clone());
-            }
-            (None, None) => {}
+            .and_then(|n| model.certificates.get(n))
+            .map(|c| (c.cert_pem.as_str(), c.key_pem.as_str()));
+        if let Some(pair) = own.or(default.map(|(c, k)| (c.as_str(), k.as_str()))) {
+            out.insert(s.host.as_str(), pair);
         }
     }
     out
+}
+
+/// What the client remembers of a posted object: a blake3 digest of its `Hash`
+/// encoding. Copies of every posted backend and certificate cost tens of MB at 10k.
+type Digest = [u8; 32];
+
+fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> Digest {
+    /// Collects the `Hash` encoding so that blake3 sees one buffer, not thousands
+    /// of tiny writes.
+    struct Encoding(Vec<u8>);
+    impl std::hash::Hasher for Encoding {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.extend_from_slice(bytes);
+        }
+        fn finish(&self) -> u64 {
+            unreachable!("only the encoding is used")
+        }
+    }
+    let mut e = Encoding(Vec::with_capacity(512));
+    value.hash(&mut e);
+    *blake3::hash(&e.0).as_bytes()
 }
 
 /// `{"version": V, FIELD: [items], "removed": [names]}`, encoded straight from the

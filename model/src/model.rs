@@ -175,7 +175,7 @@ pub struct LocationSettings {
 }
 
 /// An upstream: one Service port and its ready endpoints.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct Backend {
     /// `namespace_service_port`, unique in the model.
     pub name: String,
@@ -199,7 +199,7 @@ pub struct Endpoint {
 }
 
 /// How the in-NGINX balancer spreads requests over a backend's endpoints.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, Hash)]
 pub struct Balancing {
     /// Algorithm.
     pub load_balance: LoadBalance,
@@ -212,7 +212,7 @@ pub struct Balancing {
 }
 
 /// A canary attached to a primary backend.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash)]
 pub struct CanaryRoute {
     /// The canary backend.
     pub backend: String,
