@@ -281,6 +281,12 @@ enum Command {
     },
 }
 
+/// jemalloc instead of glibc malloc: with glibc, memory freed on one tokio worker
+/// thread's arena is not reused by another, and each full model rebuild at 10k
+/// Ingresses left the controller's RSS tens of MB higher (test/scale/RESULTS.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
