@@ -64,7 +64,7 @@ pub struct BalancerClient {
     refused_certificates: BTreeMap<String, Digest>,
     /// Served for TLS hosts without a valid certificate of their own (the entry also
     /// tells the balancer that the host has TLS, for the ssl-redirect).
-    default_certificate: Option<(String, String)>,
+    default_certificate: Option<std::sync::Arc<(String, String)>>,
     /// The fallback certificate the store holds (posted as `default`).
     posted_default: Option<(String, String)>,
     /// The most objects one POST carries.
@@ -92,7 +92,7 @@ impl BalancerClient {
     /// their own.
     pub fn with_default_certificate(mut self, (cert, key): &(String, String)) -> Self {
         if !cert.is_empty() && !key.is_empty() {
-            self.default_certificate = Some((cert.clone(), key.clone()));
+            self.default_certificate = Some(std::sync::Arc::new((cert.clone(), key.clone())));
         }
         self
     }
@@ -165,8 +165,9 @@ impl BalancerClient {
             posted.backends += removed.len();
         }
 
+        // An `Arc` clone: `wanted` borrows it across the `&mut self` posts below.
         let default = self.default_certificate.clone();
-        let wanted = certificate_hosts(model, default.as_ref());
+        let wanted = certificate_hosts(model, default.as_deref());
         let digests: BTreeMap<&str, Digest> =
             wanted.iter().map(|(h, pair)| (*h, digest(pair))).collect();
         self.refused_certificates
@@ -238,14 +239,19 @@ impl BalancerClient {
             .default_certificate
             .as_ref()
             .and_then(|n| model.certificates.get(n))
-            .map(|c| (c.cert_pem.clone(), c.key_pem.clone()))
-            .or_else(|| self.default_certificate.clone());
-        let Some((cert, key)) = wanted.clone() else {
+            .map(|c| (c.cert_pem.as_str(), c.key_pem.as_str()))
+            .or(self
+                .default_certificate
+                .as_deref()
+                .map(|(c, k)| (c.as_str(), k.as_str())));
+        let Some((cert, key)) = wanted else {
             return Ok(());
         };
-        if wanted == self.posted_default {
+        let posted_now = self.posted_default.as_ref();
+        if posted_now.is_some_and(|(c, k)| (c.as_str(), k.as_str()) == (cert, key)) {
             return Ok(());
         }
+        let wanted = Some((cert.to_owned(), key.to_owned()));
         self.version += 1;
         let body = serde_json::json!({
             "version": self.version,

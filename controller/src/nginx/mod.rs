@@ -182,6 +182,7 @@ impl Dataplane {
             .flatten();
         let write_default = kept_pem.is_none();
         let default_pem = kept_pem.unwrap_or(default_pem);
+        let default_certificate = split_pem(&String::from_utf8_lossy(&default_pem));
         match opts.balancer {
             Balancer::Lua => {
                 install(&prefix.join("lua"), lua::LUA_FILES)?;
@@ -204,10 +205,10 @@ impl Dataplane {
                     let json = serde_json::json!({ "token": token }).to_string();
                     files::atomic_write(&prefix.join(token_file), json.as_bytes(), 0o600)?;
                 }
-                let (cert, key) = split_pem(&String::from_utf8_lossy(&default_pem));
+                let (cert, key) = &default_certificate;
                 for (rel, pem) in [
-                    (render::NJS_DEFAULT_CERT, &cert),
-                    (render::NJS_DEFAULT_KEY, &key),
+                    (render::NJS_DEFAULT_CERT, cert),
+                    (render::NJS_DEFAULT_KEY, key),
                 ] {
                     let path = prefix.join(rel);
                     if write_default {
@@ -223,7 +224,7 @@ impl Dataplane {
             renderer,
             nginx,
             token,
-            default_certificate: split_pem(&String::from_utf8_lossy(&default_pem)),
+            default_certificate,
             applied: None,
             applied_configmap: None,
             adopted_version: adopted.map(|a| a.version),

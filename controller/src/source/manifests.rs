@@ -83,7 +83,9 @@ fn load_cached(
         settings,
         ..Snapshot::default()
     };
-    cache.0.retain(|p, _| files.iter().any(|(f, _)| f == p));
+    let present: std::collections::HashSet<&Path> =
+        files.iter().map(|(f, _)| f.as_path()).collect();
+    cache.0.retain(|p, _| present.contains(p.as_path()));
     for (path, stamp) in files {
         let docs = match cache.0.get(path) {
             Some((s, docs)) if s == stamp => docs,
