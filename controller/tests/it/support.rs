@@ -910,3 +910,33 @@ pub fn curl_https(port: u16, sni: &str, host: &str, path: &str, token: &str) -> 
     let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
+
+/// Requests the balancer API's `path` through the proxy ports with `host` (GET and a
+/// POST of `evil` over HTTP, a GET over HTTPS), with the valid `token`: every answer
+/// must be NGINX's own 404/400, never the API. Returns how many requests were made.
+pub async fn probe_api_on_proxy_ports(
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    token: &str,
+    evil: &str,
+) -> usize {
+    for method in ["GET", "POST"] {
+        let body = if method == "POST" { evil } else { "" };
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let (s, b) = raw_http(f.http, &req).await;
+        // An empty or odd Host may be refused by NGINX itself (400).
+        assert!(
+            s == 404 || s == 400,
+            "{method} Host {host:?} {path}: {s} {b}"
+        );
+        assert!(!b.contains("generation"), "API answered: {b}");
+    }
+    let (s, b) = curl_https(f.https, "localhost", host, path, token);
+    assert!(s == 404 || s == 400, "https Host {host:?} {path}: {s} {b}");
+    assert!(!b.contains("generation"), "API answered over https: {b}");
+    3
+}
