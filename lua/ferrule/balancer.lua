@@ -67,10 +67,18 @@ local function apply(name, b, version)
     end
 end
 
+-- Which hosts have a certificate posted (certificate.configured): cached per
+-- worker until the generation moves (certificate writes move it, store.touch).
+local tls_hosts = {}
+
 local function sync()
+    local gen = state.gen
     local ok, err = pcall(store.sync, state, apply)
     if not ok then
         ngx.log(ngx.ERR, "ferrule: backend sync failed: ", err)
+    end
+    if state.gen ~= gen then
+        tls_hosts = {}
     end
 end
 _M.sync = sync
@@ -91,7 +99,7 @@ local function pick(b, tried)
             ring = chash.new(b.endpoints)
             b.ring = ring
         end
-        return ring:pick(ngx.ctx.ferrule_hash_key or expr.eval(b.hash_expr, var_get), tried)
+        return ring:pick(expr.eval(b.hash_expr, var_get), tried)
     end
     if b.ewma then
         local e = b.ewma_alg
@@ -148,15 +156,34 @@ local function unavailable(msg, name)
     return ngx.exit(503)
 end
 
+-- Brings the worker to the latest generation posted: one shared dict get while
+-- nothing changes, so that the request after a POST sees it.
+local function refresh()
+    if store.generation() ~= state.gen then
+        sync()
+    end
+end
+
+local function has_tls(host)
+    local v = tls_hosts[host]
+    if v == nil then
+        v = certificate.configured(host)
+        tls_hosts[host] = v
+    end
+    return v
+end
+
+-- rewrite_by_lua. A plain backend (no canary, affinity) leaves nothing for
+-- balance(), which finds it again by $ferrule_backend: no ngx.ctx, no table.
 function _M.rewrite()
     -- ssl-redirect: decided here rather than rendered, so that a host gaining or
     -- losing TLS needs no reload. $ferrule_redirect_host is set (to the server's
     -- host) only where the annotation allows the redirect.
+    refresh()
     local rh = ngx_var.ferrule_redirect_host
-    if rh and rh ~= "" and ngx_var.scheme == "http" and certificate.configured(rh) then
+    if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" then
         return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
     end
-    sync() -- one shared dict get when nothing changed
     local name = ngx_var.ferrule_backend
     if not name or name == "" then
         return unavailable("$ferrule_backend is empty", name)
@@ -177,12 +204,11 @@ function _M.rewrite()
         end
         -- an unknown or empty canary backend falls back to the primary
         -- (ingress-nginx behaviour)
+        ngx.ctx.ferrule_backend = b
     end
     if b.n == 0 then
         return unavailable("no endpoints for backend", b.name)
     end
-    local ctx = ngx.ctx
-    ctx.ferrule_backend = b
 
     local aff = b.affinity
     if aff then
@@ -205,52 +231,78 @@ function _M.rewrite()
                 ngx.header["Set-Cookie"] = { existing, cookie }
             end
         end
+        local ctx = ngx.ctx
+        ctx.ferrule_backend = b
         ctx.ferrule_sticky_peer = ep
-    elseif b.hash_expr then
-        ctx.ferrule_hash_key = expr.eval(b.hash_expr, var_get)
     end
 end
 
-function _M.balance()
-    local ctx = ngx.ctx
+-- A retry after a failed attempt: a peer not tried yet for this request.
+local function retry(ctx)
     local b = ctx.ferrule_backend
-    if not b then
-        -- rewrite() did not run (misconfigured location): best effort
-        sync()
-        b = backends[ngx_var.ferrule_backend or ""]
-        if not b or b.n == 0 then
-            ngx.log(ngx.ERR, "ferrule: balance() without a usable backend; ",
-                    "is rewrite_by_lua missing?")
-            return ngx.exit(ngx.ERROR)
-        end
-        ctx.ferrule_backend = b
-    end
-
-    local ep
     local tried = ctx.ferrule_tried
-    local failed = ngx_balancer.get_last_failure()
-    if not failed then
+    if not tried then
         tried = {}
         ctx.ferrule_tried = tried
-        ctx.ferrule_attempts = {}
-        local more = math_min(b.n - 1, 3)
-        if more > 0 then
-            local ok, err = ngx_balancer.set_more_tries(more)
-            if not ok then
-                ngx.log(ngx.ERR, "ferrule: set_more_tries: ", err)
+        local first = ctx.ferrule_first
+        if first then
+            tried[first.key] = true
+        end
+    end
+    return b, pick(b, tried)
+end
+
+-- balancer_by_lua: the peer for this attempt.
+function _M.balance()
+    local b, ep, ctx
+    if ngx_balancer.get_last_failure() then
+        ctx = ngx.ctx
+        b, ep = retry(ctx)
+    else
+        b = backends[ngx_var.ferrule_backend]
+        if b and (b.canary or b.affinity) then
+            ctx = ngx.ctx
+            b = ctx.ferrule_backend or b
+            ep = ctx.ferrule_sticky_peer
+        end
+        if not b or b.n == 0 then
+            -- rewrite() did not run (is rewrite_by_lua missing?) or the backend lost
+            -- its endpoints since (rewrite() answers 503 for those)
+            refresh()
+            b = backends[ngx_var.ferrule_backend or ""]
+            if not b or b.n == 0 then
+                ngx.log(ngx.ERR, "ferrule: balance() without a usable backend")
+                return ngx.exit(ngx.ERROR)
             end
         end
-        ep = ctx.ferrule_sticky_peer or pick(b, nil)
-    else
-        ep = pick(b, tried)
+        ep = ep or pick(b, nil)
+        local more = math_min(b.n - 1, 3)
+        if more > 0 or b.ewma then
+            -- state for a retry (below) or for log(): only when there can be one
+            ctx = ctx or ngx.ctx
+            ctx.ferrule_backend = b
+            ctx.ferrule_first = ep
+            if more > 0 then
+                local ok, err = ngx_balancer.set_more_tries(more)
+                if not ok then
+                    ngx.log(ngx.ERR, "ferrule: set_more_tries: ", err)
+                end
+            end
+        end
     end
     if not ep then
         return ngx.exit(ngx.ERROR)
     end
-    tried[ep.key] = true
-    local attempts = ctx.ferrule_attempts
-    attempts[#attempts + 1] = ep.key
+    if ctx and ctx.ferrule_tried then
+        ctx.ferrule_tried[ep.key] = true
+    end
     if b.ewma then
+        local attempts = ctx.ferrule_attempts
+        if not attempts then
+            attempts = {}
+            ctx.ferrule_attempts = attempts
+        end
+        attempts[#attempts + 1] = ep.key
         ewma.started(ep.key)
     end
     local ok, err = ngx_balancer.set_current_peer(ep.host, ep.port)

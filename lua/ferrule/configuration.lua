@@ -141,6 +141,11 @@ local function post_certificates()
         ngx.log(ngx.ERR, "ferrule: POST certificates: ", werr)
         return fail(507, werr)
     end
+    local _, terr = store.touch()
+    if terr then
+        ngx.log(ngx.ERR, "ferrule: POST certificates: ", terr)
+        return fail(503, terr)
+    end
     return reply(201, {
         version = payload.version,
         generation = gen,

@@ -115,6 +115,26 @@ function _M.write(payload)
     return gen
 end
 
+-- Moves the generation without changing any backend. The certificate writer calls
+-- it: workers check `g` on every request, and what they derive from the
+-- certificates (which hosts have TLS) is dropped when `g` moves.
+function _M.touch()
+    local d = dict()
+    local ok, lerr = lock(d)
+    if not ok then
+        return nil, lerr
+    end
+    local gen = (d:get("g") or 0) + 1
+    d:safe_set("l:" .. gen, "\n")
+    d:delete("l:" .. (gen - _M.LOG_KEEP))
+    local okg, gerr = d:safe_set("g", gen)
+    unlock(d)
+    if not okg then
+        return nil, "shared dict " .. _M.DICT .. ": " .. tostring(gerr)
+    end
+    return gen
+end
+
 function _M.generation()
     return dict():get("g") or 0
 end

@@ -53,6 +53,24 @@ T["one change among 10k backends decodes one backend"] = function(t)
     end)
 end
 
+T["touch moves the generation and decodes nothing"] = function(t)
+    with_dict(function()
+        local installed = {}
+        local apply = function(name, b) installed[name] = b end
+        t.ok(store.write({ version = 7, backends = { backend("a", 1) }, removed = {} }))
+        local state = { versions = {} }
+        t.eq(store.sync(state, apply), 1)
+        local before = store.generation()
+        t.eq(store.touch(), before + 1)
+        t.eq(store.generation(), before + 1)
+        t.eq(store.sync(state, apply), 0) -- read the empty log entry, no scan
+        t.eq(state.gen, before + 1)
+        t.eq(state.full_syncs, 1)
+        t.eq(installed.a.endpoints[1].port, 1)
+        t.eq(store.controller_version(), 7) -- the backends' version is untouched
+    end)
+end
+
 T["a missing log entry falls back to a scan that only decodes what differs"] = function(t)
     with_dict(function()
         local apply_count = 0
