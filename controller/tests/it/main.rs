@@ -10,4 +10,5 @@ mod dynamic;
 mod e2e;
 mod njs;
 mod process;
+mod protocols;
 mod safety;

@@ -1,0 +1,163 @@
+//! `backend-protocol`: HTTPS, GRPC and GRPCS backends reached through both balancers.
+//! The backend is a private NGINX that answers with what it saw (scheme, protocol,
+//! URI, content type), so each test shows that the request left Ferrule over TLS
+//! and/or HTTP/2 exactly as the annotation asked.
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+const NJS: &[&str] = &["--balancer", "njs"];
+
+/// A private NGINX with three listeners on one address: TLS (HTTP/1.1), cleartext
+/// HTTP/2 and TLS + HTTP/2. Every answer is "$scheme $server_protocol $request_uri
+/// $http_content_type".
+pub struct ProtocolBackend {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    /// TLS, HTTP/1.1 (backend-protocol HTTPS).
+    pub https: u16,
+    /// Cleartext HTTP/2 (GRPC).
+    pub h2c: u16,
+    /// TLS and HTTP/2 (GRPCS).
+    pub h2s: u16,
+}
+
+impl ProtocolBackend {
+    pub fn start(ip: &str) -> ProtocolBackend {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        std::fs::write(dir.path().join("a.crt"), tls_fixture("a.crt")).unwrap();
+        std::fs::write(dir.path().join("a.key"), tls_fixture("a.key")).unwrap();
+        let (https, h2c, h2s) = (free_port(), free_port(), free_port());
+        let conf = format!(
+            "pid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\nworker_processes 1;\nevents {{}}\n\
+             http {{\n  access_log off;\n  server {{\n    listen {ip}:{https} ssl;\n    \
+             listen {ip}:{h2c} http2;\n    listen {ip}:{h2s} ssl http2;\n    \
+             ssl_certificate {d}/a.crt;\n    ssl_certificate_key {d}/a.key;\n    \
+             location / {{\n      default_type text/plain;\n      \
+             return 200 \"$scheme $server_protocol $request_uri $http_content_type\";\n    }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx");
+        ProtocolBackend {
+            child,
+            _dir: dir,
+            https,
+            h2c,
+            h2s,
+        }
+    }
+}
+
+impl Drop for ProtocolBackend {
+    /// SIGTERM, not SIGKILL: a killed master would leave its worker behind.
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// A gRPC-shaped call (HTTP/2 over TLS, `content-type: application/grpc`) to `host`
+/// through Ferrule's HTTPS port: the body and "\n<status> <HTTP version>".
+pub async fn grpc_call(f: &Ferrule, host: &str) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sk", "--http2", "-H", "content-type: application/grpc"])
+        .args(["-w", "\n%{http_code} %{http_version}", "--resolve"])
+        .arg(format!("{host}:{}:127.0.0.1", f.https))
+        .arg(format!("https://{host}:{}/pkg.Service/Call", f.https))
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A plain HTTP GET to `host` through Ferrule's HTTP port: (status, body).
+async fn http_get(f: &Ferrule, host: &str, path: &str) -> (u16, String) {
+    match client()
+        .get(format!("http://127.0.0.1:{}{path}", f.http))
+        .header("Host", host)
+        .send()
+        .await
+    {
+        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+        Err(_) => (0, String::new()),
+    }
+}
+
+async fn each_protocol_reaches_its_backend(ip: &str, balancer: &[&str]) {
+    let b = ProtocolBackend::start(ip);
+    let m = Manifests::new();
+    for (svc, port, proto, host) in [
+        ("tls", b.https, "HTTPS", "https.test"),
+        ("grpc", b.h2c, "GRPC", "grpc.test"),
+        ("grpcs", b.h2s, "GRPCS", "grpcs.test"),
+    ] {
+        m.write(
+            &format!("{svc}.yaml"),
+            &service_endpoints("demo", svc, port, &[(ip, true)]),
+        );
+        m.write(
+            &format!("ing-{svc}.yaml"),
+            &Ing::new("demo", svc, T0)
+                .nginx("backend-protocol", proto)
+                .rule(host, &[("/", "Prefix", svc)])
+                .yaml(),
+        );
+    }
+    let f = Ferrule::start(m.path(), balancer).await;
+
+    let https_ok = wait_until(Duration::from_secs(5), || async {
+        http_get(&f, "https.test", "/x?y=1").await.0 == 200
+    })
+    .await;
+    assert!(https_ok, "HTTPS backend; log:\n{}", f.logs());
+    assert_eq!(
+        http_get(&f, "https.test", "/x?y=1").await,
+        (200, "https HTTP/1.1 /x?y=1 ".to_owned()),
+        "backend-protocol HTTPS: TLS to the peer, the URI unchanged"
+    );
+
+    let grpc_ok = wait_until(Duration::from_secs(5), || async {
+        grpc_call(&f, "grpc.test").await.starts_with("http ")
+    })
+    .await;
+    assert!(
+        grpc_ok,
+        "GRPC backend: {:?}",
+        grpc_call(&f, "grpc.test").await
+    );
+    assert_eq!(
+        grpc_call(&f, "grpc.test").await,
+        "http HTTP/2.0 /pkg.Service/Call application/grpc\n200 2",
+        "backend-protocol GRPC: cleartext HTTP/2 to the peer"
+    );
+    assert_eq!(
+        grpc_call(&f, "grpcs.test").await,
+        "https HTTP/2.0 /pkg.Service/Call application/grpc\n200 2",
+        "backend-protocol GRPCS: HTTP/2 over TLS to the peer"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lua_https_grpc_and_grpcs_backends_carry_traffic() {
+    each_protocol_reaches_its_backend("127.0.0.47", &["--balancer", "lua"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_https_grpc_and_grpcs_backends_carry_traffic() {
+    each_protocol_reaches_its_backend("127.0.0.48", NJS).await;
+}
