@@ -15,6 +15,12 @@
 #                 bodies: `rewrite_by_lua_block {}` and an upstream
 #                 whose balancer_by_lua only calls set_current_peer(<the backend>): the
 #                 cost of the phases themselves, whatever the balancer does in them.
+#   balancer-floor  lua-floor without the rewrite phase: the least any balancer_by_lua
+#                 design costs.
+# On a machine with two or more cores the proxies' workers are pinned to CPU 0 and wrk
+# and the backend to the other cores (PIN=0 turns this off): the proxy under test is then
+# the bottleneck and does not fight the client for its core, which on a 2-core machine
+# moved req/s by +-20 % between rounds.
 # Rounds alternate the targets so that noise hits all alike; figures are medians over
 # rounds. Besides req/s, the CPU time of the proxy's workers per request (utime+stime
 # from /proc) is reported: on a shared machine it is far less noisy than req/s.
@@ -27,12 +33,20 @@ CONNS=${CONNS:-32}
 THREADS=${THREADS:-2}
 PROXY_WORKERS=${PROXY_WORKERS:-1}
 OUT=${OUT:-}
+# paired: each round runs static and one other target at the same time, both workers
+# pinned to CPU 0, so both see the same machine at every moment and the kernel splits
+# the core between them: the req/s ratio is the cost ratio, and moments of a slow
+# (shared, virtual) CPU hit both alike. sequential: one target after the other.
+MODE=${MODE:-paired}
 
 build_ferrule
 WORK=$(mktemp -d /tmp/ferrule-bench.XXXXXX)
 cleanup() {
     stop_ferrule "$WORK/ferrule"
     stop_nginx "$WORK/static"
+    stop_nginx "$WORK/floor"
+    stop_nginx "$WORK/bare"
+    stop_nginx "$WORK/balfloor"
     stop_nginx "$WORK/backend"
     [ "${KEEP:-0}" = 1 ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
@@ -43,30 +57,30 @@ BPORT=$(free_port)
 write_backend "$WORK/backend" "$BPORT" "$BACKEND_IP"
 start_nginx "$WORK/backend"
 
-# Baselines.
-SPORT=$(free_port)
-BAREPORT=$(free_port)
-S=$WORK/static
-mkdir -p "$S/conf" "$S/logs"
-cp "$ROOT/rootfs/etc/nginx/proxy-headers.conf" "$S/conf/"
+# Baselines: one NGINX each, so that each has its own worker (paired mode runs two
+# targets at once and relies on the kernel splitting CPU 0 between two workers).
 grep -v '_by_lua' "$ROOT/rootfs/etc/nginx/proxy-http.conf" |
-    sed 's|proxy_pass http://ferrule_balancer;|proxy_pass http://backend;|' > "$S/conf/proxy.conf"
-sed 's|proxy_pass http://backend;|proxy_pass http://floor;|' "$S/conf/proxy.conf" > "$S/conf/proxy-floor.conf"
-FLOORPORT=$(free_port)
-cat > "$S/conf/nginx.conf" <<NGX
+    sed 's|proxy_pass http://ferrule_balancer;|proxy_pass http://backend;|' > "$WORK/proxy.conf"
+# write_baseline NAME PORT LOCATION_BODY: an NGINX in $WORK/NAME proxying to the backend.
+write_baseline() {
+    local d=$WORK/$1 port=$2 body=$3
+    mkdir -p "$d/conf" "$d/logs"
+    cp "$ROOT/rootfs/etc/nginx/proxy-headers.conf" "$WORK/proxy.conf" "$d/conf/"
+    sed 's|proxy_pass http://backend;|proxy_pass http://floor;|' "$WORK/proxy.conf" > "$d/conf/proxy-floor.conf"
+    cat > "$d/conf/nginx.conf" <<NGX
 load_module $MODULES/ndk_http_module.so;
 load_module $MODULES/ngx_http_lua_module.so;
 worker_processes $PROXY_WORKERS;
-pid $S/logs/nginx.pid;
-error_log $S/logs/error.log notice;
+pid $d/logs/nginx.pid;
+error_log $d/logs/error.log notice;
 daemon off;
 events { worker_connections 16384; }
 http {
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
-    access_log $S/logs/access.log;
-    client_body_temp_path $S/tmp/cb; proxy_temp_path $S/tmp/px;
-    fastcgi_temp_path $S/tmp/fc; uwsgi_temp_path $S/tmp/uw; scgi_temp_path $S/tmp/sc;
+    access_log $d/logs/access.log;
+    client_body_temp_path $d/tmp/cb; proxy_temp_path $d/tmp/px;
+    fastcgi_temp_path $d/tmp/fc; uwsgi_temp_path $d/tmp/uw; scgi_temp_path $d/tmp/sc;
     server_tokens off;
     sendfile on;
     keepalive_timeout 75s;
@@ -85,31 +99,22 @@ http {
         keepalive 64;
     }
     server {
-        listen 127.0.0.1:$SPORT;
+        listen 127.0.0.1:$port;
         server_name bench.test;
-        location / { include $S/conf/proxy.conf; }
-    }
-    server {
-        listen 127.0.0.1:$FLOORPORT;
-        server_name bench.test;
-        location / {
-            rewrite_by_lua_block { }
-            include $S/conf/proxy-floor.conf;
-        }
-    }
-    server {
-        listen 127.0.0.1:$BAREPORT;
-        server_name bench.test;
-        access_log off;
-        location / {
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-        }
+        location / { $body }
     }
 }
 NGX
-start_nginx "$S"
+    start_nginx "$d"
+}
+SPORT=$(free_port)
+FLOORPORT=$(free_port)
+BAREPORT=$(free_port)
+BALFLOORPORT=$(free_port)
+write_baseline static "$SPORT" "include proxy.conf;"
+write_baseline floor "$FLOORPORT" "rewrite_by_lua_block { } include proxy-floor.conf;"
+write_baseline balfloor "$BALFLOORPORT" "include proxy-floor.conf;"
+write_baseline bare "$BAREPORT" 'access_log off; proxy_pass http://backend; proxy_http_version 1.1; proxy_set_header Connection "";'
 
 # Ferrule.
 F=$WORK/ferrule
@@ -156,13 +161,31 @@ YAML
 start_ferrule "$F" "$F/manifests" "$FHTTP" "$FHTTPS" "$FSTATUS" --worker-processes "$PROXY_WORKERS"
 wait_ready "$FSTATUS"
 
-for port in "$FHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT"; do
+for port in "$FHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
     wait_http "http://127.0.0.1:$port/" bench.test "$BACKEND_IP:$BPORT ferrule-bench-body"
 done
 
-TARGETS=(ferrule static lua-floor static-bare)
-declare -A PORT=([ferrule]=$FHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT)
-declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [static]="$S/logs/nginx.pid" [static-bare]="$S/logs/nginx.pid" [lua-floor]="$S/logs/nginx.pid")
+# Pinning (see the header): proxies on CPU 0, wrk and the backend on the others.
+PIN=${PIN:-1}
+[ "$(nproc)" -ge 2 ] || PIN=0
+CLIENT_CPUS=1-$(($(nproc) - 1))
+WRK=(wrk)
+pin_workers() { # MASTER_PIDFILE CPUS
+    local p
+    for p in $(ps -o pid= --ppid "$(cat "$1")"); do taskset -pc "$2" "$p" > /dev/null; done
+}
+if [ "$PIN" = 1 ]; then
+    pin_workers "$F/nginx/run/nginx.pid" 0
+    for b in static floor balfloor bare; do pin_workers "$WORK/$b/logs/nginx.pid" 0; done
+    pin_workers "$WORK/backend/logs/nginx.pid" "$CLIENT_CPUS"
+    WRK=(taskset -c "$CLIENT_CPUS" wrk)
+fi
+
+TARGETS=(ferrule static lua-floor balancer-floor static-bare)
+declare -A PORT=([ferrule]=$FHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
+declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
+    [static-bare]="$WORK/bare/logs/nginx.pid" [lua-floor]="$WORK/floor/logs/nginx.pid"
+    [balancer-floor]="$WORK/balfloor/logs/nginx.pid")
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
 worker_ticks() {
     local t=0 p
@@ -174,28 +197,45 @@ worker_ticks() {
 HZ=$(getconf CLK_TCK)
 ROWS=$WORK/rows
 : > "$ROWS"
-run_wrk() { # name duration -> appends "round name rps us_per_request"; fails on errors
-    local name=$1 d=$2 round=$3 out c0 c1 n rps
-    c0=$(worker_ticks "$name")
-    out=$(wrk -t"$THREADS" -c"$CONNS" -d"$d" -H 'Host: bench.test' "http://127.0.0.1:${PORT[$name]}/")
-    c1=$(worker_ticks "$name")
-    if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
-        echo "$name: errors during the run:" >&2
-        echo "$out" >&2
-        exit 1
-    fi
-    n=$(awk '/requests in/{print $1}' <<<"$out")
-    rps=$(awk '/^Requests\/sec:/{print $2}' <<<"$out")
-    local us
-    us=$(awk -v c=$((c1 - c0)) -v n="$n" -v hz="$HZ" 'BEGIN{printf "%.1f", c / hz * 1e6 / n}')
-    [ "$round" = 0 ] || echo "$round $name $rps $us" >> "$ROWS"
-    log "round $round $name: $rps req/s, $us us CPU/request"
+# measure KEY NAME...: wrk against every named target at once (one in sequential mode,
+# static and one other in paired mode); appends "KEY name rps us_per_request" to $ROWS
+# (KEY 0 = warm-up, not recorded). Fails on any error response.
+measure() {
+    local key=$1 name n rps us pids=()
+    shift
+    declare -A c0
+    for name; do c0[$name]=$(worker_ticks "$name"); done
+    for name; do
+        "${WRK[@]}" -t"$THREADS" -c"$CONNS" -d"${RUN_FOR:-$DURATION}" -H 'Host: bench.test' \
+            "http://127.0.0.1:${PORT[$name]}/" > "$WORK/wrk.$name" &
+        pids+=($!)
+    done
+    wait "${pids[@]}"
+    for name; do
+        if grep -qE 'Non-2xx|Socket errors' "$WORK/wrk.$name"; then
+            echo "$name: errors during the run:" >&2
+            cat "$WORK/wrk.$name" >&2
+            exit 1
+        fi
+        n=$(awk '/requests in/{print $1}' "$WORK/wrk.$name")
+        rps=$(awk '/^Requests\/sec:/{print $2}' "$WORK/wrk.$name")
+        us=$(awk -v c=$(($(worker_ticks "$name") - c0[$name])) -v n="$n" -v hz="$HZ" \
+            'BEGIN{printf "%.1f", c / hz * 1e6 / n}')
+        [ "$key" = 0 ] || echo "$key $name $rps $us" >> "$ROWS"
+        log "$key $name: $rps req/s, $us us CPU/request"
+    done
 }
 
 log "warm-up"
-for name in "${TARGETS[@]}"; do run_wrk "$name" 2s 0; done
+for name in "${TARGETS[@]}"; do RUN_FOR=2s measure 0 "$name"; done
 for r in $(seq "$ROUNDS"); do
-    for name in "${TARGETS[@]}"; do run_wrk "$name" "$DURATION" "$r"; done
+    for name in "${TARGETS[@]}"; do
+        if [ "$MODE" = paired ]; then
+            [ "$name" = static ] || measure "$r-$name" static "$name"
+        else
+            measure "$r" "$name"
+        fi
+    done
 done
 
 summary=$(python3 - "$ROWS" <<PY
@@ -205,12 +245,13 @@ rps, us = collections.defaultdict(dict), collections.defaultdict(dict)
 for r, name, a, b in rows:
     rps[name][r], us[name][r] = float(a), float(b)
 def med(d): return statistics.median(d.values())
-# per-round ratios against static, then the median: noise between rounds cancels
+# ratios against static measured in the same round (paired: at the same time), then
+# the median over rounds: noise between rounds cancels
 def ratio(name, d, inverse=False):
     v = [(d["static"][r] / d[name][r]) if inverse else (d[name][r] / d["static"][r]) for r in d[name]]
     return statistics.median(v)
-print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, medians; proxy workers: $PROXY_WORKERS; load average $(cut -d' ' -f1-3 /proc/loadavg))")
-for name in ["ferrule", "static", "lua-floor", "static-bare"]:
+print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
+for name in ["ferrule", "static", "lua-floor", "balancer-floor", "static-bare"]:
     print(f"  {name:<12} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
