@@ -69,6 +69,11 @@ pub struct BalancerClient {
     posted_default: Option<(String, String)>,
     /// The most objects one POST carries.
     batch: usize,
+    /// Set until the first sync after [`BalancerClient::new`] or [`BalancerClient::reset`]
+    /// has read which names the store holds: an NGINX adopted after a controller
+    /// restart keeps backends and certificates deleted while no controller ran, and
+    /// this client, having never posted them, would never remove them.
+    store_unread: bool,
 }
 
 impl BalancerClient {
@@ -85,6 +90,7 @@ impl BalancerClient {
             default_certificate: None,
             posted_default: None,
             batch: CHUNK,
+            store_unread: true,
         }
     }
 
@@ -111,6 +117,7 @@ impl BalancerClient {
         self.refused_backends.clear();
         self.refused_certificates.clear();
         self.posted_default = None;
+        self.store_unread = true;
     }
 
     /// Posts what differs between the store and `model`, retrying with backoff.
@@ -133,12 +140,25 @@ impl BalancerClient {
                     && self.refused_backends.get(&b.name) != Some(d)
             })
             .collect();
-        let removed: Vec<String> = self
+        let mut removed: Vec<String> = self
             .backends
             .keys()
             .filter(|n| !model.backends.contains_key(*n))
             .cloned()
             .collect();
+        let stored = if self.store_unread {
+            Some(self.stored_names().await?)
+        } else {
+            None
+        };
+        if let Some((backends, _)) = &stored {
+            removed.extend(
+                backends
+                    .iter()
+                    .filter(|n| !model.backends.contains_key(*n) && !self.backends.contains_key(*n))
+                    .cloned(),
+            );
+        }
         if !changed.is_empty() || !removed.is_empty() {
             let items: Vec<(String, BackendPayload)> = changed
                 .iter()
@@ -180,12 +200,22 @@ impl BalancerClient {
             })
             .map(|(h, d)| (*h, *d))
             .collect();
-        let removed: Vec<String> = self
+        let mut removed: Vec<String> = self
             .certificates
             .keys()
             .filter(|h| !wanted.contains_key(h.as_str()))
             .cloned()
             .collect();
+        if let Some((_, hosts)) = &stored {
+            removed.extend(
+                hosts
+                    .iter()
+                    .filter(|h| {
+                        !wanted.contains_key(h.as_str()) && !self.certificates.contains_key(*h)
+                    })
+                    .cloned(),
+            );
+        }
         if !changed.is_empty() || !removed.is_empty() {
             let items: Vec<(String, CertificatePayload)> = changed
                 .iter()
@@ -220,6 +250,7 @@ impl BalancerClient {
             posted.certificates += removed.len();
         }
         self.sync_default(model, &mut posted).await?;
+        self.store_unread = false;
         for r in &posted.rejected {
             tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
         }
@@ -341,6 +372,36 @@ impl BalancerClient {
             }
         }
         Ok(refused)
+    }
+
+    /// The backend names and certificate hosts the store holds (the `GET` debugging
+    /// endpoints; the default certificate is not a host).
+    async fn stored_names(&self) -> Result<(Vec<String>, Vec<String>), BalancerError> {
+        let get = |path: &'static str| async move {
+            let r = api::request(&self.socket, "GET", path, Some(&self.token), None).await?;
+            if r.status != 200 {
+                return Err(BalancerError::Refused {
+                    status: r.status,
+                    body: r.body,
+                });
+            }
+            Ok(serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null))
+        };
+        let strings = |v: Option<&Vec<Value>>, pick: fn(&Value) -> Option<&str>| -> Vec<String> {
+            v.into_iter()
+                .flatten()
+                .filter_map(pick)
+                .map(str::to_owned)
+                .collect()
+        };
+        let backends = get("/configuration/backends").await?;
+        let certificates = get("/configuration/certificates").await?;
+        Ok((
+            strings(backends["backends"].as_array(), |b| {
+                b["backend"]["name"].as_str()
+            }),
+            strings(certificates["hosts"].as_array(), Value::as_str),
+        ))
     }
 
     async fn post(&self, path: &str, bytes: &[u8]) -> Result<(), BalancerError> {
@@ -523,7 +584,7 @@ mod tests {
     use super::*;
 
     /// A fake balancer API: refuses (400) any POST naming a backend that starts with
-    /// "bad", accepts the rest; records every accepted body.
+    /// "bad", accepts the rest; records every accepted body. A GET sees an empty store.
     fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
         let path = dir.join("api.sock");
         let listener = tokio::net::UnixListener::bind(&path).unwrap();
@@ -534,7 +595,7 @@ mod tests {
                 let (mut s, _) = listener.accept().await.unwrap();
                 let mut raw = Vec::new();
                 let mut buf = [0u8; 65536];
-                let body = loop {
+                let (get, body) = loop {
                     let n = s.read(&mut buf).await.unwrap();
                     raw.extend_from_slice(&buf[..n]);
                     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -545,10 +606,19 @@ mod tests {
                             .and_then(|v| v.trim().parse().ok())
                             .unwrap_or(0);
                         if body.len() >= len {
-                            break body.to_owned();
+                            break (head.starts_with("GET "), body.to_owned());
                         }
                     }
                 };
+                if get {
+                    let reply = r#"{"backends":[],"hosts":[]}"#;
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    s.write_all(resp.as_bytes()).await.unwrap();
+                    continue;
+                }
                 let v: Value = serde_json::from_str(&body).unwrap();
                 let bad = v["backends"]
                     .as_array()

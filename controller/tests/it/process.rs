@@ -545,6 +545,57 @@ async fn a_controller_restarted_on_changed_manifests_reloads_the_adopted_nginx()
     assert!(replaced, "workers {workers:?} → {:?}", f.worker_pids());
 }
 
+// What was deleted while no controller ran leaves the adopted balancer's store: the
+// backend of a deleted Service, and the certificate of a host that lost TLS (else plain
+// HTTP to it would still be redirected to HTTPS).
+#[tokio::test]
+async fn an_adopted_store_forgets_what_was_deleted_while_no_controller_ran() {
+    let a = Echo::start("127.0.0.2").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "web", &["web.test"]);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("gone.yaml", &service("demo", "gone", &[a.addr]));
+    m.write("secret.yaml", &tls_secret("demo", "web-tls", &cert, &key));
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "web", T0)
+            .rule(
+                "web.test",
+                &[("/", "Prefix", "echo"), ("/gone", "Prefix", "gone")],
+            )
+            .tls(&["web.test"], "web-tls")
+            .yaml(),
+    );
+    let mut f = Ferrule::start(m.path(), &[]).await;
+    let master = f.master_pid().expect("pid file");
+    let gone = "demo_gone_80";
+    assert!(!f.balancer_backend(gone).await.is_null(), "{gone} posted");
+    assert_eq!(
+        f.get("web.test", "/").await.0,
+        308,
+        "a TLS host redirects HTTP"
+    );
+
+    f.kill_controller();
+    m.remove("gone.yaml");
+    m.remove("secret.yaml");
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(20)).await;
+    assert_eq!(f.master_pid(), Some(master), "adopted");
+    assert!(
+        f.balancer_backend(gone).await.is_null(),
+        "the deleted Service's backend is still in the store"
+    );
+    assert_eq!(
+        f.get("web.test", "/").await.0,
+        200,
+        "TLS removed: plain HTTP is served, not redirected"
+    );
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+}
+
 #[tokio::test]
 async fn an_unresponsive_nginx_is_replaced_not_adopted() {
     let a = Echo::start("127.0.0.2").await;
