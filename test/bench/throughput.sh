@@ -252,7 +252,7 @@ def ratio(name, d, inverse=False):
     return statistics.median(v)
 print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
 for name in ["ferrule", "static", "lua-floor", "balancer-floor", "static-bare"]:
-    print(f"  {name:<12} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
+    print(f"  {name:<15} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
 c = ratio("ferrule", us, True)
