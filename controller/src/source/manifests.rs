@@ -65,10 +65,12 @@ pub fn load(
     load_cached(&files, settings, config_map, &mut Cache::default())
 }
 
-/// Parsed documents by file, valid while the file's (size, mtime, inode) is unchanged:
-/// a change to one file re-parses that file only (YAML parsing dominates a load).
+/// The objects of each file, decoded, valid while the file's (size, mtime, inode) is
+/// unchanged: a change to one file re-reads and re-decodes that file only, and the
+/// others are shared into the new snapshot by `Arc` (parsing and decoding 20k
+/// documents took about 0.3 s per change).
 #[derive(Default)]
-struct Cache(HashMap<PathBuf, (FileStamp, Vec<serde_json::Value>)>);
+struct Cache(HashMap<PathBuf, (FileStamp, Snapshot)>);
 
 /// What identifies a version of a file: size, modification time (ns) and inode.
 type FileStamp = (u64, i128, u64);
@@ -87,37 +89,53 @@ fn load_cached(
         files.iter().map(|(f, _)| f.as_path()).collect();
     cache.0.retain(|p, _| present.contains(p.as_path()));
     for (path, stamp) in files {
-        let docs = match cache.0.get(path) {
-            Some((s, docs)) if s == stamp => docs,
+        let part = match cache.0.get(path) {
+            Some((s, part)) if s == stamp => part,
             _ => {
-                let docs = parse(path)?;
+                let part = decode_file(path, config_map)?;
                 &cache
                     .0
                     .entry(path.clone())
-                    .insert_entry((*stamp, docs))
+                    .insert_entry((*stamp, part))
                     .into_mut()
                     .1
             }
         };
-        for (index, value) in docs.iter().enumerate() {
-            if value.is_null() {
-                continue;
-            }
-            let added = objects::add(&mut snap, value.clone(), config_map).map_err(|e| {
-                ManifestError::Document {
-                    path: path.clone(),
-                    index,
-                    message: e.to_string(),
-                }
-            })?;
-            for a in added {
-                if let Added::Skipped(kind) = a {
-                    tracing::warn!(file = %path.display(), document = index, kind, "skipping object of a kind Ferrule does not read");
-                }
-            }
+        snap.ingresses.extend(part.ingresses.iter().cloned());
+        snap.ingress_classes
+            .extend(part.ingress_classes.iter().cloned());
+        snap.services.extend(part.services.iter().cloned());
+        snap.endpoint_slices
+            .extend(part.endpoint_slices.iter().cloned());
+        snap.secrets.extend(part.secrets.iter().cloned());
+        if part.config_map.is_some() {
+            snap.config_map.clone_from(&part.config_map);
         }
     }
     Ok(snap)
+}
+
+/// The objects of one file as a snapshot of its own. Unknown kinds are skipped with a
+/// warning (once per version of the file).
+fn decode_file(path: &Path, config_map: Option<(&str, &str)>) -> Result<Snapshot, ManifestError> {
+    let mut part = Snapshot::default();
+    for (index, value) in parse(path)?.into_iter().enumerate() {
+        if value.is_null() {
+            continue;
+        }
+        let added =
+            objects::add(&mut part, value, config_map).map_err(|e| ManifestError::Document {
+                path: path.to_owned(),
+                index,
+                message: e.to_string(),
+            })?;
+        for a in added {
+            if let Added::Skipped(kind) = a {
+                tracing::warn!(file = %path.display(), document = index, kind, "skipping object of a kind Ferrule does not read");
+            }
+        }
+    }
+    Ok(part)
 }
 
 /// The documents of one file (empty documents, e.g. a trailing `---`, as `null`, so
@@ -285,10 +303,15 @@ mod tests {
         };
         write("a.yaml", "a");
         write("b.yaml", "b");
-        assert_eq!(services(&load(&mut cache)), ["a", "b"]);
+        let first = load(&mut cache);
+        assert_eq!(services(&first), ["a", "b"]);
         // An edit changes the stamp (size here): the file is parsed again.
         write("b.yaml", "bee");
-        assert_eq!(services(&load(&mut cache)), ["a", "bee"]);
+        let second = load(&mut cache);
+        assert_eq!(services(&second), ["a", "bee"]);
+        // The unchanged file's objects are shared, not decoded again.
+        assert!(std::sync::Arc::ptr_eq(&first.services[0], &second.services[0]));
+        assert!(!std::sync::Arc::ptr_eq(&first.services[1], &second.services[1]));
         write("c.yaml", "c");
         std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
         assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
