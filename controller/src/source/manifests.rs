@@ -310,8 +310,14 @@ mod tests {
         let second = load(&mut cache);
         assert_eq!(services(&second), ["a", "bee"]);
         // The unchanged file's objects are shared, not decoded again.
-        assert!(std::sync::Arc::ptr_eq(&first.services[0], &second.services[0]));
-        assert!(!std::sync::Arc::ptr_eq(&first.services[1], &second.services[1]));
+        assert!(std::sync::Arc::ptr_eq(
+            &first.services[0],
+            &second.services[0]
+        ));
+        assert!(!std::sync::Arc::ptr_eq(
+            &first.services[1],
+            &second.services[1]
+        ));
         write("c.yaml", "c");
         std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
         assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
