@@ -71,14 +71,17 @@ end
 -- worker until the generation moves (certificate writes move it, store.touch).
 local tls_hosts = {}
 
+local tls_gen = nil
+
 local function sync()
-    local gen = state.gen
     local ok, err = pcall(store.sync, state, apply)
     if not ok then
         ngx.log(ngx.ERR, "ferrule: backend sync failed: ", err)
     end
-    if state.gen ~= gen then
-        tls_hosts = {}
+    -- keyed on the store's generation, not on the sync's success
+    local g = store.generation()
+    if g ~= tls_gen then
+        tls_hosts, tls_gen = {}, g
     end
 end
 _M.sync = sync
@@ -237,9 +240,18 @@ function _M.rewrite()
     end
 end
 
--- A retry after a failed attempt: a peer not tried yet for this request.
+-- A retry after a failed attempt: a peer not tried yet for this request. NGINX
+-- also retries on its own, without set_more_tries, when a kept-alive connection
+-- fails; balance() then kept nothing for a plain backend, which is looked up again.
 local function retry(ctx)
     local b = ctx.ferrule_backend
+    if not b then
+        b = backends[ngx_var.ferrule_backend or ""]
+        if not b or b.n == 0 then
+            return nil, nil
+        end
+        ctx.ferrule_backend = b
+    end
     local tried = ctx.ferrule_tried
     if not tried then
         tried = {}
@@ -258,6 +270,10 @@ function _M.balance()
     if ngx_balancer.get_last_failure() then
         ctx = ngx.ctx
         b, ep = retry(ctx)
+        if not b then
+            ngx.log(ngx.ERR, "ferrule: retry without a usable backend")
+            return ngx.exit(ngx.ERROR)
+        end
     else
         b = backends[ngx_var.ferrule_backend]
         if b and (b.canary or b.affinity) then

@@ -137,11 +137,12 @@ local function post_certificates()
         return fail(400, verr)
     end
     local gen, werr = certificate.write(payload)
+    -- even a partial write changed what is served: workers must drop their answers
+    local _, terr = store.touch()
     if not gen then
         ngx.log(ngx.ERR, "ferrule: POST certificates: ", werr)
         return fail(507, werr)
     end
-    local _, terr = store.touch()
     if terr then
         ngx.log(ngx.ERR, "ferrule: POST certificates: ", terr)
         return fail(503, terr)
