@@ -1227,3 +1227,74 @@ async fn a_refused_backend_does_not_block_other_endpoint_updates() {
         (200, echos[0].addr.to_string())
     );
 }
+
+/// A backend that serves the first request of every connection with keep-alive and
+/// closes the connection when a second request arrives on it: a kept-alive upstream
+/// connection that fails when NGINX reuses it.
+async fn closes_reused_connections(ip: &str) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut seen = Vec::new();
+                while !String::from_utf8_lossy(&seen).contains("\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = "first request on this connection";
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: keep-alive\r\n\r\n{body}",
+                    body.len()
+                );
+                if s.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+                // The next request on this connection is read, then dropped unanswered.
+                let _ = s.read(&mut buf).await;
+            });
+        }
+    });
+    addr
+}
+
+// NGINX retries on its own (without set_more_tries) when a kept-alive connection
+// fails; the balancer must pick again for a plain one-endpoint backend, whose first
+// pick it keeps nothing of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_kept_alive_connection_is_retried_for_a_one_endpoint_backend() {
+    let addr = closes_reused_connections("127.0.0.49").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "ka", &[addr]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "ka", "2026-01-01T00:00:00Z")
+            .rule("ka.test", &[("/", "Prefix", "ka")])
+            .yaml(),
+    );
+    // One worker: every request meets the connection the previous one left.
+    let f = Ferrule::start(m.path(), &["--worker-processes", "1"]).await;
+    for i in 0..5 {
+        let r = client()
+            .get(format!("http://127.0.0.1:{}/", f.http))
+            .header("Host", "ka.test")
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap_or_default();
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "first request on this connection"),
+            "request {i}; log:\n{}",
+            f.logs()
+        );
+    }
+}

@@ -260,12 +260,14 @@ impl Ferrule {
         for a in [
             "--listen-address",
             "127.0.0.1",
-            "--worker-processes",
-            "2",
             "--status-address",
             "127.0.0.1",
         ] {
             args.push(a.into());
+        }
+        // Two workers unless the test asks otherwise.
+        if !extra.contains(&"--worker-processes") {
+            args.extend(["--worker-processes".into(), "2".into()]);
         }
         for (flag, port) in [
             ("--http-port", http),
