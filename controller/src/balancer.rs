@@ -385,7 +385,10 @@ impl BalancerClient {
                     body: r.body,
                 });
             }
-            Ok(serde_json::from_str::<Value>(&r.body).unwrap_or(Value::Null))
+            // An unreadable answer is an error, not an empty store: the next sync
+            // reads again rather than leaving stale entries for good.
+            serde_json::from_str::<Value>(&r.body)
+                .map_err(|e| std::io::Error::other(format!("GET {path}: {e}")).into())
         };
         let strings = |v: Option<&Vec<Value>>, pick: fn(&Value) -> Option<&str>| -> Vec<String> {
             v.into_iter()
