@@ -1115,32 +1115,7 @@ async fn balancer_api_needs_the_token_and_is_not_reachable_through_the_proxy() {
     );
 
     // NGINX listens on TCP only on the proxy ports.
-    let out = std::process::Command::new("ss")
-        .args(["-Hltnp"])
-        .output()
-        .unwrap();
-    let master = std::fs::read_to_string(f.prefix.path().join("nginx/run/nginx.pid"))
-        .unwrap()
-        .trim()
-        .to_owned();
-    let mut ours: Vec<String> = f
-        .worker_pids()
-        .iter()
-        .map(|p| format!("pid={p},"))
-        .collect();
-    ours.push(format!("pid={master},"));
-    let ports: BTreeSet<u16> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(3)?
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let ports = f.nginx_tcp_ports();
     assert_eq!(
         ports,
         BTreeSet::from([f.http, f.https]),

@@ -357,29 +357,7 @@ async fn njs_api_needs_the_token_is_unreachable_through_the_proxy_and_survives_a
     );
 
     // NGINX listens on TCP only on the proxy ports.
-    let out = std::process::Command::new("ss")
-        .args(["-Hltnp"])
-        .output()
-        .unwrap();
-    let master = f.master_pid().expect("pid file");
-    let mut ours: Vec<String> = f
-        .worker_pids()
-        .iter()
-        .map(|p| format!("pid={p},"))
-        .collect();
-    ours.push(format!("pid={master},"));
-    let ports: BTreeSet<u16> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
-        .filter_map(|l| {
-            l.split_whitespace()
-                .nth(3)?
-                .rsplit(':')
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let ports = f.nginx_tcp_ports();
     assert_eq!(
         ports,
         BTreeSet::from([f.http, f.https]),
@@ -389,6 +367,7 @@ async fn njs_api_needs_the_token_is_unreachable_through_the_proxy_and_survives_a
 
     // A new NGINX master starts with an empty store: the controller posts everything
     // again, and traffic is served as before.
+    let master = f.master_pid().expect("pid file");
     let killed = std::process::Command::new("kill")
         .args(["-9", &master.to_string()])
         .status()

@@ -12,6 +12,17 @@ fn web(paths: &[PathRule]) -> String {
     Ing::new("demo", "web", T0).rule("web.test", paths).yaml()
 }
 
+/// The common start: an echo backend on `ip` serving `web.test/`, and Ferrule (with
+/// `args`) Ready on those manifests.
+async fn echo_web(ip: &str, args: &[&str]) -> (Echo, Manifests, Ferrule) {
+    let a = Echo::start(ip).await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let f = Ferrule::start(m.path(), args).await;
+    (a, m, f)
+}
+
 const RELOADS_OK: (&str, &str) = ("ferrule_reloads_total", "result=\"success\"");
 
 async fn reloads(f: &Ferrule) -> f64 {
@@ -67,11 +78,7 @@ async fn reload_is_verified_and_replaces_workers() {
 
 #[tokio::test]
 async fn a_burst_of_ingresses_is_coalesced() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let f = Ferrule::start(m.path(), &[]).await;
+    let (_a, m, f) = echo_web("127.0.0.2", &[]).await;
     let before = reloads(&f).await;
     for i in 0..20 {
         m.write(
@@ -102,12 +109,8 @@ async fn a_burst_of_ingresses_is_coalesced() {
 
 #[tokio::test]
 async fn endpoint_changes_need_no_reload() {
-    let a = Echo::start("127.0.0.2").await;
+    let (a, m, f) = echo_web("127.0.0.2", &[]).await;
     let b = Echo::start_on("127.0.0.3", a.addr.port()).await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let f = Ferrule::start(m.path(), &[]).await;
     assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
     let before = reloads(&f).await;
     let workers = f.worker_pids();
@@ -153,11 +156,7 @@ async fn endpoint_changes_need_no_reload() {
 
 #[tokio::test]
 async fn nginx_killed_is_restarted_and_serves_again() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let f = Ferrule::start(m.path(), &[]).await;
+    let (a, m, f) = echo_web("127.0.0.2", &[]).await;
     assert_eq!(f.get("web.test", "/").await.0, 200);
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
@@ -201,11 +200,7 @@ async fn nginx_killed_is_restarted_and_serves_again() {
 
 #[tokio::test]
 async fn sigterm_stops_nginx_and_exits_zero() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let mut f = Ferrule::start(m.path(), &[]).await;
+    let (_a, _m, mut f) = echo_web("127.0.0.2", &[]).await;
     assert_eq!(f.get("web.test", "/").await.0, 200);
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
@@ -407,12 +402,8 @@ async fn a_restarted_controller_adopts_its_nginx_without_a_reload() {
 
 /// The adoption test above with the balancer chosen by `args` (also run for njs).
 pub async fn adoption_without_a_reload(ips: &[&str; 2], args: &[&str]) {
-    let a = Echo::start(ips[0]).await;
+    let (a, m, mut f) = echo_web(ips[0], args).await;
     let b = Echo::start_on(ips[1], a.addr.port()).await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let mut f = Ferrule::start(m.path(), args).await;
     assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
@@ -478,11 +469,7 @@ pub async fn adoption_without_a_reload(ips: &[&str; 2], args: &[&str]) {
 
 #[tokio::test]
 async fn a_stale_pid_file_is_not_adopted() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let mut f = Ferrule::start(m.path(), &[]).await;
+    let (a, _m, mut f) = echo_web("127.0.0.2", &[]).await;
     let master = f.master_pid().expect("pid file");
 
     // Controller and NGINX both gone; the pid file now names another program.
@@ -519,11 +506,7 @@ async fn a_stale_pid_file_is_not_adopted() {
 
 #[tokio::test]
 async fn a_controller_restarted_on_changed_manifests_reloads_the_adopted_nginx() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let mut f = Ferrule::start(m.path(), &[]).await;
+    let (_a, m, mut f) = echo_web("127.0.0.2", &[]).await;
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
 
@@ -598,11 +581,7 @@ async fn an_adopted_store_forgets_what_was_deleted_while_no_controller_ran() {
 
 #[tokio::test]
 async fn an_unresponsive_nginx_is_replaced_not_adopted() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let mut f = Ferrule::start(m.path(), &[]).await;
+    let (a, _m, mut f) = echo_web("127.0.0.2", &[]).await;
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
 
@@ -632,11 +611,7 @@ async fn an_unresponsive_nginx_is_replaced_not_adopted() {
 // (twice the parse time at 10k hosts); later changes are tested before the reload.
 #[tokio::test]
 async fn a_clean_start_parses_the_configuration_once() {
-    let a = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
-    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let f = Ferrule::start(m.path(), &[]).await;
+    let (a, m, f) = echo_web("127.0.0.2", &[]).await;
     assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
     assert_eq!(f.metric("ferrule_config_tests_total", "").await, 0.0);
     m.write(

@@ -805,6 +805,29 @@ impl Ferrule {
             .parse()
             .ok()
     }
+
+    /// The TCP ports NGINX (master or workers) listens on, as `ss` reports them.
+    pub fn nginx_tcp_ports(&self) -> std::collections::BTreeSet<u16> {
+        let out = Command::new("ss").args(["-Hltnp"]).output().unwrap();
+        let mut ours: Vec<String> = self
+            .worker_pids()
+            .iter()
+            .map(|p| format!("pid={p},"))
+            .collect();
+        ours.extend(self.master_pid().map(|m| format!("pid={m},")));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| ours.iter().any(|p| l.contains(p.as_str())))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .nth(3)?
+                    .rsplit(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect()
+    }
 }
 
 /// Whether a process exists and is not a zombie.
