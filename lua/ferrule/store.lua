@@ -100,7 +100,7 @@ function _M.write(payload)
     -- workers do a full scan and converge on whatever was written.
     if failed then
         d:delete("l:" .. gen)
-    else
+    elseif payload.version ~= nil then
         d:safe_set("cv", payload.version)
     end
     -- numbers replace numbers in place: no allocation, no eviction
@@ -115,24 +115,12 @@ function _M.write(payload)
     return gen
 end
 
--- Moves the generation without changing any backend. The certificate writer calls
--- it: workers check `g` on every request, and what they derive from the
--- certificates (which hosts have TLS) is dropped when `g` moves.
+-- Moves the generation without changing any backend (an empty log entry, the
+-- backends' version untouched). The certificate writer calls it: workers check `g`
+-- on every request, and what they derive from the certificates (which hosts have
+-- TLS) is dropped when `g` moves.
 function _M.touch()
-    local d = dict()
-    local ok, lerr = lock(d)
-    if not ok then
-        return nil, lerr
-    end
-    local gen = (d:get("g") or 0) + 1
-    d:safe_set("l:" .. gen, "\n")
-    d:delete("l:" .. (gen - _M.LOG_KEEP))
-    local okg, gerr = d:safe_set("g", gen)
-    unlock(d)
-    if not okg then
-        return nil, "shared dict " .. _M.DICT .. ": " .. tostring(gerr)
-    end
-    return gen
+    return _M.write({ backends = {}, removed = {} })
 end
 
 function _M.generation()
