@@ -262,9 +262,10 @@ impl Renderer {
             njs_dir: self.path(NJS_DIR),
             njs_main: self.path(&format!("{NJS_DIR}/ferrule.js")),
             njs_token_file: self.path(NJS_TOKEN_FILE),
-            njs_state_dir: self.path(NJS_STATE_DIR),
-            njs_default_cert: self.path(NJS_DEFAULT_CERT),
-            njs_default_key: self.path(NJS_DEFAULT_KEY),
+            // `js_var` expands variables in its value: a `$` in the prefix is literal.
+            njs_state_dir: literal_in_variables(&self.path(NJS_STATE_DIR)),
+            njs_default_cert: literal_in_variables(&self.path(NJS_DEFAULT_CERT)),
+            njs_default_key: literal_in_variables(&self.path(NJS_DEFAULT_KEY)),
             servers_glob: self.path("conf/servers/*.conf"),
             api_listen: format!("unix:{}", self.path("run/balancer.sock")),
             config_version: model.hash(),
