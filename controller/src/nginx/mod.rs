@@ -96,6 +96,9 @@ pub struct Dataplane {
     token: String,
     /// The default certificate and key (PEM).
     default_certificate: (String, String),
+    /// The same, as the file `conf/default.pem` holds it (Lua): every rendering lists
+    /// it among the files, so it is kept rather than read back from the disk.
+    default_pem: Vec<u8>,
     /// The model NGINX serves.
     applied: Option<Arc<Model>>,
     /// The ConfigMap that model was built with.
@@ -225,6 +228,7 @@ impl Dataplane {
             nginx,
             token,
             default_certificate,
+            default_pem,
             applied: None,
             applied_configmap: None,
             adopted_version: adopted.map(|a| a.version),
@@ -346,12 +350,10 @@ impl Dataplane {
             // The njs balancer serves its fallback from conf/default.{crt,key}.
             return Ok((rendered, specs));
         }
-        let default =
-            std::fs::read(self.prefix().join(render::DEFAULT_CERTIFICATE)).unwrap_or_default();
         specs.insert(
             render::DEFAULT_CERTIFICATE.to_owned(),
             FileSpec {
-                bytes: default,
+                bytes: self.default_pem.clone(),
                 mode: 0o600,
             },
         );
@@ -791,7 +793,6 @@ fn install(dir: &Path, sources: &[(&str, &str)]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Splits a PEM bundle into its certificates and its private key(s).
 /// (certificates, private keys) of a PEM text, each a sequence of whole blocks.
 pub fn split_pem(pem: &str) -> (String, String) {
     let (mut certs, mut keys) = (String::new(), String::new());
