@@ -139,6 +139,21 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `ferrule render` of `manifests` with `flags` into a new directory: (it, the run).
+fn render_into(manifests: &std::path::Path, flags: &[&str]) -> (tempfile::TempDir, Output) {
+    let out = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "render",
+        "--manifests",
+        manifests.to_str().unwrap(),
+        "--out",
+        out.path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(flags);
+    let o = ferrule(&args);
+    (out, o)
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -388,16 +403,7 @@ spec:
 
     let plain = plain(&documents());
     for balancer in ["lua", "njs"] {
-        let out = tempfile::tempdir().unwrap();
-        let o = ferrule(&[
-            "render",
-            "--manifests",
-            plain.path().to_str().unwrap(),
-            "--out",
-            out.path().to_str().unwrap(),
-            "--balancer",
-            balancer,
-        ]);
+        let (out, o) = render_into(plain.path(), &["--balancer", balancer]);
         assert!(o.status.success(), "{balancer}: {}", stderr(&o));
         let conf = std::fs::read_to_string(out.path().join("conf/nginx.conf")).unwrap();
         let token = out.path().join("conf/balancer.token.json");
@@ -429,16 +435,7 @@ fn configmap_without_namespace_is_named_by_the_namespace_read() {
     docs.push(cm("kube-system", "from-kube-system"));
     let dir = plain(&docs);
     for flag in ["ferrule-cm", "default/ferrule-cm"] {
-        let out = tempfile::tempdir().unwrap();
-        let o = ferrule(&[
-            "render",
-            "--manifests",
-            dir.path().to_str().unwrap(),
-            "--out",
-            out.path().to_str().unwrap(),
-            "--configmap",
-            flag,
-        ]);
+        let (out, o) = render_into(dir.path(), &["--configmap", flag]);
         assert!(o.status.success(), "--configmap {flag}: {}", stderr(&o));
         let main = std::fs::read_to_string(out.path().join("conf/nginx.conf")).unwrap();
         let marked: Vec<&str> = main

@@ -1093,6 +1093,19 @@ spec:
     // ---------------------------------------------------------------------------
     // Hostile values.
 
+    /// The same files (server files are named by host) with the same structure: no
+    /// directive, block or parameter was added, removed or ended early.
+    fn assert_same_structure(h: &BTreeMap<String, String>, b: &BTreeMap<String, String>) {
+        assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+        for (path, text) in h {
+            assert_eq!(
+                skeleton(text),
+                skeleton(&b[path]),
+                "{path}: structure differs\n{text}"
+            );
+        }
+    }
+
     /// The structure NGINX parses from a configuration: one entry per directive
     /// (`depth name argc`), following `ngx_conf_read_token` (comments start only where
     /// a token starts; quotes only at the start of a token, with backslash escapes).
@@ -1366,16 +1379,7 @@ spec:
             render_all(&hostile, dir.path(), Balancer::Lua),
             render_all(&benign, dir.path(), Balancer::Lua),
         );
-        // The same files (server files are named by host) with the same structure:
-        // no directive, block or parameter was added, removed or ended early.
-        assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-        for (path, text) in &h {
-            assert_eq!(
-                skeleton(text),
-                skeleton(&b[path]),
-                "{path}: structure differs\n{text}"
-            );
-        }
+        assert_same_structure(&h, &b);
         // The hostile strings are there, but only quoted.
         let host_file = &h[&server_file("a.example.com")];
         assert!(
@@ -1408,14 +1412,7 @@ spec:
         let dir = tempfile::tempdir().unwrap();
         let h = render_all(&hostile, dir.path(), Balancer::Njs);
         let b = render_all(&benign, dir.path(), Balancer::Njs);
-        assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
-        for (path, text) in &h {
-            assert_eq!(
-                skeleton(text),
-                skeleton(&b[path]),
-                "{path}: structure differs\n{text}"
-            );
-        }
+        assert_same_structure(&h, &b);
         let host_file = &h[&server_file("a.example.com")];
         assert!(
             host_file.contains("#${ferrule_dollar}http_x_pick_"),
