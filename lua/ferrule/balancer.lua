@@ -1,5 +1,5 @@
--- The in-NGINX balancer: rewrite() picks the backend (canary, affinity),
--- balance() picks the peer, log() feeds EWMA.
+-- The in-NGINX balancer: balance() picks the peer, rewrite() picks the backend
+-- first where a canary or affinity needs it, log() feeds EWMA.
 local ngx_balancer = require("ngx.balancer")
 local store = require("ferrule.store")
 local util = require("ferrule.util")
@@ -159,6 +159,32 @@ local function unavailable(msg, name)
     return ngx.exit(503)
 end
 
+-- Where balance() sends a request no backend serves. The balancer phase can only
+-- fail (502), and most locations have no rewrite phase (it costs every request):
+-- NGINX's own small servers (nginx.conf) answer the 503 and the ssl-redirect.
+-- { unavailable = "unix:...", redirect = "unix:..." }, set by ferrule.init.
+local answers = {}
+
+function _M.set_answers(a)
+    answers = a or {}
+end
+
+local function answer(kind, msg, name)
+    if msg then
+        ngx.log(ngx.WARN, "ferrule: ", msg, " \"", name or "", "\", answering ", kind)
+    end
+    local addr = answers[kind]
+    if not addr then
+        ngx.log(ngx.ERR, "ferrule: no server configured to answer ", kind)
+        return ngx.exit(ngx.ERROR)
+    end
+    local ok, err = ngx_balancer.set_current_peer(addr)
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: set_current_peer ", addr, ": ", err)
+        return ngx.exit(ngx.ERROR)
+    end
+end
+
 -- Brings the worker to the latest generation posted: one shared dict get while
 -- nothing changes, so that the request after a POST sees it.
 local function refresh()
@@ -176,8 +202,10 @@ local function has_tls(host)
     return v
 end
 
--- rewrite_by_lua. A plain backend (no canary, affinity) leaves nothing for
--- balance(), which finds it again by $ferrule_backend: no ngx.ctx, no table.
+-- rewrite_by_lua, rendered only where it is needed (canary, affinity, other
+-- protocols than HTTP, rewrite-target, snippets: see the renderer). A plain
+-- backend leaves nothing for balance(), which finds it again by $ferrule_backend:
+-- no ngx.ctx, no table.
 function _M.rewrite()
     -- ssl-redirect: decided here rather than rendered, so that a host gaining or
     -- losing TLS needs no reload. $ferrule_redirect_host is set (to the server's
@@ -265,31 +293,38 @@ local function retry(ctx)
 end
 
 -- balancer_by_lua: the peer for this attempt.
+-- Most locations have no rewrite phase (see answer()): this is then where the
+-- worker catches up with the store and where the ssl-redirect and the 503 are
+-- decided. Where rewrite() ran, the same checks find nothing more to do.
 function _M.balance()
     local b, ep, ctx
-    if ngx_balancer.get_last_failure() then
+    local failed = ngx_balancer.get_last_failure()
+    if not failed then
+        refresh()
+    end
+    local rh = ngx_var.ferrule_redirect_host
+    if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" then
+        return answer("redirect")
+    end
+    if failed then
         ctx = ngx.ctx
         b, ep = retry(ctx)
         if not b then
-            ngx.log(ngx.ERR, "ferrule: retry without a usable backend")
-            return ngx.exit(ngx.ERROR)
+            return answer("unavailable", "no usable backend left to retry", ngx_var.ferrule_backend)
         end
     else
-        b = backends[ngx_var.ferrule_backend]
-        if b and (b.canary or b.affinity) then
+        local name = ngx_var.ferrule_backend
+        b = backends[name]
+        if not b then
+            return answer("unavailable", "unknown backend", name)
+        end
+        if b.canary or b.affinity then
             ctx = ngx.ctx
             b = ctx.ferrule_backend or b
             ep = ctx.ferrule_sticky_peer
         end
-        if not b or b.n == 0 then
-            -- rewrite() did not run (is rewrite_by_lua missing?) or the backend lost
-            -- its endpoints since (rewrite() answers 503 for those)
-            refresh()
-            b = backends[ngx_var.ferrule_backend or ""]
-            if not b or b.n == 0 then
-                ngx.log(ngx.ERR, "ferrule: balance() without a usable backend")
-                return ngx.exit(ngx.ERROR)
-            end
+        if b.n == 0 then
+            return answer("unavailable", "no endpoints for backend", b.name)
         end
         ep = ep or pick(b, nil)
         local more = math_min(b.n - 1, 3)

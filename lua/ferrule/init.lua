@@ -4,7 +4,9 @@ local util = require("ferrule.util")
 
 local _M = {}
 
--- opts: { token_file = path }  or  { token = "..." } (tests)
+-- opts: { token_file = path }  or  { token = "..." } (tests), and
+-- answers = { unavailable = "unix:...", redirect = "unix:..." }: the servers
+-- balance() proxies to for a 503 and for the ssl-redirect (nginx.conf).
 function _M.init(opts)
     opts = opts or {}
     local token = opts.token
@@ -35,7 +37,7 @@ function _M.init(opts)
     end
 
     require("ferrule.configuration").set_token(token)
-    require("ferrule.balancer")
+    require("ferrule.balancer").set_answers(opts.answers)
     require("ferrule.certificate")
     require("ngx.ssl")
     require("resty.lrucache")

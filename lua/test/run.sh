@@ -115,6 +115,10 @@ check "GET /configuration/version: every worker reports the current generation" 
 section "503 for unknown backends and backends without endpoints"
 check "unknown backend -> 503" [ "$(status "$PROXY/unknown/")" = 503 ]
 check "backend with no endpoints -> 503" [ "$(status "$PROXY/empty/")" = 503 ]
+curl -s "$PROXY/empty/" > "$WORK/out/body"
+check "  ... NGINX's own 503 page (answered by the 503 server, not a 502)" \
+    grep -q '503 Service Temporarily Unavailable' "$WORK/out/body"
+check "with the rewrite phase: no endpoints -> 503" [ "$(status "$PROXY/full/empty/")" = 503 ]
 api POST /configuration/backends '{"version":3,"backends":[],"removed":["rr"]}' >/dev/null
 check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
 
@@ -204,6 +208,13 @@ check "before any POST: static fallback" grep -q 'CN=static-fallback' <(subject 
 check "POST certificates -> 201" [ "$(api POST /configuration/certificates "$(jcerts 1 a.example.com=a '*.w.example.com=wild')")" = 201 ]
 check "exact host served without reload" grep -q 'CN=a.example.com' <(subject a.example.com)
 check "SNI is case-insensitive" grep -q 'CN=a.example.com' <(subject A.Example.COM)
+redirect() { curl -s -o /dev/null -w '%{http_code} %{redirect_url}' -H "Host: $1" "$PROXY$2"; }
+for loc in /redirect/ /full/redirect/; do
+    check "ssl-redirect once the host has a certificate ($loc)" \
+        [ "$(redirect a.example.com "${loc}x?y=1")" = "308 https://a.example.com${loc}x?y=1" ]
+done
+check "  ... nor over HTTPS" grep -qE "^(127.0.0|::1)" \
+    <(curl -sk --resolve "a.example.com:$TLS_PORT:127.0.0.1" "https://a.example.com:$TLS_PORT/redirect/")
 check "wildcard *.w.example.com serves x.w.example.com" grep -q 'CN=\*.w.example.com' <(subject x.w.example.com)
 check "wildcard covers one label only (y.x.w.example.com -> fallback)" grep -q 'CN=static-fallback' <(subject y.x.w.example.com)
 check "unknown host without a default -> static fallback" grep -q 'CN=static-fallback' <(subject other.example.org)
@@ -214,6 +225,7 @@ check "posted default serves unknown hosts" grep -q 'CN=ferrule-default' <(subje
 check "posted default serves clients without SNI" grep -q 'CN=ferrule-default' <(subject "")
 check "removal POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 3 rm=a.example.com)")" = 201 ]
 check "removed host falls back to the default" grep -q 'CN=ferrule-default' <(subject a.example.com)
+check "  ... and is no longer redirected to HTTPS" [ "$(redirect a.example.com /redirect/)" = "200 " ]
 check "broken PEM -> 400" [ "$(api POST /configuration/certificates '{"version":4,"certificates":[{"host":"b.example.com","cert":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","key":"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}]}')" = 400 ]
 python3 - "$WORK/certs" > "$WORK/out/mismatch.json" <<'EOF'
 import json, sys

@@ -62,10 +62,19 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
             Some(_) => reasons.push(format!("server-changed:{}", s.host)),
         }
     }
-    // EWMA needs the log phase, which is rendered only where it is used.
+    // EWMA needs the log phase, canary and affinity the rewrite phase; each is
+    // rendered only where it is used. A rewrite phase left behind when a canary or
+    // affinity goes is harmless (rewrite() handles any backend), so only gaining one
+    // needs a reload.
     for (name, b) in &new.backends {
-        if old.backends.contains_key(name) && old.feeds_ewma(name) != new.feeds_ewma(name) {
+        if !old.backends.contains_key(name) {
+            continue;
+        }
+        if old.feeds_ewma(name) != new.feeds_ewma(name) {
             reasons.push(format!("load-balance:{}", b.name));
+        }
+        if !old.routes_per_request(name) && new.routes_per_request(name) {
+            reasons.push(format!("per-request-routing:{}", b.name));
         }
     }
     if !reasons.is_empty() {

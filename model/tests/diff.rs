@@ -150,11 +150,34 @@ fn classification() {
             dynamic(&["default_b_80"], &[]),
         ),
         (
+            // the rewrite phase is rendered only where a canary or affinity needs it
+            "affinity where none was",
+            |o| {
+                annotate(o, "default/main", "affinity", "cookie");
+                annotate(o, "default/main", "session-cookie-name", "sticky");
+            },
+            reload(&["per-request-routing:default_a_80"]),
+        ),
+        (
+            "canary added",
+            |o| {
+                o.push(
+                    Ing::new("default/canary-a", 4)
+                        .ann("canary", "true")
+                        .ann("canary-weight", "10")
+                        .rule("a.example.com", &[("/", "Prefix", "next", "80")])
+                        .0,
+                )
+            },
+            reload(&["per-request-routing:default_a_80"]),
+        ),
+        (
             "canary weight",
             |o| annotate(o, "default/canary", "canary-weight", "50"),
             dynamic(&["default_b_80"], &[]),
         ),
         (
+            // the rewrite phase left behind is harmless: no reload
             "canary removed",
             |o| o.retain(|x| x["metadata"]["name"] != "canary"),
             dynamic(&["default_b_80", "default_next_80"], &[]),

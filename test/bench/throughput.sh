@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Throughput through Ferrule's full request path (Lua balancer: rewrite_by_lua +
-# balancer_by_lua; log_by_lua only for EWMA backends, so not here; Ferrule's proxy
+# Throughput through Ferrule's full request path (Lua balancer: balancer_by_lua only;
+# rewrite_by_lua only for canary, affinity, rewrite-target, other protocols and
+# snippets, log_by_lua only for EWMA backends, so neither here; Ferrule's proxy
 # headers, access log) versus a
 # static-upstream NGINX proxying to the same backend, in the same run.
 #

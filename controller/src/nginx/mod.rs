@@ -307,7 +307,7 @@ impl Dataplane {
 
     /// The balancer API socket.
     pub fn api_socket(&self) -> PathBuf {
-        self.prefix().join("run/balancer.sock")
+        self.prefix().join(process::API_SOCKET)
     }
 
     /// The model NGINX serves, once something was applied.

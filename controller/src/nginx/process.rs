@@ -11,7 +11,13 @@ use tokio::process::{Child, Command};
 use super::api;
 
 /// The balancer API / config-version socket, relative to the prefix.
-const API_SOCKET: &str = "run/balancer.sock";
+pub const API_SOCKET: &str = "run/balancer.sock";
+/// The socket of the server that answers 503 for the Lua balancer.
+pub const UNAVAILABLE_SOCKET: &str = "run/answer-503.sock";
+/// The socket of the server that answers the ssl-redirect for the Lua balancer.
+pub const REDIRECT_SOCKET: &str = "run/answer-redirect.sock";
+/// Every unix socket NGINX listens on.
+const SOCKETS: [&str; 3] = [API_SOCKET, UNAVAILABLE_SOCKET, REDIRECT_SOCKET];
 
 /// The master's pid file, relative to the prefix (`pid` in nginx.conf).
 pub const PID_FILE: &str = "run/nginx.pid";
@@ -213,7 +219,7 @@ impl Nginx {
         }
         self.adopted = None;
         self.kill_group();
-        for socket in [API_SOCKET] {
+        for socket in SOCKETS {
             match std::fs::remove_file(self.prefix.join(socket)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}

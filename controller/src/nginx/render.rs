@@ -9,7 +9,7 @@ use ferrule_model::route;
 use ferrule_model::{DEFAULT_SERVER, Location, Model, PathMatch, ResourceRef, Server, Target};
 use serde::Serialize;
 
-use super::emit;
+use super::{emit, process};
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");
 const SERVER_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/server.conf.tera");
@@ -248,7 +248,7 @@ impl Renderer {
             user: self.opts.user.clone(),
             group: self.opts.user.as_ref().map(|_| "nogroup".to_owned()),
             worker_processes: self.opts.worker_processes.clone(),
-            pid: self.path(super::process::PID_FILE),
+            pid: self.path(process::PID_FILE),
             error_log: self.path("logs/error.log"),
             access_log: self.path("logs/access.log"),
             mime_types: "/etc/nginx/mime.types".to_owned(),
@@ -267,7 +267,14 @@ impl Renderer {
             njs_default_cert: literal_in_variables(&self.path(NJS_DEFAULT_CERT)),
             njs_default_key: literal_in_variables(&self.path(NJS_DEFAULT_KEY)),
             servers_glob: self.path("conf/servers/*.conf"),
-            api_listen: format!("unix:{}", self.path("run/balancer.sock")),
+            api_listen: format!("unix:{}", self.path(process::API_SOCKET)),
+            unavailable_listen: format!("unix:{}", self.path(process::UNAVAILABLE_SOCKET)),
+            redirect_listen: format!("unix:{}", self.path(process::REDIRECT_SOCKET)),
+            unavailable_peer_lua: lua_quote(&format!(
+                "unix:{}",
+                self.path(process::UNAVAILABLE_SOCKET)
+            )),
+            redirect_peer_lua: lua_quote(&format!("unix:{}", self.path(process::REDIRECT_SOCKET))),
             config_version: model.hash(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
         }
@@ -345,7 +352,23 @@ impl Renderer {
         if !has_root {
             locations.push(default_location(model));
         }
+        // Without a rewrite phase, balance() answers the ssl-redirect after the access
+        // phase; a snippet may add access checks (auth_basic, allow), which must not
+        // be asked for before the redirect to HTTPS.
+        let g = &model.global;
+        if g.http_snippet.is_some()
+            || g.server_snippet.is_some()
+            || g.location_snippet.is_some()
+            || s.server_snippet.is_some()
+        {
+            for l in locations.iter_mut() {
+                l.rewrite_phase = l.backend.is_some();
+            }
+        }
         if self.opts.balancer == Balancer::Njs {
+            for l in locations.iter_mut() {
+                l.rewrite_phase = false;
+            }
             // Every Lua include `X` has its njs twin `njs-X` (same headers, the peer
             // from `$ferrule_peer`); the location view stays balancer-neutral.
             for l in locations.iter_mut().filter(|l| !l.include.is_empty()) {
@@ -437,6 +460,11 @@ fn location_view(
             .flatten()
             .map(literal_in_variables),
         ewma: matches!(&l.target, Target::Backend(b) if model.feeds_ewma(b)),
+        rewrite_phase: backend.is_some()
+            && (st.backend_protocol != BackendProtocol::Http
+                || st.rewrite_target.is_some()
+                || st.configuration_snippet.is_some()
+                || matches!(&l.target, Target::Backend(b) if model.routes_per_request(b))),
         body_size: st.proxy_body_size.clone(),
         connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
@@ -578,6 +606,10 @@ struct MainView {
     njs_default_key: String,
     servers_glob: String,
     api_listen: String,
+    unavailable_listen: String,
+    redirect_listen: String,
+    unavailable_peer_lua: String,
+    redirect_peer_lua: String,
     config_version: String,
     configmap: String,
 }
@@ -606,6 +638,14 @@ struct LocationView {
     redirect_host: Option<String>,
     /// Whether the location runs the log phase (EWMA statistics).
     ewma: bool,
+    /// Whether the location runs `rewrite()` (Lua balancer only). Elsewhere balance()
+    /// alone routes, answering the 503 and the ssl-redirect through NGINX's own
+    /// servers: the rewrite phase costs every request about 4 % of throughput. Kept
+    /// for canary and affinity (decided, and their cookie set, before the balancer
+    /// phase), for other protocols than HTTP (the answering servers speak HTTP/1.1),
+    /// for rewrite-target (the redirect must carry the URI before the rewrite) and
+    /// where snippets may add access checks.
+    rewrite_phase: bool,
     body_size: Option<String>,
     connect_timeout: Option<String>,
     read_timeout: Option<String>,
@@ -800,6 +840,96 @@ spec:
             .map(|f| f.text.matches("log_by_lua").count())
             .sum::<usize>();
         assert_eq!(includes, 1, "nowhere else, not in nginx.conf");
+    }
+
+    #[test]
+    fn the_rewrite_phase_only_where_routing_needs_it() {
+        // (annotations of the Ingress on h.example.com, extra documents, rewrite
+        // phases wanted in its file: `/` is one location)
+        let check = |annotations: &str, extra: &str, want: usize| {
+            let m = model(
+                &format!(
+                    r#"{SERVICES}{extra}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations: {{ {annotations} }}
+spec:
+  rules:
+  - host: h.example.com
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+"#
+                ),
+                Settings {
+                    allow_snippet_annotations: true,
+                    ..Settings::default()
+                },
+            );
+            for (balancer, want) in [(Balancer::Lua, want), (Balancer::Njs, 0)] {
+                let rendered = Renderer::new(RenderOptions {
+                    balancer,
+                    ..opts("/ferrule")
+                })
+                .render(&m)
+                .unwrap();
+                let got = rendered[&server_file("h.example.com")]
+                    .text
+                    .matches("rewrite_by_lua")
+                    .count();
+                assert_eq!(got, want, "{balancer:?}, annotations {{ {annotations} }}");
+                let elsewhere = rendered
+                    .iter()
+                    .filter(|(f, _)| *f != &server_file("h.example.com"))
+                    .map(|(_, r)| r.text.matches("rewrite_by_lua").count())
+                    .sum::<usize>();
+                assert_eq!(elsewhere, 0, "not in the includes nor the default server");
+            }
+        };
+        const P: &str = "nginx.ingress.kubernetes.io";
+        check("", "", 0);
+        check(&format!("{P}/load-balance: ewma"), "", 0);
+        check(&format!("{P}/upstream-hash-by: $remote_addr"), "", 0);
+        check(&format!("{P}/affinity: cookie"), "", 1);
+        check(&format!("{P}/rewrite-target: /x"), "", 1);
+        check(&format!("{P}/backend-protocol: HTTPS"), "", 1);
+        check(&format!("{P}/backend-protocol: GRPC"), "", 1);
+        check(
+            &format!("{P}/configuration-snippet: 'auth_basic on;'"),
+            "",
+            1,
+        );
+        check(&format!("{P}/server-snippet: 'auth_basic on;'"), "", 1);
+        let canary = r#"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: canary
+  namespace: demo
+  creationTimestamp: "2026-01-02T00:00:00Z"
+  annotations: { nginx.ingress.kubernetes.io/canary: "true", nginx.ingress.kubernetes.io/canary-weight: "10" }
+spec:
+  rules:
+  - host: h.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#;
+        check("", canary, 1);
+        let location_snippet = r#"
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: ferrule, namespace: ingress-nginx }
+data: { location-snippet: "auth_basic on;" }
+"#;
+        check("", location_snippet, 1);
     }
 
     /// A TLS host proxying over HTTPS with proxy settings, a gRPC host, a forced

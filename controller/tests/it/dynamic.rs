@@ -642,6 +642,79 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
     before.check(&f, "cookie affinity").await;
 }
 
+/// Affinity needs the rewrite phase (its cookie is a response header), which is
+/// rendered only where a canary or affinity uses it: switching it on is one reload,
+/// switching it off none (the phase left behind does no harm).
+#[tokio::test]
+async fn affinity_switched_on_is_one_reload_and_off_is_none() {
+    let echos = echo_group(&["127.0.0.15", "127.0.0.16"]).await;
+    let port = echos[0].addr.port();
+    let all = [("127.0.0.15", true), ("127.0.0.16", true)];
+    let m = Manifests::new();
+    m.write("svc.yaml", &service_endpoints("demo", "late", port, &all));
+    let ing = |annotations: &[(&str, &str)]| {
+        ingress(
+            "demo",
+            "late",
+            CREATED,
+            "late.test",
+            &[("/", "Prefix", "late")],
+            annotations,
+        )
+    };
+    m.write("ing.yaml", &ing(&[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_late_80", |b| endpoint_count(b) == 2).await;
+    let c = fresh_client();
+    let (s, _, h) = hit(&c, &f, "late.test", "/", &[]).await;
+    assert_eq!(s, 200);
+    assert!(set_cookie(&h, "late").is_none(), "no affinity yet");
+    let before = NoReload::capture(&f).await;
+
+    m.write(
+        "ing.yaml",
+        &ing(&[("affinity", "cookie"), ("session-cookie-name", "late")]),
+    );
+    wait_until(Duration::from_secs(10), || async {
+        f.reloads().await > before.reloads
+    })
+    .await;
+    wait_store(&f, "demo_late_80", |b| !b["affinity"].is_null()).await;
+    let (s, first, h) = hit(&c, &f, "late.test", "/", &[]).await;
+    assert_eq!(s, 200);
+    let cookie = set_cookie(&h, "late").expect("the affinity cookie, after the reload");
+    for _ in 0..20 {
+        let (s, b, _) = hit(&c, &f, "late.test", "/", &[("Cookie", &cookie)]).await;
+        assert_eq!((s, b.as_str()), (200, first.as_str()), "sticks to {first}");
+    }
+    assert_eq!(
+        f.reloads().await,
+        before.reloads + 1.0,
+        "switching affinity on is one reload; log:\n{}",
+        f.logs()
+    );
+
+    let on = NoReload::capture(&f).await;
+    m.write("ing.yaml", &ing(&[]));
+    wait_store(&f, "demo_late_80", |b| b["affinity"].is_null()).await;
+    let mut seen = BTreeSet::new();
+    for _ in 0..12 {
+        let (s, b, h) = hit(&c, &f, "late.test", "/", &[("Cookie", &cookie)]).await;
+        assert_eq!(s, 200);
+        assert!(
+            set_cookie(&h, "late").is_none(),
+            "no cookie once affinity is off"
+        );
+        seen.insert(b);
+    }
+    assert_eq!(
+        seen.len(),
+        2,
+        "round robin again, the cookie ignored: {seen:?}"
+    );
+    on.check(&f, "affinity switched off").await;
+}
+
 #[tokio::test]
 async fn canary_by_weight_and_header_and_weight_change_without_reload() {
     let echos = echo_group(&["127.0.0.9", "127.0.0.10"]).await;
