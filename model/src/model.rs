@@ -86,6 +86,36 @@ pub struct Model {
     pub global: Global,
     /// Problems found while building, sorted.
     pub problems: Vec<Problem>,
+    /// [`Model::hash`], computed on first use. Not part of the model: skipped by
+    /// serde, equal to any other, and not carried over by `clone`.
+    #[serde(skip)]
+    pub hash_memo: HashMemo,
+}
+
+/// The memoised hash of a model. A model is not changed once built (the controller
+/// shares it behind an `Arc`); one that is changed by hand must be cloned first,
+/// and a clone starts without a hash.
+#[derive(Default)]
+pub struct HashMemo(std::sync::OnceLock<String>);
+
+impl Clone for HashMemo {
+    fn clone(&self) -> Self {
+        HashMemo::default()
+    }
+}
+
+impl PartialEq for HashMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for HashMemo {}
+
+impl std::fmt::Debug for HashMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HashMemo")
+    }
 }
 
 /// Host name of the catch-all server (unknown hosts and `spec.defaultBackend`).
@@ -259,9 +289,11 @@ pub struct Global {
 }
 
 impl Model {
-    /// The blake3 hash of the model's canonical encoding, as 64 hex digits.
+    /// The blake3 hash of the model's canonical encoding, as 64 hex digits. Computed
+    /// once per model (80 ms at 10k Ingresses), though the sync loop asks several
+    /// times per change.
     pub fn hash(&self) -> String {
-        content_hash(self)
+        self.hash_memo.0.get_or_init(|| content_hash(self)).clone()
     }
 
     /// Problems reported on one resource.

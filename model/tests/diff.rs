@@ -328,6 +328,23 @@ fn hash_is_stable_across_rebuilds_and_input_order() {
 }
 
 #[test]
+fn the_memoised_hash_follows_a_changed_clone() {
+    let one = model(&base());
+    let h = one.hash();
+    assert_eq!(one.clone().hash(), h, "a clone hashes the same");
+    let mut changed = one.clone();
+    changed.backends.clear();
+    assert_ne!(changed.hash(), h, "a changed clone is hashed anew");
+    assert_eq!(
+        changed.hash(),
+        serde_json::from_value::<Model>(serde_json::to_value(&changed).unwrap())
+            .unwrap()
+            .hash()
+    );
+    assert_eq!(one.hash(), h);
+}
+
+#[test]
 fn diff_is_symmetric_in_kind() {
     // Going back is the same kind of change.
     let old = model(&base());

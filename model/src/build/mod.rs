@@ -514,6 +514,7 @@ impl Builder<'_> {
             default_backend,
             global: self.global,
             problems: self.problems,
+            hash_memo: Default::default(),
         }
     }
 
