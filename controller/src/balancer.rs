@@ -462,7 +462,7 @@ fn certificate_hosts<'a>(
     default: Option<&'a (String, String)>,
 ) -> BTreeMap<&'a str, (&'a str, &'a str)> {
     let mut out = BTreeMap::new();
-    for s in &model.servers {
+    for s in model.servers.iter() {
         let Some(tls) = &s.tls else {
             continue;
         };

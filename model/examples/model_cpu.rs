@@ -6,7 +6,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use ferrule_model::{build, diff};
+use ferrule_model::{build, build_endpoint_change, content_hash, diff};
 
 #[allow(dead_code)]
 #[path = "../benches/synthetic.rs"]
@@ -50,7 +50,7 @@ fn main() {
         );
     };
     report("build", measure(runs, || build(&next)));
-    report("hash", measure(runs, || new.hash()));
+    report("hash", measure(runs, || content_hash(&new)));
     report("diff", measure(runs, || diff(&old, &new)));
     report(
         "build+hash+diff",
@@ -58,6 +58,17 @@ fn main() {
             let m = build(&next);
             let h = m.hash();
             (diff(&old, &m), h)
+        }),
+    );
+    report("clone", measure(runs, || old.clone()));
+    report("clone servers", measure(runs, || old.servers.clone()));
+    report("clone backends", measure(runs, || old.backends.clone()));
+    report(
+        "endpoint path",
+        measure(runs, || {
+            let (m, changed) = build_endpoint_change(&snap, &old, &next).expect("endpoints only");
+            assert_eq!(changed.len(), 1);
+            m
         }),
     );
 }

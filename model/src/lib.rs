@@ -12,7 +12,7 @@ pub mod objects;
 pub mod route;
 pub mod snapshot;
 
-pub use build::{build, owned_ingresses};
+pub use build::{build, build_endpoint_change, owned_ingresses};
 pub use diff::{Diff, diff};
 pub use model::*;
 pub use snapshot::{Settings, Snapshot};

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -66,8 +67,10 @@ pub struct Problem {
 /// The whole desired state of NGINX.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Model {
-    /// Virtual servers, sorted by host; the catch-all server has host `_`.
-    pub servers: Vec<Server>,
+    /// Virtual servers, sorted by host; the catch-all server has host `_`. Shared:
+    /// a model that differs in endpoints only (the fast path of the build) has the
+    /// same servers, and the diff skips comparing them.
+    pub servers: Arc<Vec<Server>>,
     /// Upstreams by name (`namespace_service_port`).
     pub backends: BTreeMap<String, Backend>,
     /// Certificates by name (`namespace/secret`).

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use ferrule_model::{Diff, Model, build, diff};
+use ferrule_model::{Diff, Model, Snapshot, build, build_endpoint_change, diff};
 use serde_json::{Value, json};
 
 /// The running state: two hosts (one with TLS), a canary, the controller ConfigMap.
@@ -377,4 +377,66 @@ fn default_certificate_set_or_rotated_needs_no_reload() {
     assert_eq!(diff(&set, &without), change);
     assert_eq!(diff(&set, &with("a-rotated.crt")), change);
     assert_eq!(diff(&set, &with("a.crt")), Diff::Unchanged);
+}
+
+/// The snapshot of `base()` edited by `edit`, sharing every object but the
+/// EndpointSlices with `before` (as the sources share unchanged objects).
+fn slices_edited(before: &Snapshot, edit: Edit) -> Snapshot {
+    let mut objs = base();
+    edit(&mut objs);
+    let after = snapshot(&docs![objs]);
+    Snapshot {
+        endpoint_slices: after.endpoint_slices,
+        ..before.clone()
+    }
+}
+
+#[test]
+fn endpoint_fast_path() {
+    let before = snapshot(&docs![base()]);
+    let old = build(&before);
+    let fast = |after: &Snapshot| {
+        build_endpoint_change(&before, &old, after).map(|(m, changed)| {
+            assert_eq!(
+                m,
+                build(after),
+                "the fast path gives the full build's model"
+            );
+            changed
+        })
+    };
+    let names = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let cases: &[(&str, Edit, Option<Vec<String>>)] = &[
+        ("every slice re-sent, nothing changed", |_| {}, names(&[])),
+        (
+            "an endpoint added",
+            |o| endpoints(o, "default/a-abc").push(json!({ "addresses": ["10.0.0.9"] })),
+            names(&["default_a_80"]),
+        ),
+        (
+            "a canary's endpoint replaced",
+            |o| endpoints(o, "default/next-abc")[0]["addresses"] = json!(["10.0.0.8"]),
+            names(&["default_next_80"]),
+        ),
+        // the Ingresses get "no ready endpoints": the full build reports it
+        (
+            "the last endpoint gone",
+            |o| endpoints(o, "default/a-abc").clear(),
+            None,
+        ),
+    ];
+    for (what, edit, want) in cases {
+        assert_eq!(&fast(&slices_edited(&before, *edit)), want, "{what}");
+    }
+    // Anything else changed: the full build runs.
+    let mut objs = base();
+    annotate(&mut objs, "default/main", "proxy-read-timeout", "31");
+    let other = snapshot(&docs![objs]);
+    assert_eq!(
+        fast(&Snapshot {
+            endpoint_slices: before.endpoint_slices.clone(),
+            ..other
+        }),
+        None
+    );
 }

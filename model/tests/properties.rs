@@ -16,7 +16,9 @@ use std::sync::OnceLock;
 
 use common::*;
 use ferrule_model::route::{Outcome, route};
-use ferrule_model::{Model, PathMatch, ResourceRef, Snapshot, Target, build, objects};
+use ferrule_model::{
+    Model, PathMatch, ResourceRef, Snapshot, Target, build, build_endpoint_change, objects,
+};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -573,7 +575,7 @@ fn check_invariants(w: &World, m: &Model) -> Result<(), TestCaseError> {
     // (b) every TLS host with a rule and a valid secret (that it owns) is served with
     // that certificate; every other TLS host gets the default one and a problem.
     let mut certs = BTreeSet::new();
-    for s in &m.servers {
+    for s in m.servers.iter() {
         match e.tls.get(&s.host) {
             None => prop_assert!(s.tls.is_none(), "unexpected TLS on {}", s.host),
             Some((owner, secret)) => {
@@ -725,5 +727,55 @@ proptest! {
         let permuted = build(&snapshot_of(&w, shuffled(objs, w.seed)));
         prop_assert_eq!(&model, &permuted);
         prop_assert_eq!(model.hash(), permuted.hash());
+    }
+}
+
+/// `snap` with its EndpointSlices replaced by those of `w` (every other object the
+/// same `Arc`, as the sources keep them).
+fn with_slices_of(snap: &Snapshot, w: &World) -> Snapshot {
+    let slices = snapshot_of(
+        w,
+        objects_of(w)
+            .into_iter()
+            .filter(|o| o["kind"] == "EndpointSlice")
+            .collect(),
+    );
+    Snapshot {
+        endpoint_slices: slices.endpoint_slices,
+        ..snap.clone()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    /// The endpoint fast path gives exactly the full build's model, and names exactly
+    /// the backends whose endpoints differ; where it declines, the full build runs.
+    #[test]
+    fn the_endpoint_fast_path_equals_the_full_build(
+        w in world(),
+        other in vec(slice_s(), 0..12),
+        keep in vec(any::<bool>(), 12),
+    ) {
+        let before = snapshot_of(&w, objects_of(&w));
+        let model = build(&before);
+        // Some slices of the first world are kept (the same Arc), the others replaced.
+        let mut w2 = w.clone();
+        w2.slices = other;
+        let mut after = with_slices_of(&before, &w2);
+        after.endpoint_slices.extend(
+            before.endpoint_slices.iter().zip(&keep).filter(|(_, k)| **k).map(|(s, _)| s.clone()),
+        );
+        let full = build(&after);
+        if let Some((fast, changed)) = build_endpoint_change(&before, &model, &after) {
+            prop_assert_eq!(&fast, &full);
+            let want: Vec<String> = full
+                .backends
+                .iter()
+                .filter(|(n, b)| model.backends[*n].endpoints != b.endpoints)
+                .map(|(n, _)| n.clone())
+                .collect();
+            prop_assert_eq!(changed, want);
+        }
     }
 }

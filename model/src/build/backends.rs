@@ -10,7 +10,7 @@ use k8s_openapi::api::networking::v1::IngressServiceBackend;
 
 use crate::model::{Backend, Balancing, Endpoint, ResourceRef};
 
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// Services and EndpointSlices indexed by namespace and Service name.
 pub(crate) struct ServiceIndex<'a> {
@@ -82,6 +82,47 @@ impl<'a> ServiceIndex<'a> {
             endpoints,
             balancing: Balancing::default(),
         })
+    }
+
+    /// The endpoints of a backend resolved before (`service_port` as in
+    /// [`crate::model::Backend`]): `None` if the Service or its port is gone.
+    pub(crate) fn endpoints_of(
+        &self,
+        ns: &str,
+        svc: &str,
+        service_port: &str,
+    ) -> Option<Vec<Endpoint>> {
+        // Port names are IANA service names, which contain a letter: a number is a number.
+        let port_ref = match service_port.parse::<i32>() {
+            Ok(n) => PortRef::Number(n),
+            Err(_) => PortRef::Name(service_port),
+        };
+        let port = self
+            .services
+            .get(&(ns, svc))?
+            .spec
+            .as_ref()?
+            .ports
+            .as_ref()?
+            .iter()
+            .find(|p| port_ref.matches(p))?;
+        Some(self.endpoints(ns, svc, port))
+    }
+
+    /// Which ports of the Service have no ready endpoints, in the Service's order.
+    pub(crate) fn ports_without_endpoints(&self, ns: &str, svc: &str) -> Vec<bool> {
+        let Some(ports) = self
+            .services
+            .get(&(ns, svc))
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.ports.as_ref())
+        else {
+            return Vec::new();
+        };
+        ports
+            .iter()
+            .map(|p| self.endpoints(ns, svc, p).is_empty())
+            .collect()
     }
 
     /// Ready endpoints of every EndpointSlice of the Service, for the slice port whose

@@ -8,6 +8,7 @@
 mod backends;
 mod classes;
 mod config;
+mod endpoints;
 mod hosts;
 mod tls;
 
@@ -20,6 +21,7 @@ use crate::annotations::{self, IngressAnnotations};
 use crate::model::*;
 use crate::snapshot::Snapshot;
 
+pub use endpoints::build_endpoint_change;
 pub(crate) use tls::covers;
 
 /// Builds the model of a snapshot. Pure and deterministic: the same objects in any
@@ -507,7 +509,7 @@ impl Builder<'_> {
         self.problems.sort();
         self.problems.dedup();
         Model {
-            servers,
+            servers: std::sync::Arc::new(servers),
             backends,
             certificates,
             default_certificate,

@@ -1,0 +1,144 @@
+//! The endpoint fast path of the build. Endpoint changes are the most frequent event
+//! in a large cluster, and a full build costs about 25 µs per Ingress (a quarter of a
+//! second at 10k). When two snapshots differ in EndpointSlices only, the new model is
+//! the old one with the endpoints of the affected backends recomputed by the same
+//! code the full build uses.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::backends::{self, ServiceIndex};
+use crate::model::Model;
+use crate::snapshot::Snapshot;
+
+/// The model `build(next)` gives, computed from `prev_model`, which is
+/// `build(prev)`, when `next` holds the same objects as `prev` (the same `Arc`s) but
+/// for EndpointSlices, and no Service port gains its first endpoint or loses its last
+/// (that changes the problems reported on the Ingresses). Also returns the names of
+/// the backends whose endpoints changed. `None`: build `next` in full.
+pub fn build_endpoint_change(
+    prev: &Snapshot,
+    prev_model: &Model,
+    next: &Snapshot,
+) -> Option<(Model, Vec<String>)> {
+    if !same(&prev.ingresses, &next.ingresses)
+        || !same(&prev.ingress_classes, &next.ingress_classes)
+        || !same(&prev.services, &next.services)
+        || !same(&prev.secrets, &next.secrets)
+        || !match (&prev.config_map, &next.config_map) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+        || prev.settings != next.settings
+    {
+        return None;
+    }
+    let touched = touched_services(&prev.endpoint_slices, &next.endpoint_slices);
+    let mut model = prev_model.clone();
+    if touched.is_empty() {
+        return Some((model, Vec::new()));
+    }
+    let is_touched = |ns: &str, name: &str| touched.contains(&(ns.to_owned(), name.to_owned()));
+    let of_touched = |slices: &[Arc<EndpointSlice>]| -> Vec<Arc<EndpointSlice>> {
+        slices
+            .iter()
+            .filter(|s| service_of(s).is_some_and(|(ns, svc)| is_touched(ns, svc)))
+            .cloned()
+            .collect()
+    };
+    let (slices_before, slices_after) = (
+        of_touched(&prev.endpoint_slices),
+        of_touched(&next.endpoint_slices),
+    );
+    let services: Vec<_> = next
+        .services
+        .iter()
+        .filter(|s| {
+            is_touched(
+                s.metadata.namespace.as_deref().unwrap_or_default(),
+                s.metadata.name.as_deref().unwrap_or_default(),
+            )
+        })
+        .cloned()
+        .collect();
+    let before = ServiceIndex::new(&services, &slices_before);
+    let after = ServiceIndex::new(&services, &slices_after);
+    // A port without ready endpoints is a problem on every Ingress that routes to it,
+    // also where the backend is not kept (an ignored spec.defaultBackend).
+    for (ns, svc) in &touched {
+        if before.ports_without_endpoints(ns, svc) != after.ports_without_endpoints(ns, svc) {
+            return None;
+        }
+    }
+    let mut changed = Vec::new();
+    for b in model.backends.values_mut() {
+        if !is_touched(&b.service.namespace, &b.service.name) {
+            continue;
+        }
+        let endpoints =
+            after.endpoints_of(&b.service.namespace, &b.service.name, &b.service_port)?;
+        if endpoints != b.endpoints {
+            b.endpoints = endpoints;
+            changed.push(b.name.clone());
+        }
+    }
+    Some((model, changed))
+}
+
+/// The same objects, in the same order (the sources keep unchanged objects' `Arc`s).
+fn same<T>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
+/// The Service a slice belongs to: namespace and `kubernetes.io/service-name`.
+fn service_of(s: &EndpointSlice) -> Option<(&str, &str)> {
+    let svc = s
+        .metadata
+        .labels
+        .as_ref()?
+        .get(backends::SERVICE_NAME_LABEL)?;
+    Some((s.metadata.namespace.as_deref().unwrap_or_default(), svc))
+}
+
+/// Services whose slices were added, removed or replaced (either side of a slice
+/// that moved to another Service).
+fn touched_services(
+    prev: &[Arc<EndpointSlice>],
+    next: &[Arc<EndpointSlice>],
+) -> HashSet<(String, String)> {
+    let key = |s: &EndpointSlice| {
+        (
+            s.metadata.namespace.clone().unwrap_or_default(),
+            s.metadata.name.clone().unwrap_or_default(),
+        )
+    };
+    let before: HashMap<_, &Arc<EndpointSlice>> = prev.iter().map(|s| (key(s), s)).collect();
+    let mut seen = HashSet::with_capacity(next.len());
+    let mut touched = HashSet::new();
+    let mut touch = |s: &EndpointSlice| {
+        if let Some((ns, svc)) = service_of(s) {
+            touched.insert((ns.to_owned(), svc.to_owned()));
+        }
+    };
+    for s in next {
+        let k = key(s);
+        match before.get(&k) {
+            Some(old) if Arc::ptr_eq(old, s) => {}
+            Some(old) => {
+                touch(old);
+                touch(s);
+            }
+            None => touch(s),
+        }
+        seen.insert(k);
+    }
+    for (k, old) in &before {
+        if !seen.contains(k) {
+            touch(old);
+        }
+    }
+    touched
+}
