@@ -23,6 +23,13 @@ pub struct DynamicLabel {
     pub result: String,
 }
 
+/// Label: how a model was built.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabel {
+    /// `endpoints` (only EndpointSlices changed: the last model patched) or `full`.
+    pub kind: String,
+}
+
 /// Label: a resource state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -41,6 +48,8 @@ pub struct Metrics {
     pub reload_verify_failures: Counter,
     /// Time to build and diff the model after a change.
     pub sync_duration: Histogram,
+    /// Models built after a change, by kind.
+    pub model_builds: Family<BuildLabel, Counter>,
     /// Resources by state.
     pub resources: Family<StateLabel, Gauge>,
     /// Dynamic (no reload) updates by kind and result.
@@ -76,6 +85,12 @@ impl Default for Metrics {
             "Duration of model build and diff",
             sync_duration.clone(),
         );
+        let model_builds = Family::<BuildLabel, Counter>::default();
+        registry.register(
+            "model_builds",
+            "Models built after a change: endpoints (the last one patched) or full",
+            model_builds.clone(),
+        );
         let resources = Family::<StateLabel, Gauge>::default();
         registry.register("resources", "Resources by state", resources.clone());
         let dynamic_updates = Family::<DynamicLabel, Counter>::default();
@@ -104,6 +119,7 @@ impl Default for Metrics {
             reload_duration,
             reload_verify_failures,
             sync_duration,
+            model_builds,
             resources,
             dynamic_updates,
             dynamic_latency,

@@ -87,6 +87,10 @@ async fn model_task(
 ) {
     let mut applied_rx = common.applied.subscribe();
     let mut last_pass: Option<Instant> = None;
+    // The snapshot the last model was built from (exclusions applied) and that model:
+    // an endpoint-only change patches it (ferrule_model::build_endpoint_change) instead
+    // of building the whole cluster again.
+    let mut last: Option<(Snapshot, Model)> = None;
     loop {
         tokio::select! {
             r = snapshots.changed() => if r.is_err() { return },
@@ -112,9 +116,32 @@ async fn model_task(
         // deleted one leaves the status. The reload task refreshes its own copy.
         let mut excl = common.exclusions.read().expect("exclusions lock").clone();
         excl.refresh(&snap);
-        let model = ferrule_model::build(&excl.apply(&snap, &Default::default()));
+        let served = excl.apply(&snap, &Default::default());
+        let patched = last
+            .as_ref()
+            .and_then(|(s, m)| ferrule_model::build_endpoint_change(s, m, &served));
+        let fast = patched.is_some();
+        let mut model = match patched {
+            Some((model, _)) => model,
+            None => ferrule_model::build(&served),
+        };
         let applied = common.applied.borrow().clone();
         let diff = applied.as_deref().map(|a| ferrule_model::diff(a, &model));
+        if let (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) = (&applied, &diff)
+            && !matches!(&diff, Some(Diff::Dynamic { tls_hosts, .. }) if !tls_hosts.is_empty())
+        {
+            // The same servers as NGINX's: share them, so that the next diff (after
+            // an endpoint change) skips comparing them.
+            model.servers = a.servers.clone();
+        }
+        let kind = if fast { "endpoints" } else { "full" };
+        common
+            .shared
+            .metrics
+            .model_builds
+            .get_or_create(&crate::metrics::BuildLabel { kind: kind.into() })
+            .inc();
+        tracing::debug!(kind, took = ?started.elapsed(), "model built");
         common
             .shared
             .metrics
@@ -139,6 +166,7 @@ async fn model_task(
         if applied.is_some() {
             post_dynamic(&common, &model, detected).await;
         }
+        last = Some((served, model));
     }
 }
 

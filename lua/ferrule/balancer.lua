@@ -169,11 +169,22 @@ function _M.set_answers(a)
     answers = a or {}
 end
 
+-- A request rewrite() let through (HTTPS, gRPC, canary, affinity...) is not
+-- answered here when an update lands before its balancer phase: the answering
+-- servers speak HTTP/1.1 only. It fails as NGINX fails it (502).
+local function routed_early()
+    return ngx.ctx.ferrule_routed
+end
+
 local function answer(kind, msg, name)
     if msg then
         ngx.log(ngx.WARN, "ferrule: ", msg, " \"", name or "", "\", answering ", kind)
     end
     local addr = answers[kind]
+    if routed_early() then
+        ngx.log(ngx.ERR, "ferrule: cannot answer ", kind, " after the rewrite phase")
+        return ngx.exit(ngx.ERROR)
+    end
     if not addr then
         ngx.log(ngx.ERR, "ferrule: no server configured to answer ", kind)
         return ngx.exit(ngx.ERROR)
@@ -211,6 +222,7 @@ function _M.rewrite()
     -- losing TLS needs no reload. $ferrule_redirect_host is set (to the server's
     -- host) only where the annotation allows the redirect.
     refresh()
+    ngx.ctx.ferrule_routed = true
     local rh = ngx_var.ferrule_redirect_host
     if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" then
         return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
@@ -303,7 +315,7 @@ function _M.balance()
         refresh()
     end
     local rh = ngx_var.ferrule_redirect_host
-    if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" then
+    if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" and not routed_early() then
         return answer("redirect")
     end
     if failed then

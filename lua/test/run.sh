@@ -119,6 +119,12 @@ curl -s "$PROXY/empty/" > "$WORK/out/body"
 check "  ... NGINX's own 503 page (answered by the 503 server, not a 502)" \
     grep -q '503 Service Temporarily Unavailable' "$WORK/out/body"
 check "with the rewrite phase: no endpoints -> 503" [ "$(status "$PROXY/full/empty/")" = 503 ]
+# A request with a body is answered before the body is read: no "100 Continue".
+head -c 200000 /dev/zero > "$WORK/out/upload"
+expect100() { curl -sv -o /dev/null -H 'Expect: 100-continue' --data-binary @"$WORK/out/upload" "$@" 2>&1; }
+expect100 "$PROXY/empty/" > "$WORK/out/expect"
+check "an upload to a backend without endpoints -> 503 before the body is read" \
+    bash -c "grep -q '< HTTP/1.1 503' '$WORK/out/expect' && ! grep -q '< HTTP/1.1 100' '$WORK/out/expect'"
 api POST /configuration/backends '{"version":3,"backends":[],"removed":["rr"]}' >/dev/null
 check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
 
@@ -213,6 +219,9 @@ for loc in /redirect/ /full/redirect/; do
     check "ssl-redirect once the host has a certificate ($loc)" \
         [ "$(redirect a.example.com "${loc}x?y=1")" = "308 https://a.example.com${loc}x?y=1" ]
 done
+expect100 -H "Host: a.example.com" "$PROXY/redirect/up" > "$WORK/out/expect"
+check "  ... an upload too, before its body is sent in clear text" \
+    bash -c "grep -q '< HTTP/1.1 308' '$WORK/out/expect' && ! grep -q '< HTTP/1.1 100' '$WORK/out/expect'"
 check "  ... nor over HTTPS" grep -qE "^(127.0.0|::1)" \
     <(curl -sk --resolve "a.example.com:$TLS_PORT:127.0.0.1" "https://a.example.com:$TLS_PORT/redirect/")
 check "wildcard *.w.example.com serves x.w.example.com" grep -q 'CN=\*.w.example.com' <(subject x.w.example.com)
@@ -226,6 +235,9 @@ check "posted default serves clients without SNI" grep -q 'CN=ferrule-default' <
 check "removal POST -> 201" [ "$(api POST /configuration/certificates "$(jcerts 3 rm=a.example.com)")" = 201 ]
 check "removed host falls back to the default" grep -q 'CN=ferrule-default' <(subject a.example.com)
 check "  ... and is no longer redirected to HTTPS" [ "$(redirect a.example.com /redirect/)" = "200 " ]
+expect100 -H "Host: a.example.com" "$PROXY/redirect/up" > "$WORK/out/expect"
+check "  ... and an upload is proxied (through the rewrite phase a body turns on)" \
+    bash -c "grep -q '< HTTP/1.1 100' '$WORK/out/expect' && grep -q '< HTTP/1.1 200' '$WORK/out/expect'"
 check "broken PEM -> 400" [ "$(api POST /configuration/certificates '{"version":4,"certificates":[{"host":"b.example.com","cert":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","key":"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}]}')" = 400 ]
 python3 - "$WORK/certs" > "$WORK/out/mismatch.json" <<'EOF'
 import json, sys

@@ -484,9 +484,18 @@ fn location_view(
 fn default_location(model: &Model) -> LocationView {
     let (backend, status, include) =
         target_view(model, &model.default_backend, BackendProtocol::Http);
+    // The default backend may be a rule's backend too, with its canary or affinity.
+    let (rewrite_phase, ewma) = match &model.default_backend {
+        Target::Backend(b) if backend.is_some() => {
+            (model.routes_per_request(b), model.feeds_ewma(b))
+        }
+        _ => (false, false),
+    };
     LocationView {
         source: "Controller/default-backend/".to_owned(),
         path: "/".to_owned(),
+        rewrite_phase,
+        ewma,
         backend,
         status,
         include,
@@ -845,8 +854,8 @@ spec:
     #[test]
     fn the_rewrite_phase_only_where_routing_needs_it() {
         // (annotations of the Ingress on h.example.com, extra documents, rewrite
-        // phases wanted in its file: `/` is one location)
-        let check = |annotations: &str, extra: &str, want: usize| {
+        // phases wanted in its file (`/` is one location) and in all other files)
+        let check = |annotations: &str, extra: &str, want: usize, want_elsewhere: usize| {
             let m = model(
                 &format!(
                     r#"{SERVICES}{extra}
@@ -871,40 +880,68 @@ spec:
                     ..Settings::default()
                 },
             );
-            for (balancer, want) in [(Balancer::Lua, want), (Balancer::Njs, 0)] {
+            for (balancer, want, want_elsewhere) in
+                [(Balancer::Lua, want, want_elsewhere), (Balancer::Njs, 0, 0)]
+            {
                 let rendered = Renderer::new(RenderOptions {
                     balancer,
                     ..opts("/ferrule")
                 })
                 .render(&m)
                 .unwrap();
-                let got = rendered[&server_file("h.example.com")]
-                    .text
-                    .matches("rewrite_by_lua")
-                    .count();
-                assert_eq!(got, want, "{balancer:?}, annotations {{ {annotations} }}");
+                // (every request, only requests with a body)
+                let phases = |text: &str| {
+                    let lines = || text.lines().map(str::trim_start);
+                    (
+                        lines().filter(|l| l.starts_with("rewrite_by_lua")).count(),
+                        lines()
+                            .filter(|l| {
+                                l.starts_with("if ($ferrule_request_body) { rewrite_by_lua")
+                            })
+                            .count(),
+                    )
+                };
+                let host = &rendered[&server_file("h.example.com")].text;
+                // the one location has the phase either always or for bodies
+                let lua = usize::from(balancer == Balancer::Lua);
+                assert_eq!(
+                    phases(host),
+                    (want, lua - want),
+                    "{balancer:?}, annotations {{ {annotations} }}"
+                );
                 let elsewhere = rendered
                     .iter()
                     .filter(|(f, _)| *f != &server_file("h.example.com"))
-                    .map(|(_, r)| r.text.matches("rewrite_by_lua").count())
+                    .map(|(_, r)| phases(&r.text).0)
                     .sum::<usize>();
-                assert_eq!(elsewhere, 0, "not in the includes nor the default server");
+                assert_eq!(elsewhere, want_elsewhere, "{balancer:?}: other files");
             }
         };
         const P: &str = "nginx.ingress.kubernetes.io";
-        check("", "", 0);
-        check(&format!("{P}/load-balance: ewma"), "", 0);
-        check(&format!("{P}/upstream-hash-by: $remote_addr"), "", 0);
-        check(&format!("{P}/affinity: cookie"), "", 1);
-        check(&format!("{P}/rewrite-target: /x"), "", 1);
-        check(&format!("{P}/backend-protocol: HTTPS"), "", 1);
-        check(&format!("{P}/backend-protocol: GRPC"), "", 1);
-        check(
-            &format!("{P}/configuration-snippet: 'auth_basic on;'"),
-            "",
-            1,
-        );
-        check(&format!("{P}/server-snippet: 'auth_basic on;'"), "", 1);
+        check("", "", 0, 0);
+        check(&format!("{P}/load-balance: ewma"), "", 0, 0);
+        check(&format!("{P}/upstream-hash-by: $remote_addr"), "", 0, 0);
+        check(&format!("{P}/affinity: cookie"), "", 1, 0);
+        check(&format!("{P}/rewrite-target: /x"), "", 1, 0);
+        check(&format!("{P}/backend-protocol: HTTPS"), "", 1, 0);
+        check(&format!("{P}/backend-protocol: GRPC"), "", 1, 0);
+        let snippet = format!("{P}/configuration-snippet: 'auth_basic on;'");
+        check(&snippet, "", 1, 0);
+        check(&format!("{P}/server-snippet: 'auth_basic on;'"), "", 1, 0);
+        // The same backend as the catch-all's default: its location needs it too.
+        let default_backend = r#"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: catch-all
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+spec:
+  defaultBackend: { service: { name: app, port: { number: 80 } } }
+"#;
+        check("", default_backend, 0, 0);
+        check(&format!("{P}/affinity: cookie"), default_backend, 1, 1);
         let canary = r#"
 ---
 apiVersion: networking.k8s.io/v1
@@ -921,7 +958,7 @@ spec:
       paths:
       - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
 "#;
-        check("", canary, 1);
+        check("", canary, 1, 0);
         let location_snippet = r#"
 ---
 apiVersion: v1
@@ -929,7 +966,7 @@ kind: ConfigMap
 metadata: { name: ferrule, namespace: ingress-nginx }
 data: { location-snippet: "auth_basic on;" }
 "#;
-        check("", location_snippet, 1);
+        check("", location_snippet, 1, 0);
     }
 
     /// A TLS host proxying over HTTPS with proxy settings, a gRPC host, a forced

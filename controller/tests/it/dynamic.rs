@@ -971,6 +971,27 @@ async fn location_of(f: &Ferrule, host: &str, path: &str) -> (u16, String) {
     (r.status().as_u16(), location.unwrap_or_default())
 }
 
+/// The first status line NGINX sends for an upload announced with `Expect:
+/// 100-continue` whose body is held back: `100` asks for the body (which would then
+/// go out in clear text), anything else answers before it is sent.
+async fn first_answer_to_an_upload(f: &Ferrule, host: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", f.http))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100000\r\nExpect: 100-continue\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("an answer to the request head")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
 // A host already served over HTTP gains TLS (its certificate served by SNI, plain HTTP
 // redirected), then a second host gains TLS without a valid Secret (the default
 // certificate, still redirected), then TLS goes again: all without a reload.
@@ -1029,6 +1050,14 @@ pub async fn tls_comes_and_goes_without_reload(ip: &str, args: &[&str]) {
         (308, "https://plain.test/a?b=1".to_owned()),
         "plain HTTP redirected once the host has TLS"
     );
+    // NGINX's own `return` (the njs balancer's redirect) asks for the body first.
+    if !args.contains(&"njs") {
+        assert_eq!(
+            first_answer_to_an_upload(&f, "plain.test").await,
+            "HTTP/1.1 308 Permanent Redirect",
+            "an upload is redirected before its body is asked for"
+        );
+    }
     // The other host has no TLS: no redirect, the default certificate.
     assert_eq!(f.backend("other.test", "/").await.1, a.addr.to_string());
     assert_eq!(f.served_fingerprint("other.test"), default_fp);

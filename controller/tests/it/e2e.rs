@@ -256,6 +256,8 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     // EndpointSlice update: traffic follows without a reload.
     let pids = f.worker_pids();
     let reloads = f.metric("ferrule_reloads_total", "").await;
+    let patched = r#"kind="endpoints""#;
+    let patches = f.metric("ferrule_model_builds_total", patched).await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.3"]));
     let moved = wait_until(Duration::from_secs(5), || async {
         f.backend("web.e2e", "/").await.1 == b.addr.to_string()
@@ -264,6 +266,12 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     assert!(moved, "endpoint change reached traffic; log:\n{}", f.logs());
     assert_eq!(f.worker_pids(), pids, "no reload for an endpoint change");
     assert_eq!(f.metric("ferrule_reloads_total", "").await, reloads);
+    // Only the EndpointSlice changed: the model was patched, not built again.
+    assert!(
+        f.metric("ferrule_model_builds_total", patched).await > patches,
+        "the endpoint fast path of the build; log:\n{}",
+        f.logs()
+    );
 
     // Delete: the host is gone.
     c.delete(&["ingress", "-n", ns, "web"]);
