@@ -89,6 +89,11 @@ pub struct Model {
     pub global: Global,
     /// Problems found while building, sorted.
     pub problems: Vec<Problem>,
+    /// The earliest expiry (seconds since the Unix epoch) of the certificates the
+    /// build found valid, used or not: the same inputs give the same model for any
+    /// `now` up to it. Left out of the encoding when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates_valid_until: Option<i64>,
     /// [`Model::hash`], computed on first use. Not part of the model: skipped by
     /// serde, equal to any other, and not carried over by `clone`.
     #[serde(skip)]

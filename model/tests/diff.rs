@@ -428,6 +428,24 @@ fn endpoint_fast_path() {
     for (what, edit, want) in cases {
         assert_eq!(&fast(&slices_edited(&before, *edit)), want, "{what}");
     }
+    // The controller's own status write replaces an Ingress object: still the fast path.
+    let mut after = slices_edited(&before, |o| {
+        endpoints(o, "default/a-abc").push(json!({ "addresses": ["10.0.0.9"] }))
+    });
+    for ing in &mut after.ingresses {
+        let mut i = (**ing).clone();
+        i.metadata.resource_version = Some("424242".into());
+        i.status = serde_json::from_value(
+            json!({ "loadBalancer": { "ingress": [{ "ip": "10.9.9.9" }] } }),
+        )
+        .unwrap();
+        *ing = std::sync::Arc::new(i);
+    }
+    assert_eq!(
+        fast(&after),
+        names(&["default_a_80"]),
+        "after a status write"
+    );
     // Anything else changed: the full build runs.
     let mut objs = base();
     annotate(&mut objs, "default/main", "proxy-read-timeout", "31");

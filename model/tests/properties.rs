@@ -756,6 +756,8 @@ proptest! {
         w in world(),
         other in vec(slice_s(), 0..12),
         keep in vec(any::<bool>(), 12),
+        // the clock moves between snapshots: not at all, a second, past every expiry
+        later in prop_oneof![Just(0i64), Just(1), Just(101 * 365 * 86_400)],
     ) {
         let before = snapshot_of(&w, objects_of(&w));
         let model = build(&before);
@@ -763,6 +765,7 @@ proptest! {
         let mut w2 = w.clone();
         w2.slices = other;
         let mut after = with_slices_of(&before, &w2);
+        after.settings.now += later;
         after.endpoint_slices.extend(
             before.endpoint_slices.iter().zip(&keep).filter(|(_, k)| **k).map(|(s, _)| s.clone()),
         );

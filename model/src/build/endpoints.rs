@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::Ingress;
 
 use super::backends::{self, ServiceIndex};
 use crate::model::Model;
@@ -23,7 +24,7 @@ pub fn build_endpoint_change(
     prev_model: &Model,
     next: &Snapshot,
 ) -> Option<(Model, Vec<String>)> {
-    if !same(&prev.ingresses, &next.ingresses)
+    if !same_by(&prev.ingresses, &next.ingresses, same_ingress)
         || !same(&prev.ingress_classes, &next.ingress_classes)
         || !same(&prev.services, &next.services)
         || !same(&prev.secrets, &next.secrets)
@@ -32,7 +33,7 @@ pub fn build_endpoint_change(
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
-        || prev.settings != next.settings
+        || !same_settings(prev, prev_model, next)
     {
         return None;
     }
@@ -88,9 +89,45 @@ pub fn build_endpoint_change(
     Some((model, changed))
 }
 
+/// The same settings but for the clock, which moves with every snapshot and matters
+/// only when a certificate the build found valid expires in between.
+fn same_settings(prev: &Snapshot, prev_model: &Model, next: &Snapshot) -> bool {
+    let (then, now) = (prev.settings.now, next.settings.now);
+    let mut settings = prev.settings.clone();
+    settings.now = now;
+    settings == next.settings
+        && now >= then
+        && prev_model
+            .certificates_valid_until
+            .is_none_or(|until| now <= until)
+}
+
 /// The same objects, in the same order (the sources keep unchanged objects' `Arc`s).
 fn same<T>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+    same_by(a, b, |_, _| false)
+}
+
+/// [`same`], where objects that are not the same `Arc` may still be `equal`.
+fn same_by<T>(a: &[Arc<T>], b: &[Arc<T>], equal: impl Fn(&T, &T) -> bool) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| Arc::ptr_eq(x, y) || equal(x, y))
+}
+
+/// Equal for the build, which reads neither an Ingress's status nor the metadata the
+/// API server changes with it: the controller's own status writes replace the
+/// Ingress objects of the snapshot.
+fn same_ingress(a: &Ingress, b: &Ingress) -> bool {
+    let (ma, mb) = (&a.metadata, &b.metadata);
+    a.spec == b.spec
+        && ma.name == mb.name
+        && ma.namespace == mb.namespace
+        && ma.uid == mb.uid
+        && ma.creation_timestamp == mb.creation_timestamp
+        && ma.deletion_timestamp == mb.deletion_timestamp
+        && ma.annotations == mb.annotations
+        && ma.labels == mb.labels
 }
 
 /// The Service a slice belongs to: namespace and `kubernetes.io/service-name`.

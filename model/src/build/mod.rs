@@ -51,6 +51,7 @@ pub fn build(snap: &Snapshot) -> Model {
         canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
         checked_secrets: HashMap::new(),
+        valid_until: None,
         catch_all: None,
     };
 
@@ -117,6 +118,8 @@ struct Builder<'a> {
     tls_claims: HashMap<String, TlsClaim>,
     /// Each TLS Secret checked once per build, by `namespace/name`.
     checked_secrets: HashMap<String, Result<Certificate, String>>,
+    /// The earliest expiry of the certificates found valid (Model::certificates_valid_until).
+    valid_until: Option<i64>,
     catch_all: Option<(ResourceRef, Target)>,
 }
 
@@ -516,7 +519,15 @@ impl Builder<'_> {
             default_backend,
             global: self.global,
             problems: self.problems,
+            certificates_valid_until: self.valid_until,
             hash_memo: Default::default(),
+        }
+    }
+
+    /// Only expiry changes a checked certificate's outcome as time goes on.
+    fn note_validity(&mut self, checked: &Result<Certificate, String>) {
+        if let Ok(c) = checked {
+            self.valid_until = Some(self.valid_until.map_or(c.not_after, |v| v.min(c.not_after)));
         }
     }
 
@@ -542,6 +553,7 @@ impl Builder<'_> {
                     Some(s) => tls::certificate(s, self.snap.settings.now)
                         .map_err(|e| format!("Secret {name}: {e}")),
                 };
+                self.note_validity(&c);
                 self.checked_secrets.insert(name.clone(), c.clone());
                 c
             }
@@ -587,6 +599,7 @@ impl Builder<'_> {
             None => Err("Secret not found".to_owned()),
             Some(s) => tls::certificate(s, self.snap.settings.now),
         };
+        self.note_validity(&checked);
         match checked {
             Ok(cert) => {
                 let key = format!("{ns}/{name}");
