@@ -761,6 +761,9 @@ proptest! {
     ) {
         let before = snapshot_of(&w, objects_of(&w));
         let model = build(&before);
+        // Nothing changed: always the fast path (it must not just decline everything).
+        let same = build_endpoint_change(&before, &model, &before.clone());
+        prop_assert_eq!(same.map(|(m, changed)| (m == model, changed)), Some((true, vec![])));
         // Some slices of the first world are kept (the same Arc), the others replaced.
         let mut w2 = w.clone();
         w2.slices = other;

@@ -92,20 +92,27 @@ impl<'a> ServiceIndex<'a> {
         svc: &str,
         service_port: &str,
     ) -> Option<Vec<Endpoint>> {
-        // Port names are IANA service names, which contain a letter: a number is a number.
-        let port_ref = match service_port.parse::<i32>() {
-            Ok(n) => PortRef::Number(n),
-            Err(_) => PortRef::Name(service_port),
-        };
-        let port = self
+        let ports = self
             .services
             .get(&(ns, svc))?
             .spec
             .as_ref()?
             .ports
-            .as_ref()?
-            .iter()
-            .find(|p| port_ref.matches(p))?;
+            .as_ref()?;
+        // Port names contain a letter (the API server checks): a number is a number,
+        // unless a port is named so anyway (a manifests file): then it is unclear.
+        if service_port.parse::<i32>().is_ok()
+            && ports
+                .iter()
+                .any(|p| p.name.as_deref() == Some(service_port))
+        {
+            return None;
+        }
+        let port_ref = match service_port.parse::<i32>() {
+            Ok(n) => PortRef::Number(n),
+            Err(_) => PortRef::Name(service_port),
+        };
+        let port = ports.iter().find(|p| port_ref.matches(p))?;
         Some(self.endpoints(ns, svc, port))
     }
 

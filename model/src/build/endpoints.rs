@@ -4,7 +4,7 @@
 //! the old one with the endpoints of the affected backends recomputed by the same
 //! code the full build uses.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -141,40 +141,22 @@ fn service_of(s: &EndpointSlice) -> Option<(&str, &str)> {
 }
 
 /// Services whose slices were added, removed or replaced (either side of a slice
-/// that moved to another Service).
+/// that moved to another Service). By identity, not by name: a manifests directory
+/// may hold two slices of the same name, or slices without one.
 fn touched_services(
     prev: &[Arc<EndpointSlice>],
     next: &[Arc<EndpointSlice>],
 ) -> HashSet<(String, String)> {
-    let key = |s: &EndpointSlice| {
-        (
-            s.metadata.namespace.clone().unwrap_or_default(),
-            s.metadata.name.clone().unwrap_or_default(),
-        )
+    let ids = |v: &[Arc<EndpointSlice>]| -> HashSet<*const EndpointSlice> {
+        v.iter().map(Arc::as_ptr).collect()
     };
-    let before: HashMap<_, &Arc<EndpointSlice>> = prev.iter().map(|s| (key(s), s)).collect();
-    let mut seen = HashSet::with_capacity(next.len());
+    let (before, after) = (ids(prev), ids(next));
     let mut touched = HashSet::new();
-    let mut touch = |s: &EndpointSlice| {
+    let gone = prev.iter().filter(|s| !after.contains(&Arc::as_ptr(s)));
+    let new = next.iter().filter(|s| !before.contains(&Arc::as_ptr(s)));
+    for s in gone.chain(new) {
         if let Some((ns, svc)) = service_of(s) {
             touched.insert((ns.to_owned(), svc.to_owned()));
-        }
-    };
-    for s in next {
-        let k = key(s);
-        match before.get(&k) {
-            Some(old) if Arc::ptr_eq(old, s) => {}
-            Some(old) => {
-                touch(old);
-                touch(s);
-            }
-            None => touch(s),
-        }
-        seen.insert(k);
-    }
-    for (k, old) in &before {
-        if !seen.contains(k) {
-            touch(old);
         }
     }
     touched
