@@ -1,6 +1,7 @@
-//! CPU time of build, hash and diff for the synthetic clusters, robust to a busy
-//! machine: besides the best wall-clock run it reports the process's on-CPU time
-//! (`/proc/self/schedstat`), which does not count time spent waiting for a core.
+//! CPU time of build, hash and diff for the synthetic clusters, and of the endpoint
+//! fast path of the build. Robust to a busy machine: besides the best wall-clock run
+//! it reports the process's on-CPU time (`/proc/self/schedstat`), which does not
+//! count time spent waiting for a core.
 //! Run with `cargo run --release -p ferrule-model --example model_cpu [N] [RUNS]`.
 
 use std::hint::black_box;
@@ -61,8 +62,6 @@ fn main() {
         }),
     );
     report("clone", measure(runs, || old.clone()));
-    report("clone servers", measure(runs, || old.servers.clone()));
-    report("clone backends", measure(runs, || old.backends.clone()));
     report(
         "endpoint path",
         measure(runs, || {
@@ -71,4 +70,7 @@ fn main() {
             m
         }),
     );
+    // The patched model shares the servers: the diff compares backends only.
+    let (patched, _) = build_endpoint_change(&snap, &old, &next).expect("endpoints only");
+    report("endpoint diff", measure(runs, || diff(&old, &patched)));
 }
