@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferrule_model::annotations::{Affinity, Canary, LoadBalance};
@@ -62,6 +63,10 @@ pub struct BalancerClient {
     /// Objects the API refused, as they were refused (not retried while unchanged).
     refused_backends: BTreeMap<String, Digest>,
     refused_certificates: BTreeMap<String, Digest>,
+    /// The digest of each backend of the last synced model, with the backend it was
+    /// computed from: a backend the next model shares (the build's endpoint fast path
+    /// copies only the backends it changes) is not hashed again.
+    digests: BTreeMap<String, (Arc<Backend>, Digest)>,
     /// Served for TLS hosts without a valid certificate of their own (the entry also
     /// tells the balancer that the host has TLS, for the ssl-redirect).
     default_certificate: Option<std::sync::Arc<(String, String)>>,
@@ -87,6 +92,7 @@ impl BalancerClient {
             certificates: BTreeMap::new(),
             refused_backends: BTreeMap::new(),
             refused_certificates: BTreeMap::new(),
+            digests: BTreeMap::new(),
             default_certificate: None,
             posted_default: None,
             batch: CHUNK,
@@ -129,10 +135,24 @@ impl BalancerClient {
     /// be applied (socket unreachable, token refused, store full, ...).
     pub async fn sync(&mut self, model: &Model) -> Result<Posted, BalancerError> {
         let mut posted = Posted::default();
-        let wanted: Vec<(&Backend, Digest)> =
-            model.backends.values().map(|b| (b, digest(b))).collect();
+        self.digests.retain(|n, _| model.backends.contains_key(n));
+        for (name, b) in &model.backends {
+            match self.digests.get_mut(name) {
+                Some((seen, _)) if Arc::ptr_eq(seen, b) => {}
+                Some(entry) => *entry = (b.clone(), digest(&**b)),
+                None => {
+                    self.digests.insert(name.clone(), (b.clone(), digest(&**b)));
+                }
+            }
+        }
+        let wanted: Vec<(&Backend, Digest)> = model
+            .backends
+            .iter()
+            .map(|(name, b)| (&**b, self.digests[name].1))
+            .collect();
+        let digests = &self.digests;
         self.refused_backends
-            .retain(|n, d| model.backends.get(n).is_some_and(|b| digest(b) == *d));
+            .retain(|n, d| digests.get(n).is_some_and(|(_, seen)| seen == d));
         let changed: Vec<(&Backend, Digest)> = wanted
             .into_iter()
             .filter(|(b, d)| {
@@ -661,7 +681,7 @@ mod tests {
         let mut m = ferrule_model::build(&Snapshot::default());
         m.backends = backends
             .iter()
-            .map(|b| (b.name.clone(), b.clone()))
+            .map(|b| (b.name.clone(), Arc::new(b.clone())))
             .collect();
         m
     }

@@ -127,12 +127,8 @@ async fn model_task(
         };
         let applied = common.applied.borrow().clone();
         let diff = applied.as_deref().map(|a| ferrule_model::diff(a, &model));
-        if let (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) = (&applied, &diff)
-            && !matches!(&diff, Some(Diff::Dynamic { tls_hosts, .. }) if !tls_hosts.is_empty())
-        {
-            // The same servers as NGINX's: share them, so that the next diff (after
-            // an endpoint change) skips comparing them.
-            model.servers = a.servers.clone();
+        if let (Some(a), Some(d @ (Diff::Unchanged | Diff::Dynamic { .. }))) = (&applied, &diff) {
+            share_unchanged(&mut model, a, d);
         }
         let kind = if fast { "endpoints" } else { "full" };
         common
@@ -167,6 +163,31 @@ async fn model_task(
             post_dynamic(&common, &model, detected).await;
         }
         last = Some((served, model));
+    }
+}
+
+/// Makes `model` share what it has equal with `applied` (`diff` is between them and
+/// needs no reload), so that the next diff and the balancer client's digests, after
+/// an endpoint change patched `model`, compare pointers instead of contents.
+fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
+    let (backends, tls_hosts): (&[String], &[String]) = match diff {
+        Diff::Dynamic {
+            backends,
+            tls_hosts,
+            ..
+        } => (backends, tls_hosts),
+        _ => (&[], &[]),
+    };
+    if tls_hosts.is_empty() {
+        model.servers = applied.servers.clone();
+    }
+    let changed: std::collections::HashSet<&str> = backends.iter().map(String::as_str).collect();
+    for (name, b) in model.backends.iter_mut() {
+        if !changed.contains(name.as_str())
+            && let Some(same) = applied.backends.get(name)
+        {
+            *b = same.clone();
+        }
     }
 }
 

@@ -125,16 +125,32 @@ fn default_certificate(m: &Model) -> Option<(&String, Option<&crate::model::Cert
     Some((name, m.certificates.get(name)))
 }
 
+/// Names added, removed or changed, sorted: one walk over both sorted maps (a shared
+/// `Arc` value compares by pointer).
 fn changed_keys<V: PartialEq>(
     old: &std::collections::BTreeMap<String, V>,
     new: &std::collections::BTreeMap<String, V>,
 ) -> Vec<String> {
-    let mut out: Vec<String> = new
-        .iter()
-        .filter(|(k, v)| old.get(*k) != Some(*v))
-        .map(|(k, _)| k.clone())
-        .collect();
-    out.extend(old.keys().filter(|k| !new.contains_key(*k)).cloned());
-    out.sort();
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let mut out = Vec::new();
+    let (mut o, mut n) = (old.iter().peekable(), new.iter().peekable());
+    loop {
+        let step = match (o.peek(), n.peek()) {
+            (None, None) => break,
+            (Some(_), None) => Less,
+            (None, Some(_)) => Greater,
+            (Some((ok, _)), Some((nk, _))) => ok.cmp(nk),
+        };
+        match step {
+            Less => out.push(o.next().expect("peeked").0.clone()),
+            Greater => out.push(n.next().expect("peeked").0.clone()),
+            Equal => {
+                let ((k, ov), (_, nv)) = (o.next().expect("peeked"), n.next().expect("peeked"));
+                if ov != nv {
+                    out.push(k.clone());
+                }
+            }
+        }
+    }
     out
 }

@@ -71,8 +71,10 @@ pub struct Model {
     /// a model that differs in endpoints only (the fast path of the build) has the
     /// same servers, and the diff skips comparing them.
     pub servers: Arc<Vec<Server>>,
-    /// Upstreams by name (`namespace_service_port`).
-    pub backends: BTreeMap<String, Backend>,
+    /// Upstreams by name (`namespace_service_port`). Shared: the endpoint fast path
+    /// of the build copies only the backends it changes, and comparing a shared one
+    /// (diff, balancer client) is a pointer comparison.
+    pub backends: BTreeMap<String, Arc<Backend>>,
     /// Certificates by name (`namespace/secret`).
     pub certificates: BTreeMap<String, Certificate>,
     /// The `--default-ssl-certificate` Secret's certificate (a key into

@@ -82,8 +82,9 @@ pub fn build_endpoint_change(
         let endpoints =
             after.endpoints_of(&b.service.namespace, &b.service.name, &b.service_port)?;
         if endpoints != b.endpoints {
-            b.endpoints = endpoints;
             changed.push(b.name.clone());
+            // Copies this backend only: the others stay shared with `prev_model`.
+            Arc::make_mut(b).endpoints = endpoints;
         }
     }
     Some((model, changed))

@@ -513,7 +513,10 @@ impl Builder<'_> {
         self.problems.dedup();
         Model {
             servers: std::sync::Arc::new(servers),
-            backends,
+            backends: backends
+                .into_iter()
+                .map(|(name, b)| (name, std::sync::Arc::new(b)))
+                .collect(),
             certificates,
             default_certificate,
             default_backend,
