@@ -181,17 +181,14 @@ local function answer(kind, msg, name)
         ngx.log(ngx.WARN, "ferrule: ", msg, " \"", name or "", "\", answering ", kind)
     end
     local addr = answers[kind]
+    local ok, err = false, "no server configured to answer it"
     if routed_early() then
-        ngx.log(ngx.ERR, "ferrule: cannot answer ", kind, " after the rewrite phase")
-        return ngx.exit(ngx.ERROR)
+        err = "the rewrite phase ran"
+    elseif addr then
+        ok, err = ngx_balancer.set_current_peer(addr)
     end
-    if not addr then
-        ngx.log(ngx.ERR, "ferrule: no server configured to answer ", kind)
-        return ngx.exit(ngx.ERROR)
-    end
-    local ok, err = ngx_balancer.set_current_peer(addr)
     if not ok then
-        ngx.log(ngx.ERR, "ferrule: set_current_peer ", addr, ": ", err)
+        ngx.log(ngx.ERR, "ferrule: cannot answer ", kind, ": ", err)
         return ngx.exit(ngx.ERROR)
     end
 end
@@ -213,18 +210,22 @@ local function has_tls(host)
     return v
 end
 
+-- ssl-redirect: decided per request rather than rendered, so that a host gaining or
+-- losing TLS needs no reload. $ferrule_redirect_host is the server's host where the
+-- annotation allows the redirect, "" elsewhere.
+local function redirects()
+    local rh = ngx_var.ferrule_redirect_host
+    return rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http"
+end
+
 -- rewrite_by_lua, rendered only where it is needed (canary, affinity, other
 -- protocols than HTTP, rewrite-target, snippets: see the renderer). A plain
 -- backend leaves nothing for balance(), which finds it again by $ferrule_backend:
 -- no ngx.ctx, no table.
 function _M.rewrite()
-    -- ssl-redirect: decided here rather than rendered, so that a host gaining or
-    -- losing TLS needs no reload. $ferrule_redirect_host is set (to the server's
-    -- host) only where the annotation allows the redirect.
     refresh()
     ngx.ctx.ferrule_routed = true
-    local rh = ngx_var.ferrule_redirect_host
-    if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" then
+    if redirects() then
         return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
     end
     local name = ngx_var.ferrule_backend
@@ -314,8 +315,7 @@ function _M.balance()
     if not failed then
         refresh()
     end
-    local rh = ngx_var.ferrule_redirect_host
-    if rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http" and not routed_early() then
+    if redirects() and not routed_early() then
         return answer("redirect")
     end
     if failed then
