@@ -242,6 +242,11 @@ impl Renderer {
         self.opts.prefix.join(rel).to_string_lossy().into_owned()
     }
 
+    /// A unix socket below the prefix, as `listen` and `set_current_peer` name it.
+    fn unix(&self, rel: &str) -> String {
+        format!("unix:{}", self.path(rel))
+    }
+
     fn main_view(&self, model: &Model) -> MainView {
         MainView {
             modules: self.opts.modules.clone(),
@@ -267,14 +272,11 @@ impl Renderer {
             njs_default_cert: literal_in_variables(&self.path(NJS_DEFAULT_CERT)),
             njs_default_key: literal_in_variables(&self.path(NJS_DEFAULT_KEY)),
             servers_glob: self.path("conf/servers/*.conf"),
-            api_listen: format!("unix:{}", self.path(process::API_SOCKET)),
-            unavailable_listen: format!("unix:{}", self.path(process::UNAVAILABLE_SOCKET)),
-            redirect_listen: format!("unix:{}", self.path(process::REDIRECT_SOCKET)),
-            unavailable_peer_lua: lua_quote(&format!(
-                "unix:{}",
-                self.path(process::UNAVAILABLE_SOCKET)
-            )),
-            redirect_peer_lua: lua_quote(&format!("unix:{}", self.path(process::REDIRECT_SOCKET))),
+            api_listen: self.unix(process::API_SOCKET),
+            unavailable_listen: self.unix(process::UNAVAILABLE_SOCKET),
+            redirect_listen: self.unix(process::REDIRECT_SOCKET),
+            unavailable_peer_lua: lua_quote(&self.unix(process::UNAVAILABLE_SOCKET)),
+            redirect_peer_lua: lua_quote(&self.unix(process::REDIRECT_SOCKET)),
             config_version: model.hash(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
         }
@@ -366,9 +368,6 @@ impl Renderer {
             }
         }
         if self.opts.balancer == Balancer::Njs {
-            for l in locations.iter_mut() {
-                l.rewrite_phase = false;
-            }
             // Every Lua include `X` has its njs twin `njs-X` (same headers, the peer
             // from `$ferrule_peer`); the location view stays balancer-neutral.
             for l in locations.iter_mut().filter(|l| !l.include.is_empty()) {
@@ -449,6 +448,7 @@ fn location_view(
 ) -> LocationView {
     let st = &l.settings;
     let (backend, status, include) = target_view(model, &l.target, st.backend_protocol);
+    let (routed, ewma) = balancing_phases(model, &l.target);
     LocationView {
         source: source(&l.owner),
         modifier: modifier.to_owned(),
@@ -459,12 +459,12 @@ fn location_view(
             .then_some(tls_host)
             .flatten()
             .map(literal_in_variables),
-        ewma: matches!(&l.target, Target::Backend(b) if model.feeds_ewma(b)),
-        rewrite_phase: backend.is_some()
-            && (st.backend_protocol != BackendProtocol::Http
-                || st.rewrite_target.is_some()
-                || st.configuration_snippet.is_some()
-                || matches!(&l.target, Target::Backend(b) if model.routes_per_request(b))),
+        ewma,
+        rewrite_phase: routed
+            || backend.is_some()
+                && (st.backend_protocol != BackendProtocol::Http
+                    || st.rewrite_target.is_some()
+                    || st.configuration_snippet.is_some()),
         body_size: st.proxy_body_size.clone(),
         connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
@@ -485,12 +485,7 @@ fn default_location(model: &Model) -> LocationView {
     let (backend, status, include) =
         target_view(model, &model.default_backend, BackendProtocol::Http);
     // The default backend may be a rule's backend too, with its canary or affinity.
-    let (rewrite_phase, ewma) = match &model.default_backend {
-        Target::Backend(b) if backend.is_some() => {
-            (model.routes_per_request(b), model.feeds_ewma(b))
-        }
-        _ => (false, false),
-    };
+    let (rewrite_phase, ewma) = balancing_phases(model, &model.default_backend);
     LocationView {
         source: "Controller/default-backend/".to_owned(),
         path: "/".to_owned(),
@@ -500,6 +495,16 @@ fn default_location(model: &Model) -> LocationView {
         status,
         include,
         ..LocationView::default()
+    }
+}
+
+/// The Lua phases a location routed to `t` needs for its backend's balancing: the
+/// rewrite phase for a canary or affinity, the log phase for EWMA (false for a
+/// backend the model does not have).
+fn balancing_phases(model: &Model, t: &Target) -> (bool, bool) {
+    match t {
+        Target::Backend(b) => (model.routes_per_request(b), model.feeds_ewma(b)),
+        Target::Status(_) => (false, false),
     }
 }
 
@@ -647,8 +652,8 @@ struct LocationView {
     redirect_host: Option<String>,
     /// Whether the location runs the log phase (EWMA statistics).
     ewma: bool,
-    /// Whether the location runs `rewrite()` (Lua balancer only). Elsewhere balance()
-    /// alone routes, answering the 503 and the ssl-redirect through NGINX's own
+    /// Whether the location runs `rewrite()` (the template ignores it for njs).
+    /// Elsewhere balance() alone routes, answering the 503 and the ssl-redirect through NGINX's own
     /// servers: the rewrite phase costs every request about 4 % of throughput. Kept
     /// for canary and affinity (decided, and their cookie set, before the balancer
     /// phase), for other protocols than HTTP (the answering servers speak HTTP/1.1),
