@@ -92,25 +92,14 @@ impl<'a> ServiceIndex<'a> {
         svc: &str,
         service_port: &str,
     ) -> Option<Vec<Endpoint>> {
-        let ports = self
-            .services
-            .get(&(ns, svc))?
-            .spec
-            .as_ref()?
-            .ports
-            .as_ref()?;
+        let ports = self.ports(ns, svc)?;
+        let named = PortRef::Name(service_port);
         // Port names contain a letter (the API server checks): a number is a number,
         // unless a port is named so anyway (a manifests file): then it is unclear.
-        if service_port.parse::<i32>().is_ok()
-            && ports
-                .iter()
-                .any(|p| p.name.as_deref() == Some(service_port))
-        {
-            return None;
-        }
         let port_ref = match service_port.parse::<i32>() {
+            Ok(_) if ports.iter().any(|p| named.matches(p)) => return None,
             Ok(n) => PortRef::Number(n),
-            Err(_) => PortRef::Name(service_port),
+            Err(_) => named,
         };
         let port = ports.iter().find(|p| port_ref.matches(p))?;
         Some(self.endpoints(ns, svc, port))
@@ -118,18 +107,20 @@ impl<'a> ServiceIndex<'a> {
 
     /// Which ports of the Service have no ready endpoints, in the Service's order.
     pub(crate) fn ports_without_endpoints(&self, ns: &str, svc: &str) -> Vec<bool> {
-        let Some(ports) = self
-            .services
-            .get(&(ns, svc))
-            .and_then(|s| s.spec.as_ref())
-            .and_then(|s| s.ports.as_ref())
-        else {
-            return Vec::new();
-        };
-        ports
+        self.ports(ns, svc)
+            .unwrap_or_default()
             .iter()
             .map(|p| self.endpoints(ns, svc, p).is_empty())
             .collect()
+    }
+
+    fn ports(&self, ns: &str, svc: &str) -> Option<&'a [ServicePort]> {
+        self.services
+            .get(&(ns, svc))?
+            .spec
+            .as_ref()?
+            .ports
+            .as_deref()
     }
 
     /// Ready endpoints of every EndpointSlice of the Service, for the slice port whose

@@ -42,7 +42,7 @@ pub fn build_endpoint_change(
     if touched.is_empty() {
         return Some((model, Vec::new()));
     }
-    let is_touched = |ns: &str, name: &str| touched.contains(&(ns.to_owned(), name.to_owned()));
+    let is_touched = |ns: &str, name: &str| touched.contains(&(ns, name));
     let of_touched = |slices: &[Arc<EndpointSlice>]| -> Vec<Arc<EndpointSlice>> {
         slices
             .iter()
@@ -69,7 +69,7 @@ pub fn build_endpoint_change(
     let after = ServiceIndex::new(&services, &slices_after);
     // A port without ready endpoints is a problem on every Ingress that routes to it,
     // also where the backend is not kept (an ignored spec.defaultBackend).
-    for (ns, svc) in &touched {
+    for &(ns, svc) in &touched {
         if before.ports_without_endpoints(ns, svc) != after.ports_without_endpoints(ns, svc) {
             return None;
         }
@@ -144,10 +144,10 @@ fn service_of(s: &EndpointSlice) -> Option<(&str, &str)> {
 /// Services whose slices were added, removed or replaced (either side of a slice
 /// that moved to another Service). By identity, not by name: a manifests directory
 /// may hold two slices of the same name, or slices without one.
-fn touched_services(
-    prev: &[Arc<EndpointSlice>],
-    next: &[Arc<EndpointSlice>],
-) -> HashSet<(String, String)> {
+fn touched_services<'a>(
+    prev: &'a [Arc<EndpointSlice>],
+    next: &'a [Arc<EndpointSlice>],
+) -> HashSet<(&'a str, &'a str)> {
     let ids = |v: &[Arc<EndpointSlice>]| -> HashSet<*const EndpointSlice> {
         v.iter().map(Arc::as_ptr).collect()
     };
@@ -156,9 +156,7 @@ fn touched_services(
     let gone = prev.iter().filter(|s| !after.contains(&Arc::as_ptr(s)));
     let new = next.iter().filter(|s| !before.contains(&Arc::as_ptr(s)));
     for s in gone.chain(new) {
-        if let Some((ns, svc)) = service_of(s) {
-            touched.insert((ns.to_owned(), svc.to_owned()));
-        }
+        touched.extend(service_of(s));
     }
     touched
 }
