@@ -136,20 +136,22 @@ impl BalancerClient {
     pub async fn sync(&mut self, model: &Model) -> Result<Posted, BalancerError> {
         let mut posted = Posted::default();
         self.digests.retain(|n, _| model.backends.contains_key(n));
+        let mut wanted: Vec<(&Backend, Digest)> = Vec::with_capacity(model.backends.len());
         for (name, b) in &model.backends {
-            match self.digests.get_mut(name) {
-                Some((seen, _)) if Arc::ptr_eq(seen, b) => {}
-                Some(entry) => *entry = (b.clone(), digest(&**b)),
-                None => {
-                    self.digests.insert(name.clone(), (b.clone(), digest(&**b)));
+            let d = match self.digests.get_mut(name) {
+                Some((seen, d)) if Arc::ptr_eq(seen, b) => *d,
+                Some(entry) => {
+                    *entry = (b.clone(), digest(&**b));
+                    entry.1
                 }
-            }
+                None => {
+                    let d = digest(&**b);
+                    self.digests.insert(name.clone(), (b.clone(), d));
+                    d
+                }
+            };
+            wanted.push((b, d));
         }
-        let wanted: Vec<(&Backend, Digest)> = model
-            .backends
-            .iter()
-            .map(|(name, b)| (&**b, self.digests[name].1))
-            .collect();
         let digests = &self.digests;
         self.refused_backends
             .retain(|n, d| digests.get(n).is_some_and(|(_, seen)| seen == d));

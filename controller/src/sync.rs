@@ -120,17 +120,15 @@ async fn model_task(
         let patched = last
             .as_ref()
             .and_then(|(s, m)| ferrule_model::build_endpoint_change(s, m, &served));
-        let fast = patched.is_some();
-        let mut model = match patched {
-            Some((model, _)) => model,
-            None => ferrule_model::build(&served),
+        let (mut model, kind) = match patched {
+            Some((model, _)) => (model, "endpoints"),
+            None => (ferrule_model::build(&served), "full"),
         };
         let applied = common.applied.borrow().clone();
         let diff = applied.as_deref().map(|a| ferrule_model::diff(a, &model));
         if let (Some(a), Some(d @ (Diff::Unchanged | Diff::Dynamic { .. }))) = (&applied, &diff) {
             share_unchanged(&mut model, a, d);
         }
-        let kind = if fast { "endpoints" } else { "full" };
         common
             .shared
             .metrics
