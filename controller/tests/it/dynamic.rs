@@ -940,19 +940,8 @@ async fn certificate_rotation_is_served_without_reload() {
     );
 
     // The TLS host still proxies with the new certificate.
-    let out = tokio::process::Command::new("curl")
-        .args(["-sk", "--resolve"])
-        .arg(format!("secure.test:{}:127.0.0.1", f.https))
-        .arg(format!("https://secure.test:{}/tls", f.https))
-        .output()
-        .await
-        .unwrap();
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert_eq!(
-        v["backend"],
-        a.addr.to_string(),
-        "proxied over TLS: {out:?}"
-    );
+    let v = https_get(&f, "secure.test", "/tls").await;
+    assert_eq!(v["backend"], a.addr.to_string(), "proxied over TLS: {v}");
     before.check(&f, "certificate rotation").await;
 }
 

@@ -47,18 +47,6 @@ async fn post_bytes(f: &Ferrule, host: &str, n: usize) -> u16 {
         .as_u16()
 }
 
-/// An HTTPS GET with curl for `host` (SNI and Host): the echo JSON.
-async fn https_get(f: &Ferrule, host: &str, path: &str) -> Value {
-    let out = tokio::process::Command::new("curl")
-        .args(["-sk", "--resolve"])
-        .arg(format!("{host}:{}:127.0.0.1", f.https))
-        .arg(format!("https://{host}:{}{path}", f.https))
-        .output()
-        .await
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or_default()
-}
-
 /// Waits until `f.backend(host, path)` answers `want` (status, backend address).
 async fn wait_backend(f: &Ferrule, host: &str, path: &str, want: (u16, &str), what: &str) {
     let ok = wait_until(Duration::from_secs(10), || async {

@@ -74,15 +74,15 @@ impl Drop for ProtocolBackend {
 /// A gRPC-shaped call (HTTP/2 over TLS, `content-type: application/grpc`) to `host`
 /// through Ferrule's HTTPS port: the body and "\n<status> <HTTP version>".
 pub async fn grpc_call(f: &Ferrule, host: &str) -> String {
-    let out = tokio::process::Command::new("curl")
-        .args(["-sk", "--http2", "-H", "content-type: application/grpc"])
-        .args(["-w", "\n%{http_code} %{http_version}", "--resolve"])
-        .arg(format!("{host}:{}:127.0.0.1", f.https))
-        .arg(format!("https://{host}:{}/pkg.Service/Call", f.https))
-        .output()
-        .await
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let args = ["--http2", "-H", "content-type: application/grpc"];
+    let write_out = ["-w", "\n%{http_code} %{http_version}"];
+    curl_tls(
+        f,
+        host,
+        "/pkg.Service/Call",
+        &[&args[..], &write_out[..]].concat(),
+    )
+    .await
 }
 
 /// A plain HTTP GET to `host` through Ferrule's HTTP port: (status, body).

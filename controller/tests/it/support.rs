@@ -921,6 +921,26 @@ pub async fn raw_http(port: u16, request: &str) -> (u16, String) {
     (status, body)
 }
 
+/// curl over TLS to `host` (SNI and Host) through Ferrule's HTTPS port, `args` before
+/// the URL: what it printed.
+pub async fn curl_tls(f: &Ferrule, host: &str, path: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sk"])
+        .args(args)
+        .arg("--resolve")
+        .arg(format!("{host}:{}:127.0.0.1", f.https))
+        .arg(format!("https://{host}:{}{path}", f.https))
+        .output()
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An HTTPS GET for `host`: the echo JSON (null when the answer is not JSON).
+pub async fn https_get(f: &Ferrule, host: &str, path: &str) -> Value {
+    serde_json::from_str(&curl_tls(f, host, path, &[]).await).unwrap_or_default()
+}
+
 /// A request over HTTPS with curl: (status, body).
 pub fn curl_https(port: u16, sni: &str, host: &str, path: &str, token: &str) -> (u16, String) {
     let out = std::process::Command::new("curl")
