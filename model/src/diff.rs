@@ -1,10 +1,11 @@
 //! What changed between two models, and what NGINX must do about it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::model::{DEFAULT_SERVER, Model, Server};
+use crate::model::{Backend, DEFAULT_SERVER, Model, Server};
 
 /// The outcome of comparing the running model with a new one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -42,7 +43,7 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     }
     // The same servers (the build's endpoint fast path shares them): nothing to
     // compare, which is most of the diff's cost in a large cluster.
-    let same_servers = std::sync::Arc::ptr_eq(&old.servers, &new.servers);
+    let same_servers = Arc::ptr_eq(&old.servers, &new.servers);
     if !same_servers {
         let old_hosts: BTreeSet<&str> = old.servers.iter().map(|s| s.host.as_str()).collect();
         let new_hosts: BTreeSet<&str> = new.servers.iter().map(|s| s.host.as_str()).collect();
@@ -76,15 +77,15 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     // rendered only where it is used. A rewrite phase left behind when a canary or
     // affinity goes is harmless (rewrite() handles any backend), so only gaining one
     // needs a reload.
-    for (name, b) in &new.backends {
-        if !old.backends.contains_key(name) {
+    for (name, o, n) in merge(&old.backends, &new.backends).filter_map(Side::both) {
+        if shared_routing(old, new, o, n) {
             continue;
         }
         if old.feeds_ewma(name) != new.feeds_ewma(name) {
-            reasons.push(format!("load-balance:{}", b.name));
+            reasons.push(format!("load-balance:{}", n.name));
         }
         if !old.routes_per_request(name) && new.routes_per_request(name) {
-            reasons.push(format!("per-request-routing:{}", b.name));
+            reasons.push(format!("per-request-routing:{}", n.name));
         }
     }
     if !reasons.is_empty() {
@@ -125,32 +126,67 @@ fn default_certificate(m: &Model) -> Option<(&String, Option<&crate::model::Cert
     Some((name, m.certificates.get(name)))
 }
 
-/// Names added, removed or changed, sorted: one walk over both sorted maps (a shared
-/// `Arc` value compares by pointer).
-fn changed_keys<V: PartialEq>(
-    old: &std::collections::BTreeMap<String, V>,
-    new: &std::collections::BTreeMap<String, V>,
-) -> Vec<String> {
+/// Whether a backend's EWMA and routing decisions cannot have changed: the build's
+/// endpoint fast path shares unchanged backends, and at 10k backends these checks were
+/// most of the diff's cost after it. A canary's target counts too (`feeds_ewma`).
+fn shared_routing(old: &Model, new: &Model, o: &Arc<Backend>, n: &Arc<Backend>) -> bool {
+    Arc::ptr_eq(o, n)
+        && n.balancing.canary.as_ref().is_none_or(|c| {
+            match (old.backends.get(&c.backend), new.backends.get(&c.backend)) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+        })
+}
+
+/// Names added, removed or changed, sorted (a shared `Arc` value compares by pointer).
+fn changed_keys<V: PartialEq>(old: &BTreeMap<String, V>, new: &BTreeMap<String, V>) -> Vec<String> {
+    merge(old, new)
+        .filter_map(|side| match side {
+            Side::Old(k) | Side::New(k) => Some(k.clone()),
+            Side::Both(k, o, n) => (o != n).then(|| k.clone()),
+        })
+        .collect()
+}
+
+/// One entry of two sorted maps walked together.
+enum Side<'a, V> {
+    Old(&'a String),
+    New(&'a String),
+    Both(&'a String, &'a V, &'a V),
+}
+
+impl<'a, V> Side<'a, V> {
+    fn both(self) -> Option<(&'a String, &'a V, &'a V)> {
+        match self {
+            Side::Both(k, o, n) => Some((k, o, n)),
+            _ => None,
+        }
+    }
+}
+
+/// Both maps in key order, in one walk (no lookups).
+fn merge<'a, V>(
+    old: &'a BTreeMap<String, V>,
+    new: &'a BTreeMap<String, V>,
+) -> impl Iterator<Item = Side<'a, V>> {
     use std::cmp::Ordering::{Equal, Greater, Less};
-    let mut out = Vec::new();
     let (mut o, mut n) = (old.iter().peekable(), new.iter().peekable());
-    loop {
+    std::iter::from_fn(move || {
         let step = match (o.peek(), n.peek()) {
-            (None, None) => break,
+            (None, None) => return None,
             (Some(_), None) => Less,
             (None, Some(_)) => Greater,
             (Some((ok, _)), Some((nk, _))) => ok.cmp(nk),
         };
-        match step {
-            Less => out.push(o.next().expect("peeked").0.clone()),
-            Greater => out.push(n.next().expect("peeked").0.clone()),
+        Some(match step {
+            Less => Side::Old(o.next().expect("peeked").0),
+            Greater => Side::New(n.next().expect("peeked").0),
             Equal => {
                 let ((k, ov), (_, nv)) = (o.next().expect("peeked"), n.next().expect("peeked"));
-                if ov != nv {
-                    out.push(k.clone());
-                }
+                Side::Both(k, ov, nv)
             }
-        }
-    }
-    out
+        })
+    })
 }
