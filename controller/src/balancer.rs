@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ferrule_model::annotations::{Affinity, Canary, LoadBalance};
-use ferrule_model::{Backend, Endpoint, Model};
+use ferrule_model::{Backend, Certificate, Endpoint, Model, Server};
 use serde::Serialize;
 use serde::ser::{SerializeMap, Serializer};
 use serde_json::Value;
@@ -52,6 +52,9 @@ pub struct Posted {
 /// needed tens of MB in the controller and in the Lua decoder at once.
 const CHUNK: usize = 1000;
 
+/// The model's certificates by name.
+type Certificates = BTreeMap<String, Certificate>;
+
 /// Posts model changes to the balancer over its unix socket.
 pub struct BalancerClient {
     socket: PathBuf,
@@ -70,6 +73,11 @@ pub struct BalancerClient {
     /// Served for TLS hosts without a valid certificate of their own (the entry also
     /// tells the balancer that the host has TLS, for the ssl-redirect).
     default_certificate: Option<std::sync::Arc<(String, String)>>,
+    /// The servers and certificates of the last model whose certificates were all
+    /// posted: a model sharing both (the build's endpoint fast path) needs no
+    /// certificate work. Weak: the allocations stay (no address is reused) but not
+    /// the contents.
+    certificates_posted: Option<(Weak<Vec<Server>>, Weak<Certificates>)>,
     /// The fallback certificate the store holds (posted as `default`).
     posted_default: Option<(String, String)>,
     /// The most objects one POST carries.
@@ -94,6 +102,7 @@ impl BalancerClient {
             refused_certificates: BTreeMap::new(),
             digests: BTreeMap::new(),
             default_certificate: None,
+            certificates_posted: None,
             posted_default: None,
             batch: CHUNK,
             store_unread: true,
@@ -122,6 +131,7 @@ impl BalancerClient {
         self.certificates.clear();
         self.refused_backends.clear();
         self.refused_certificates.clear();
+        self.certificates_posted = None;
         self.posted_default = None;
         self.store_unread = true;
     }
@@ -207,11 +217,54 @@ impl BalancerClient {
             posted.backends += removed.len();
         }
 
+        let shared = self
+            .certificates_posted
+            .as_ref()
+            .is_some_and(|(servers, certs)| {
+                servers.ptr_eq(&Arc::downgrade(&model.servers))
+                    && certs.ptr_eq(&Arc::downgrade(&model.certificates))
+            });
+        if !shared {
+            let stored_hosts = stored.as_ref().map(|(_, hosts)| &hosts[..]);
+            self.sync_certificates(model, stored_hosts, &mut posted)
+                .await?;
+            self.certificates_posted = Some((
+                Arc::downgrade(&model.servers),
+                Arc::downgrade(&model.certificates),
+            ));
+        }
+        self.sync_default(model, &mut posted).await?;
+        self.store_unread = false;
+        for r in &posted.rejected {
+            tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
+        }
+        Ok(posted)
+    }
+
+    /// Posts the certificates by host that differ from what the store holds, and
+    /// removes the hosts that lost TLS (`stored_hosts`: what an adopted store holds).
+    async fn sync_certificates(
+        &mut self,
+        model: &Model,
+        stored_hosts: Option<&[String]>,
+        posted: &mut Posted,
+    ) -> Result<(), BalancerError> {
         // An `Arc` clone: `wanted` borrows it across the `&mut self` posts below.
         let default = self.default_certificate.clone();
         let wanted = certificate_hosts(model, default.as_deref());
-        let digests: BTreeMap<&str, Digest> =
-            wanted.iter().map(|(h, pair)| (*h, digest(pair))).collect();
+        // Most hosts share a few certificates (wildcards, the default): each pair is
+        // hashed once.
+        let mut seen: std::collections::HashMap<(usize, usize), Digest> =
+            std::collections::HashMap::new();
+        let digests: BTreeMap<&str, Digest> = wanted
+            .iter()
+            .map(|(h, pair)| {
+                let d = *seen
+                    .entry((pair.0.as_ptr() as usize, pair.1.as_ptr() as usize))
+                    .or_insert_with(|| digest(pair));
+                (*h, d)
+            })
+            .collect();
         self.refused_certificates
             .retain(|h, d| digests.get(h.as_str()) == Some(&*d));
         let changed: Vec<(&str, Digest)> = digests
@@ -228,7 +281,7 @@ impl BalancerClient {
             .filter(|h| !wanted.contains_key(h.as_str()))
             .cloned()
             .collect();
-        if let Some((_, hosts)) = &stored {
+        if let Some(hosts) = stored_hosts {
             removed.extend(
                 hosts
                     .iter()
@@ -271,12 +324,7 @@ impl BalancerClient {
             }
             posted.certificates += removed.len();
         }
-        self.sync_default(model, &mut posted).await?;
-        self.store_unread = false;
-        for r in &posted.rejected {
-            tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
-        }
-        Ok(posted)
+        Ok(())
     }
 
     /// Posts the store's fallback certificate, served for every name without one of
@@ -695,6 +743,73 @@ mod tests {
             .iter()
             .map(|b| b["name"].as_str().unwrap().to_owned())
             .collect()
+    }
+
+    /// Hosts `a.test` and `b.test` on one certificate with the contents `pem`.
+    fn tls_model(pem: &str) -> Model {
+        let mut m = model(&[]);
+        let secret = ResourceRef::new("Secret", "ns", "tls");
+        m.certificates = Arc::new(BTreeMap::from([(
+            "ns/tls".to_owned(),
+            Certificate {
+                secret,
+                cert_pem: format!("cert {pem}"),
+                key_pem: format!("key {pem}"),
+                names: vec!["a.test".into(), "b.test".into()],
+                not_after: i64::MAX,
+            },
+        )]));
+        let server = |host: &str| Server {
+            host: host.to_owned(),
+            tls: Some(ferrule_model::ServerTls {
+                certificate: Some("ns/tls".to_owned()),
+            }),
+            owner: None,
+            server_snippet: None,
+            locations: Vec::new(),
+        };
+        m.servers = Arc::new(vec![server("a.test"), server("b.test")]);
+        m
+    }
+
+    /// The hosts of the certificate POSTs, in order.
+    fn certificate_posts(accepted: &Mutex<Vec<Value>>) -> Vec<Vec<String>> {
+        accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["certificates"].as_array())
+            .map(|a| {
+                a.iter()
+                    .map(|c| c["host"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn certificates_are_posted_when_they_change_and_after_a_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (sock, accepted) = fake_api(dir.path());
+        let mut c = BalancerClient::new(sock, "t".into());
+        let first = tls_model("1");
+        assert_eq!(c.sync(&first).await.unwrap().certificates, 2);
+        // The endpoint fast path's model shares servers and certificates.
+        let mut next = first.clone();
+        next.backends = model(&[backend("a", "10.0.0.1")]).backends;
+        let p = c.sync(&next).await.unwrap();
+        assert_eq!((p.backends, p.certificates), (1, 0));
+        // A full build with the same contents: nothing to post either.
+        assert_eq!(c.sync(&tls_model("1")).await.unwrap().certificates, 0);
+        // A rotation posts both hosts again.
+        assert_eq!(c.sync(&tls_model("2")).await.unwrap().certificates, 2);
+        // After a reset (a new NGINX), the same shared model is posted in full.
+        let rotated = tls_model("3");
+        c.sync(&rotated).await.unwrap();
+        c.reset();
+        assert_eq!(c.sync(&rotated.clone()).await.unwrap().certificates, 2);
+        let ab = vec!["a.test".to_owned(), "b.test".to_owned()];
+        assert_eq!(certificate_posts(&accepted), vec![ab.clone(); 4]);
     }
 
     #[tokio::test]

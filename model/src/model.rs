@@ -75,8 +75,10 @@ pub struct Model {
     /// of the build copies only the backends it changes, and comparing a shared one
     /// (diff, balancer client) is a pointer comparison.
     pub backends: BTreeMap<String, Arc<Backend>>,
-    /// Certificates by name (`namespace/secret`).
-    pub certificates: BTreeMap<String, Certificate>,
+    /// Certificates by name (`namespace/secret`). Shared like the servers: the
+    /// endpoint fast path keeps them, and the balancer client skips the certificates
+    /// of a model that shares them (and the servers) with the last one it posted.
+    pub certificates: Arc<BTreeMap<String, Certificate>>,
     /// The `--default-ssl-certificate` Secret's certificate (a key into
     /// `certificates`) when it is valid: served by the catch-all server (unknown or
     /// absent SNI), by servers without TLS, and by TLS hosts without a valid

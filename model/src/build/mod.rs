@@ -517,7 +517,7 @@ impl Builder<'_> {
                 .into_iter()
                 .map(|(name, b)| (name, std::sync::Arc::new(b)))
                 .collect(),
-            certificates,
+            certificates: std::sync::Arc::new(certificates),
             default_certificate,
             default_backend,
             global: self.global,
