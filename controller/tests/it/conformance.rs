@@ -583,6 +583,12 @@ async fn routes_without_endpoints_answer_503() {
     for p in ["/unready", "/empty/x", "/missing", "/missing/y"] {
         assert_eq!(f.get("e.test", p).await.0, 503, "{p}");
     }
+    // An HTTP/2 upload of unknown length (no Content-Length) is answered 503 before
+    // its body is read, not 413 after 1 MB of it.
+    assert_eq!(
+        h2_upload_status(&f, "e.test", "/empty", 2 << 20).await,
+        "503"
+    );
     assert_eq!(f.backend("e.test", "/odd").await, (200, a.addr.to_string()));
     let (s, _, _) = send(&f, "GET", "e.test", "/odd", &[("X-Pick-80", "x")], None).await;
     assert_eq!(s, 200, "a request header cannot rename the backend");
@@ -701,4 +707,34 @@ async fn rewrite_target_with_regex_captures() {
     }
     assert_eq!(f.get("rewrite.test", "/somethingelse").await.0, 404);
     assert_eq!(f.get("rewrite.test", "/other").await.0, 404);
+}
+
+/// The status of an HTTP/2 POST over TLS of `len` bytes streamed from a pipe: curl
+/// cannot know the length and sends no Content-Length.
+async fn h2_upload_status(f: &Ferrule, host: &str, path: &str, len: usize) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new("curl")
+        .args([
+            "-sk",
+            "--http2",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-T",
+            "-",
+        ])
+        .arg("--resolve")
+        .arg(format!("{host}:{}:127.0.0.1", f.https))
+        .arg(format!("https://{host}:{}{path}", f.https))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // The answer may come before the body is sent: a refused write is expected.
+    let _ = stdin.write_all(&vec![b'x'; len]).await;
+    drop(stdin);
+    let out = child.wait_with_output().await.unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
