@@ -55,6 +55,10 @@ const CHUNK: usize = 1000;
 /// The model's certificates by name.
 type Certificates = BTreeMap<String, Certificate>;
 
+/// The longest one API request may take by default. A chunk of 1,000 backends is
+/// decoded in well under a second; a timed-out request is retried like a failed one.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// Posts model changes to the balancer over its unix socket.
 pub struct BalancerClient {
     socket: PathBuf,
@@ -82,6 +86,8 @@ pub struct BalancerClient {
     posted_default: Option<(String, String)>,
     /// The most objects one POST carries.
     batch: usize,
+    /// The longest one API request may take.
+    timeout: Duration,
     /// Set until the first sync after [`BalancerClient::new`] or [`BalancerClient::reset`]
     /// has read which names the store holds: an NGINX adopted after a controller
     /// restart keeps backends and certificates deleted while no controller ran, and
@@ -105,6 +111,7 @@ impl BalancerClient {
             certificates_posted: None,
             posted_default: None,
             batch: CHUNK,
+            timeout: REQUEST_TIMEOUT,
             store_unread: true,
         }
     }
@@ -122,6 +129,12 @@ impl BalancerClient {
     /// for balancers that cannot take a full resync at once (`Balancer::max_batch`).
     pub fn with_batch(mut self, batch: usize) -> Self {
         self.batch = batch.clamp(1, CHUNK);
+        self
+    }
+
+    /// Gives up on an API request after `timeout` (default 15 s).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
         self
     }
 
@@ -444,11 +457,30 @@ impl BalancerClient {
         Ok(refused)
     }
 
+    /// One API request. A hung NGINX (stopped, a stuck worker) must not hold the
+    /// client's lock, and with it the fast path and the post after a reload, for ever.
+    async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+    ) -> std::io::Result<api::Response> {
+        let request = api::request(&self.socket, method, path, Some(&self.token), body);
+        tokio::time::timeout(self.timeout, request)
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{method} {path}: no answer within {:?}", self.timeout),
+                ))
+            })
+    }
+
     /// The backend names and certificate hosts the store holds (the `GET` debugging
     /// endpoints; the default certificate is not a host).
     async fn stored_names(&self) -> Result<(Vec<String>, Vec<String>), BalancerError> {
         let get = |path: &'static str| async move {
-            let r = api::request(&self.socket, "GET", path, Some(&self.token), None).await?;
+            let r = self.request("GET", path, None).await?;
             if r.status != 200 {
                 return Err(BalancerError::Refused {
                     status: r.status,
@@ -482,8 +514,7 @@ impl BalancerClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let result =
-                api::request(&self.socket, "POST", path, Some(&self.token), Some(bytes)).await;
+            let result = self.request("POST", path, Some(bytes)).await;
             match result {
                 Ok(r) if (200..300).contains(&r.status) => return Ok(()),
                 // A refusal is deterministic: retrying the same body cannot help.
@@ -810,6 +841,34 @@ mod tests {
         assert_eq!(c.sync(&rotated.clone()).await.unwrap().certificates, 2);
         let ab = vec!["a.test".to_owned(), "b.test".to_owned()];
         assert_eq!(certificate_posts(&accepted), vec![ab.clone(); 4]);
+    }
+
+    #[tokio::test]
+    async fn a_hung_api_is_an_error_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        // Accepts and reads, never answers.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let (s, _) = listener.accept().await.unwrap();
+                held.push(s);
+            }
+        });
+        let mut c =
+            BalancerClient::new(path, "t".into()).with_request_timeout(Duration::from_millis(50));
+        let started = std::time::Instant::now();
+        let e = c
+            .sync(&model(&[backend("a", "10.0.0.1")]))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no answer within"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test]
