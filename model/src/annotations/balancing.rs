@@ -20,7 +20,7 @@ pub enum LoadBalance {
 pub struct Affinity {
     /// `session-cookie-name` (default `INGRESSCOOKIE`).
     pub cookie_name: String,
-    /// `session-cookie-max-age` in seconds.
+    /// `session-cookie-max-age` in seconds (1 to 2^31 - 1, as the balancer API takes).
     pub max_age: Option<u32>,
     /// `session-cookie-path`.
     pub path: Option<String>,
@@ -34,17 +34,33 @@ fn load_balance(v: &str) -> Result<LoadBalance, String> {
     }
 }
 
+/// The largest `session-cookie-max-age` the balancer API takes (`2^31 - 1` seconds,
+/// the limit of lua/ferrule/validate.lua and of a signed 32-bit `Max-Age`).
+const MAX_COOKIE_MAX_AGE: u32 = i32::MAX as u32;
+
 /// An NGINX variable expression: variables (`$name`) and literal `-_.:/` characters.
+/// As `expr.parse` of the balancer (lua/ferrule/expr.lua), every `$` starts a variable
+/// name of letters, digits and `_` (so `$-x`, `a$.b`, `$$x` and a trailing `$` are
+/// refused); `${name}` is not accepted here.
 fn hash_expression(v: &str) -> Result<String, String> {
-    let ok = v.contains('$')
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"$_-.:/".contains(&b))
-        && !v.ends_with('$')
-        && !v.contains("$$");
-    if ok {
+    let chars_ok = v
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"$_-.:/".contains(&b));
+    // The text after each `$` starts with the variable's name.
+    let names_ok = v.split('$').skip(1).all(|after| {
+        after
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+    });
+    if chars_ok && names_ok && v.contains('$') {
         Ok(v.to_owned())
     } else {
-        Err("expected an NGINX variable expression such as \"$request_uri\"".to_owned())
+        Err(
+            "expected an NGINX variable expression such as \"$request_uri\" \
+             (each $ followed by a variable name of letters, digits and _)"
+                .to_owned(),
+        )
     }
 }
 
@@ -69,7 +85,9 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         _ => Err("expected \"cookie\"".to_owned()),
     })?;
     let name = r.parse("session-cookie-name", value::token)?;
-    let max_age = r.parse("session-cookie-max-age", |v| value::integer(v, 1, u32::MAX))?;
+    let max_age = r.parse("session-cookie-max-age", |v| {
+        value::integer(v, 1, MAX_COOKIE_MAX_AGE)
+    })?;
     let path = r.parse("session-cookie-path", cookie_path)?;
     if mode.is_some() {
         out.affinity = Some(Affinity {

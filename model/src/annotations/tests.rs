@@ -159,3 +159,201 @@ fn snippets_are_kept_opaque() {
 fn unknown_annotations_are_ignored() {
     check(&[("not-a-thing", "whatever")], "IngressAnnotations {");
 }
+
+/// Every value the balancer API (lua/ferrule/validate.lua, lua/ferrule/expr.lua) would
+/// refuse is refused here, naming the annotation: a backend the API refuses is never
+/// posted, and its Ingress would answer 503 or keep stale endpoints. Each limit is
+/// checked at the boundary: accepted at it, refused just past it.
+#[test]
+fn balancer_api_limits() {
+    const AFF: (&str, &str) = ("affinity", "cookie");
+    const CAN: (&str, &str) = ("canary", "true");
+    let long_token = "t".repeat(256);
+    let too_long_token = "t".repeat(257);
+    // (annotations, Some(part of the parsed annotations) when accepted, None when
+    // refused: the error names the last annotation and its value)
+    type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>);
+    let cases: &[Case<'_>] = &[
+        // session-cookie-max-age: validate.lua takes 0..=2^31-1; the model 1..=2^31-1
+        (
+            &[AFF, ("session-cookie-max-age", "1")],
+            Some("max_age: Some(1)"),
+        ),
+        (&[AFF, ("session-cookie-max-age", "0")], None),
+        (
+            &[AFF, ("session-cookie-max-age", "2147483647")],
+            Some("max_age: Some(2147483647)"),
+        ),
+        (&[AFF, ("session-cookie-max-age", "2147483648")], None),
+        (&[AFF, ("session-cookie-max-age", "4294967295")], None),
+        (&[AFF, ("session-cookie-max-age", "4294967296")], None),
+        (&[AFF, ("session-cookie-max-age", "-1")], None),
+        // upstream-hash-by: every `$` starts a name of [A-Za-z0-9_] (expr.parse)
+        (
+            &[("upstream-hash-by", "$a")],
+            Some("upstream_hash_by: Some(\"$a\")"),
+        ),
+        (
+            &[("upstream-hash-by", "$_")],
+            Some("upstream_hash_by: Some(\"$_\")"),
+        ),
+        (
+            &[("upstream-hash-by", "$9")],
+            Some("upstream_hash_by: Some(\"$9\")"),
+        ),
+        (
+            &[("upstream-hash-by", "$a-x:$b_c/$d.e")],
+            Some("upstream_hash_by: Some(\"$a-x:$b_c/$d.e\")"),
+        ),
+        (
+            &[("upstream-hash-by", "-.:/$a")],
+            Some("upstream_hash_by: Some(\"-.:/$a\")"),
+        ),
+        (&[("upstream-hash-by", "$-x")], None),
+        (&[("upstream-hash-by", "$.x")], None),
+        (&[("upstream-hash-by", "$:x")], None),
+        (&[("upstream-hash-by", "$/x")], None),
+        (&[("upstream-hash-by", "a$-b")], None),
+        (&[("upstream-hash-by", "$a$-b")], None),
+        (&[("upstream-hash-by", "$$a")], None),
+        (&[("upstream-hash-by", "$a$")], None),
+        (&[("upstream-hash-by", "$")], None),
+        (&[("upstream-hash-by", "${host}")], None),
+        (&[("upstream-hash-by", "$a b")], None),
+        (&[("upstream-hash-by", "$a\u{1}")], None),
+        (&[("upstream-hash-by", "$ä")], None),
+        (&[("upstream-hash-by", "const")], None),
+        // load-balance and affinity: exact enum values, as the API compares them
+        (&[("load-balance", "round_robin")], Some("Some(RoundRobin)")),
+        (&[("load-balance", "ewma")], Some("Some(Ewma)")),
+        (&[("load-balance", "EWMA")], None),
+        (&[("load-balance", "round-robin")], None),
+        (&[("affinity", "cookie")], Some("affinity: Some(")),
+        (&[("affinity", "Cookie")], None),
+        // session-cookie-name: an RFC 6265 cookie name (the API refuses separators)
+        (
+            &[AFF, ("session-cookie-name", "a!#$%&'*+-.^_`|~Z9")],
+            Some("cookie_name: \"a!#$%&'*+-.^_`|~Z9\""),
+        ),
+        (&[AFF, ("session-cookie-name", "a=b")], None),
+        (&[AFF, ("session-cookie-name", "a;b")], None),
+        (&[AFF, ("session-cookie-name", "a,b")], None),
+        (&[AFF, ("session-cookie-name", "a:b")], None),
+        (&[AFF, ("session-cookie-name", "a/b")], None),
+        (&[AFF, ("session-cookie-name", "a\"b")], None),
+        (&[AFF, ("session-cookie-name", "a(b)")], None),
+        (&[AFF, ("session-cookie-name", "a[b]")], None),
+        (&[AFF, ("session-cookie-name", "a{b}")], None),
+        (&[AFF, ("session-cookie-name", "a?b")], None),
+        (&[AFF, ("session-cookie-name", "a@b")], None),
+        (&[AFF, ("session-cookie-name", "a<b>")], None),
+        (&[AFF, ("session-cookie-name", "a\\b")], None),
+        (&[AFF, ("session-cookie-name", "a b")], None),
+        (&[AFF, ("session-cookie-name", "a\u{7f}b")], None),
+        (&[AFF, ("session-cookie-name", "é")], None),
+        (
+            &[AFF, ("session-cookie-name", &long_token)],
+            Some("cookie_name: \"tttt"),
+        ),
+        (&[AFF, ("session-cookie-name", &too_long_token)], None),
+        // session-cookie-path: no `;` and no control characters (path_ok)
+        (
+            &[AFF, ("session-cookie-path", "/")],
+            Some("path: Some(\"/\")"),
+        ),
+        (
+            &[AFF, ("session-cookie-path", "/a-b/c.d_e~f")],
+            Some("path: Some(\"/a-b/c.d_e~f\")"),
+        ),
+        (&[AFF, ("session-cookie-path", "/a;b")], None),
+        (&[AFF, ("session-cookie-path", "/a\u{1}b")], None),
+        (&[AFF, ("session-cookie-path", "/a\u{7f}b")], None),
+        (&[AFF, ("session-cookie-path", "/a b")], None),
+        (&[AFF, ("session-cookie-path", "a")], None),
+        // canary-weight-total: the API takes 1..=2^31-1; the model 1..=1_000_000
+        (
+            &[CAN, ("canary-weight-total", "1")],
+            Some("weight_total: 1"),
+        ),
+        (&[CAN, ("canary-weight-total", "0")], None),
+        (
+            &[CAN, ("canary-weight-total", "1000000")],
+            Some("weight_total: 1000000"),
+        ),
+        (&[CAN, ("canary-weight-total", "1000001")], None),
+        (&[CAN, ("canary-weight-total", "2147483648")], None),
+        // canary-weight: 0..=weight_total
+        (
+            &[CAN, ("canary-weight", "0")],
+            Some("weight: 0, weight_total: 100"),
+        ),
+        (
+            &[CAN, ("canary-weight", "100")],
+            Some("weight: 100, weight_total: 100"),
+        ),
+        (&[CAN, ("canary-weight", "101")], None),
+        (&[CAN, ("canary-weight", "-1")], None),
+        (
+            &[CAN, ("canary-weight-total", "7"), ("canary-weight", "7")],
+            Some("weight: 7, weight_total: 7"),
+        ),
+        (
+            &[CAN, ("canary-weight-total", "7"), ("canary-weight", "8")],
+            None,
+        ),
+        (
+            &[
+                CAN,
+                ("canary-weight-total", "1000000"),
+                ("canary-weight", "1000000"),
+            ],
+            Some("weight: 1000000, weight_total: 1000000"),
+        ),
+        (
+            &[
+                CAN,
+                ("canary-weight-total", "1000000"),
+                ("canary-weight", "1000001"),
+            ],
+            None,
+        ),
+        // canary-by-header: an HTTP field name (header_name_ok)
+        (
+            &[CAN, ("canary-by-header", "X-a!#$%&'*+-.^_`|~9")],
+            Some("header: Some(\"X-a!#$%&'*+-.^_`|~9\")"),
+        ),
+        (&[CAN, ("canary-by-header", "X Canary")], None),
+        (&[CAN, ("canary-by-header", "X:Canary")], None),
+        (&[CAN, ("canary-by-header", "X(Canary)")], None),
+        (&[CAN, ("canary-by-header", "X\u{1}")], None),
+        (
+            &[CAN, ("canary-by-header", &long_token)],
+            Some("header: Some(\"tttt"),
+        ),
+        (&[CAN, ("canary-by-header", &too_long_token)], None),
+        // canary-by-header-value: non-empty, no control characters (clean_string)
+        (
+            &[CAN, ("canary-by-header-value", "a-b.c/d")],
+            Some("header_value: Some(\"a-b.c/d\")"),
+        ),
+        (&[CAN, ("canary-by-header-value", "a\u{1}b")], None),
+        (&[CAN, ("canary-by-header-value", "a\u{7f}b")], None),
+        // canary-by-cookie: an RFC 6265 cookie name (cookie_name_ok)
+        (
+            &[CAN, ("canary-by-cookie", "cc")],
+            Some("cookie: Some(\"cc\")"),
+        ),
+        (&[CAN, ("canary-by-cookie", "c=c")], None),
+        (&[CAN, ("canary-by-cookie", "c;c")], None),
+        (&[CAN, ("canary-by-cookie", "c c")], None),
+        (&[CAN, ("canary-by-cookie", "c\u{1}")], None),
+    ];
+    for (pairs, expected) in cases {
+        let (key, value) = pairs.last().expect("a case has annotations");
+        let expected = match expected {
+            Some(part) => (*part).to_owned(),
+            None => format!("error: annotation {PREFIX}{key}: invalid value {value:?}"),
+        };
+        check(pairs, &expected);
+    }
+}
