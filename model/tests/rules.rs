@@ -893,6 +893,89 @@ fn backend_endpoint_slice_without_the_service_port_name_contributes_nothing() {
     check(&yaml, &[("n.test", "/", "503")]);
 }
 
+/// The balancer API takes endpoint ports 1..=65535 (lua/ferrule/validate.lua): a slice
+/// port outside that (a manifests directory is not checked by an API server) gives no
+/// endpoint, rather than a backend the API refuses whole.
+#[test]
+fn backend_endpoint_ports_the_balancer_api_takes() {
+    for (port, expected) in [
+        (1, "default_web_80"),
+        (65535, "default_web_80"),
+        (0, "503"),
+        (65536, "503"),
+        (-1, "503"),
+    ] {
+        let yaml = docs![
+            service("default/web", &[("http", 80, "web")]),
+            slice(
+                "default/web-1",
+                "web",
+                &[("http", port)],
+                &[("10.0.0.1", Some(true))]
+            ),
+            ingress("default/x", 1, "p.test", &[("/", "Prefix", "web", "80")]),
+        ];
+        let m = check(&yaml, &[("p.test", "/", expected)]);
+        let want: Vec<String> = if expected == "503" {
+            vec![]
+        } else {
+            vec![format!("10.0.0.1 {port}")]
+        };
+        let got: Vec<String> = m.backends["default_web_80"]
+            .endpoints
+            .iter()
+            .map(|e| format!("{} {}", e.address, e.port))
+            .collect();
+        assert_eq!(got, want, "slice port {port}");
+    }
+}
+
+/// The balancer API takes backend names of 1 to 1024 bytes without control characters
+/// (lua/ferrule/validate.lua `MAX_NAME`); names from an API server are far inside that,
+/// but a manifests directory is not checked. A name the API would refuse is a problem
+/// naming the reference, and the path answers 503.
+#[test]
+fn backend_names_the_balancer_api_takes() {
+    // `default_<service>_80`: 11 bytes besides the Service name
+    let at_limit = "s".repeat(1024 - 11);
+    let past_limit = "s".repeat(1024 - 10);
+    for (svc, ok) in [
+        (at_limit.as_str(), true),
+        (past_limit.as_str(), false),
+        ("a\u{7}b", false),
+        ("a\u{1f}b", false),
+        ("a\u{7f}b", false),
+    ] {
+        let yaml = docs![
+            service(&format!("default/{svc}"), &[("http", 80, "web")]),
+            slice(
+                "default/s-1",
+                svc,
+                &[("http", 8080)],
+                &[("10.0.0.1", Some(true))]
+            ),
+            ingress("default/x", 1, "n.test", &[("/", "Prefix", svc, "80")]),
+        ];
+        let name = format!("default_{svc}_80");
+        let m = check(&yaml, &[("n.test", "/", if ok { &name } else { "503" })]);
+        if ok {
+            expect_no_problems_on(&m, "Ingress default/x");
+            assert_eq!(m.backends[&name].endpoints.len(), 1);
+        } else {
+            expect_problems(
+                &m,
+                &[(
+                    "Ingress default/x",
+                    &format!(
+                        "host n.test path /: backend Service default/{svc} port 80: the backend name {name:?} is not valid for the balancer|answering 503"
+                    ),
+                )],
+            );
+            assert!(!m.backends.contains_key(&name), "{svc:?}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Annotations
 

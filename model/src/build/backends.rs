@@ -59,6 +59,16 @@ impl<'a> ServiceIndex<'a> {
         };
         let service_port = port_ref.to_string();
         let name = backend_name(ns, &b.name, &service_port);
+        // The API server's name rules keep names far inside the balancer's, but a
+        // manifests directory is not checked: a name the balancer API would refuse
+        // must not reach it (the whole backend would be refused).
+        if !balancer_name_ok(&name) {
+            return Err(format!(
+                "backend Service {ns}/{} port {service_port}: the backend name {name:?} is \
+                 not valid for the balancer (at most {MAX_BACKEND_NAME} bytes, no control characters)",
+                b.name
+            ));
+        }
         let svc = self
             .services
             .get(&(ns, b.name.as_str()))
@@ -144,7 +154,8 @@ impl<'a> ServiceIndex<'a> {
             }) else {
                 continue;
             };
-            let Ok(target) = u16::try_from(target) else {
+            // 1..=65535, as the balancer API takes (port 0 would refuse the backend).
+            let Some(target) = u16::try_from(target).ok().filter(|&p| p != 0) else {
                 continue;
             };
             for ep in slice.endpoints.iter().flatten() {
@@ -195,6 +206,17 @@ impl std::fmt::Display for PortRef<'_> {
             PortRef::Number(n) => write!(f, "{n}"),
         }
     }
+}
+
+/// The longest backend name the balancer API takes (lua/ferrule/validate.lua `MAX_NAME`).
+pub(crate) const MAX_BACKEND_NAME: usize = 1024;
+
+/// Whether the balancer API takes `name` as a backend name: not empty, at most
+/// [`MAX_BACKEND_NAME`] bytes, no ASCII control characters.
+pub(crate) fn balancer_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_BACKEND_NAME
+        && !name.bytes().any(|b| b < 0x20 || b == 0x7f)
 }
 
 /// `namespace_service_port`: `_` never occurs in Kubernetes names, so this is unambiguous.
