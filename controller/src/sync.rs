@@ -39,6 +39,11 @@ struct Common {
     serving: AtomicBool,
     /// The model NGINX serves (set by the reload task).
     applied: watch::Sender<Option<Arc<Model>>>,
+    /// The newest snapshot the model task evaluated and the model it built: what the
+    /// reload task applies (never an older snapshot: after an NGINX restart or a
+    /// reverted edit it must not bring back what the cluster no longer holds) and
+    /// what every post to the balancer starts from.
+    latest: std::sync::Mutex<Option<(Arc<Snapshot>, Arc<Model>)>>,
 }
 
 /// Runs the loop until `shutdown` resolves; then stops NGINX gracefully. `applied`
@@ -60,8 +65,10 @@ pub async fn run(
         exclusions: RwLock::new(Exclusions::default()),
         serving: AtomicBool::new(false),
         applied,
+        latest: std::sync::Mutex::new(None),
     });
-    let (reload_tx, reload_rx) = watch::channel::<Option<Arc<Snapshot>>>(None);
+    // A wake-up only: the reload task reads `Common::latest`.
+    let (reload_tx, reload_rx) = watch::channel(());
     let (stop_tx, stop_rx) = watch::channel(false);
     let reload = tokio::spawn(reload_task(
         dataplane,
@@ -81,7 +88,7 @@ pub async fn run(
 
 async fn model_task(
     mut snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
-    reload_tx: watch::Sender<Option<Arc<Snapshot>>>,
+    reload_tx: watch::Sender<()>,
     common: Arc<Common>,
     opts: SyncOptions,
 ) {
@@ -90,12 +97,17 @@ async fn model_task(
     // The snapshot the last model was built from (exclusions applied) and that model:
     // an endpoint-only change patches it (ferrule_model::build_endpoint_change) instead
     // of building the whole cluster again.
-    let mut last: Option<(Snapshot, Model)> = None;
+    let mut last: Option<(Snapshot, Arc<Model>)> = None;
+    // A failed post is tried again after this, doubling up to 30 s, until one
+    // succeeds: nothing else may come to trigger it.
+    let mut retry: Option<Instant> = None;
+    let mut retry_backoff = RETRY_FIRST;
     loop {
         tokio::select! {
             r = snapshots.changed() => if r.is_err() { return },
             // A reload finished: the diff base changed, re-evaluate.
             r = applied_rx.changed() => if r.is_err() { return },
+            _ = sleep_until_some(retry) => {}
         }
         let detected = Instant::now();
         // Leading-edge coalescing: a change after a quiet period is handled at once
@@ -129,6 +141,8 @@ async fn model_task(
         if let (Some(a), Some(d @ (Diff::Unchanged | Diff::Dynamic { .. }))) = (&applied, &diff) {
             share_unchanged(&mut model, a, d);
         }
+        let model = Arc::new(model);
+        *common.latest.lock().expect("latest lock") = Some((snap.clone(), model.clone()));
         common
             .shared
             .metrics
@@ -148,7 +162,7 @@ async fn model_task(
                 }
                 // The status says what NGINX serves: the reload task publishes it
                 // once it knows what NGINX accepted.
-                reload_tx.send_replace(Some(snap.clone()));
+                reload_tx.send_replace(());
             }
             Some(Diff::Unchanged) | Some(Diff::Dynamic { .. }) => {
                 publish_status(&common, &snap, &model, &excl);
@@ -158,9 +172,30 @@ async fn model_task(
         // The fast path: whatever the reload task is doing, the balancer gets the new
         // backends and certificates now.
         if applied.is_some() {
-            post_dynamic(&common, &model, detected).await;
+            let posted = post_dynamic(&common, detected).await;
+            if posted && !common.serving.swap(true, Ordering::SeqCst) {
+                // The post after the last reload had failed: this one holds it all.
+                update_readiness(&common, &snap, &excl);
+            }
+            retry = (!posted).then(|| Instant::now() + retry_backoff);
+            retry_backoff = if posted {
+                RETRY_FIRST
+            } else {
+                (retry_backoff * 2).min(Duration::from_secs(30))
+            };
         }
         last = Some((served, model));
+    }
+}
+
+/// The first wait before posting again after a failed post to the balancer.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+
+/// Resolves at `at`, never when `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -189,9 +224,10 @@ fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
     }
 }
 
-async fn post_dynamic(common: &Common, model: &Model, detected: Instant) {
-    let mut balancer = common.balancer.lock().await;
-    match balancer.sync(model).await {
+/// Posts the newest model to the balancer (see [`post`]); whether it succeeded.
+async fn post_dynamic(common: &Common, detected: Instant) -> bool {
+    let running = common.applied.borrow().clone();
+    match post(common, running.as_deref()).await {
         Ok(p) => {
             if p.backends > 0 {
                 common.shared.metrics.dynamic("backends", true);
@@ -211,17 +247,76 @@ async fn post_dynamic(common: &Common, model: &Model, detected: Instant) {
                     "balancer updated"
                 );
             }
+            true
         }
         Err(e) => {
             common.shared.metrics.dynamic("backends", false);
-            tracing::warn!(error = %e, "balancer update failed");
+            tracing::warn!(error = %e, "balancer update failed; trying again");
+            false
         }
     }
 }
 
+/// Brings the balancer to the newest model the model task built, keeping the
+/// backends that `running` (the configuration NGINX runs) still routes to: a
+/// pending, slow or failed reload must not lose them, and a reload's own model
+/// (built earlier) must not undo endpoint changes posted since.
+async fn post(
+    common: &Common,
+    running: Option<&Model>,
+) -> Result<crate::balancer::Posted, crate::balancer::BalancerError> {
+    let mut balancer = common.balancer.lock().await;
+    let latest = common
+        .latest
+        .lock()
+        .expect("latest lock")
+        .as_ref()
+        .map(|(_, m)| m.clone());
+    let view = match (latest, running) {
+        (Some(latest), Some(running)) => balancer_view(&latest, running),
+        (Some(latest), None) => latest,
+        (None, Some(running)) => Arc::new(running.clone()),
+        (None, None) => return Ok(Default::default()),
+    };
+    balancer.sync(&view).await
+}
+
+/// `latest`, plus the backends `running`'s locations (or default backend) route to
+/// that `latest` no longer has, with their canaries.
+fn balancer_view(latest: &Arc<Model>, running: &Model) -> Arc<Model> {
+    let mut missing: Vec<&String> = running
+        .servers
+        .iter()
+        .flat_map(|s| &s.locations)
+        .map(|l| &l.target)
+        .chain([&running.default_backend])
+        .filter_map(|t| match t {
+            ferrule_model::Target::Backend(n) if !latest.backends.contains_key(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    if missing.is_empty() {
+        return latest.clone();
+    }
+    let canaries: Vec<&String> = missing
+        .iter()
+        .filter_map(|n| running.backends.get(*n)?.balancing.canary.as_ref())
+        .map(|c| &c.backend)
+        .filter(|n| !latest.backends.contains_key(*n))
+        .collect();
+    missing.extend(canaries);
+    let mut view = (**latest).clone();
+    for name in missing {
+        if let Some(b) = running.backends.get(name) {
+            view.backends.insert(name.clone(), b.clone());
+        }
+    }
+    Arc::new(view)
+}
+
 async fn reload_task(
     mut dataplane: Dataplane,
-    mut rx: watch::Receiver<Option<Arc<Snapshot>>>,
+    mut rx: watch::Receiver<()>,
     common: Arc<Common>,
     opts: SyncOptions,
     mut stop: watch::Receiver<bool>,
@@ -264,7 +359,8 @@ async fn reload_task(
         if let Some(limiter) = &reload_limiter {
             limiter.until_ready().await;
         }
-        let Some(snap) = rx.borrow_and_update().clone() else {
+        rx.borrow_and_update();
+        let Some((snap, _)) = common.latest.lock().expect("latest lock").clone() else {
             continue;
         };
         let started = Instant::now();
@@ -295,7 +391,7 @@ async fn reload_task(
                 }
                 // Full state after a start, the delta after a reload: the balancer
                 // must hold every backend before the pod says Ready.
-                let synced = common.balancer.lock().await.sync(&outcome.model).await;
+                let synced = post(&common, Some(&outcome.model)).await;
                 if let Err(e) = &synced {
                     tracing::error!(error = %e, "posting state to the balancer failed");
                 }
@@ -303,10 +399,14 @@ async fn reload_task(
                 common.serving.store(synced.is_ok(), Ordering::SeqCst);
                 update_readiness(&common, &snap, &excl);
                 let model = outcome.model;
+                let activated = outcome.applied != Applied::Unchanged;
+                // The model task re-evaluates against what NGINX now runs, also when
+                // NGINX restarted with the same model: what it posts next is newer
+                // than what was just posted.
                 common.applied.send_if_modified(|cur| {
                     let changed = cur.as_ref().map(|c| c.hash()) != Some(model.hash());
                     *cur = Some(model);
-                    changed
+                    changed || activated
                 });
             }
             Err(e) => {

@@ -156,8 +156,23 @@ async fn endpoint_changes_need_no_reload() {
 
 #[tokio::test]
 async fn nginx_killed_is_restarted_and_serves_again() {
-    let (a, m, f) = echo_web("127.0.0.2", &[]).await;
+    let (_a, m, f) = echo_web("127.0.0.2", &[]).await;
     assert_eq!(f.get("web.test", "/").await.0, 200);
+    // The endpoints move (the fast path, no reload) before NGINX dies: the restarted
+    // NGINX must get them, not those of the last reload.
+    let b = Echo::start("127.0.0.2").await;
+    let before = reloads(&f).await;
+    m.write("svc.yaml", &service("demo", "echo", &[b.addr]));
+    let moved = wait_until(Duration::from_secs(5), || async {
+        f.backend("web.test", "/").await == (200, b.addr.to_string())
+    })
+    .await;
+    assert!(moved, "endpoint change applied; log:\n{}", f.logs());
+    assert_eq!(
+        reloads(&f).await,
+        before,
+        "no reload for an endpoint change"
+    );
     let master = f.master_pid().expect("pid file");
     let workers = f.worker_pids();
     assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);
@@ -170,7 +185,7 @@ async fn nginx_killed_is_restarted_and_serves_again() {
     let restarted = wait_until(Duration::from_secs(10), || async {
         f.master_pid().is_some_and(|p| p != master && alive(p))
             && f.get_status("/readyz").await.0 == 200
-            && f.backend("web.test", "/").await == (200, a.addr.to_string())
+            && f.backend("web.test", "/").await == (200, b.addr.to_string())
     })
     .await;
     assert!(restarted, "NGINX restarted and serving; log:\n{}", f.logs());
@@ -183,7 +198,7 @@ async fn nginx_killed_is_restarted_and_serves_again() {
     .await;
     assert!(gone, "old workers {workers:?} still alive");
     for _ in 0..20 {
-        assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+        assert_eq!(f.backend("web.test", "/").await, (200, b.addr.to_string()));
     }
     // And it keeps following changes.
     m.write("ing.yaml", &web(&[("/only", "Prefix", "echo")]));

@@ -234,6 +234,37 @@ async fn a_broken_edit_keeps_the_previous_version_serving() {
     assert!(ok, "the fixed version is served");
 }
 
+// The broken version also routes to another Service: until NGINX runs it, the
+// balancer must keep the backend the running configuration routes to.
+#[tokio::test]
+async fn a_broken_edit_to_another_service_keeps_the_old_backend_serving() {
+    let echo = Echo::start("127.0.0.1").await;
+    let next = Echo::start("127.0.0.1").await;
+    let m = manifests(&echo);
+    m.write("svc-next.yaml", &service("demo", "next", &[next.addr]));
+    m.write("web.yaml", &ing("web", T0, "web.test", &[]));
+    let f = Ferrule::start(m.path(), &[SNIPPETS]).await;
+    wait_status(&f, "web.test", 200).await;
+    let traffic = Traffic::start(&f, "web.test", "/");
+
+    let broken = [("configuration-snippet", "add_header X-Version;")];
+    let to_next = [("/", "Prefix", "next")];
+    m.write(
+        "web.yaml",
+        &ingress("demo", "web", T0, "web.test", &to_next, &broken),
+    );
+    wait_state(&f, "Ingress", "web", "rejected").await;
+    // Anything posted late lands within this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    traffic
+        .assert_no_failure("while the edit to another Service was rejected")
+        .await;
+    assert_eq!(
+        f.backend("web.test", "/").await,
+        (200, echo.addr.to_string())
+    );
+}
+
 #[tokio::test]
 async fn the_source_map_names_the_exact_ingress_on_a_shared_host() {
     let echo = Echo::start("127.0.0.1").await;
