@@ -9,6 +9,7 @@
 local ssl = require("ngx.ssl")
 local lrucache = require("resty.lrucache")
 local cjson = require("cjson.safe")
+local store = require("ferrule.store")
 
 local ngx = ngx
 local find = string.find
@@ -184,14 +185,20 @@ function _M.write(payload)
     local d = dict()
     local function put(host, pair)
         local s = cjson.encode({ cert = pair.cert, key = pair.key })
-        local ok, err = d:safe_set("c:" .. host, s)
+        local ckey = "c:" .. host
+        -- a lost c: with its v: still there hides the wildcard and the default
+        -- for that host (the lookup stops at v:): keep the old pair on failure
+        local ok, old = store.replace(d, ckey, s)
         if not ok then
-            return nil, err
+            return nil, old
         end
         d:safe_add("g", 0)
-        local g = d:incr("g", 1)
-        ok, err = d:safe_set("v:" .. host, g)
-        if not ok then
+        local g, err = d:incr("g", 1)
+        if g then
+            ok, err = d:safe_set("v:" .. host, g)
+        end
+        if not g or not ok then
+            store.restore(d, ckey, old)
             return nil, err
         end
         return true

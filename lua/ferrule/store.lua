@@ -52,6 +52,39 @@ local function unlock(d)
     d:delete("lock")
 end
 
+-- Puts back what a key held before a failed write (nil: the key was new).
+-- The space is there: lua-nginx-module freed the old entry before trying to
+-- allocate the new one, which is why the key is gone in the first place.
+local function restore(d, key, old)
+    if old == nil then
+        d:delete(key)
+        return true
+    end
+    local ok, err = d:safe_set(key, old)
+    if not ok then
+        ngx.log(ngx.ERR, "ferrule: shared dict: could not restore ", key,
+                " after a failed write: ", err)
+    end
+    return ok, err
+end
+_M.restore = restore
+
+-- safe_set that leaves the previous value in place when it fails ("no
+-- memory"): a failed update must not turn into a removal, which workers
+-- started by a reload would apply. Returns true, old value; or nil, err.
+function _M.replace(d, key, value)
+    local old = d:get(key)
+    local ok, err = d:safe_set(key, value)
+    if not ok then
+        local rok, rerr = restore(d, key, old)
+        if not rok then
+            err = tostring(err) .. " (and the previous value is lost: " .. tostring(rerr) .. ")"
+        end
+        return nil, err
+    end
+    return true, old
+end
+
 -- Apply a validated payload (see ferrule.validate.backends_payload).
 -- Returns the new generation, or nil, err, status.
 function _M.write(payload)
@@ -74,12 +107,21 @@ function _M.write(payload)
     local names = {}
     local failed
     for i, b in ipairs(payload.backends) do
-        local okb, err = d:safe_set("b:" .. b.name, blobs[i])
+        local bkey = "b:" .. b.name
+        local okb, res = _M.replace(d, bkey, blobs[i])
+        local err
         if okb then
+            -- b: must not change without v:: running workers would keep the
+            -- old backend, workers started by a reload would load the new one
             okb, err = d:safe_set("v:" .. b.name, gen)
+            if not okb then
+                restore(d, bkey, res)
+            end
+        else
+            err = res
         end
         if not okb then
-            failed = "shared dict " .. _M.DICT .. ": " .. tostring(err)
+            failed = string.format("shared dict %s: %s (at backend %q)", _M.DICT, tostring(err), b.name)
             break
         end
         names[#names + 1] = b.name

@@ -17,4 +17,48 @@ T["lookup order: exact, wildcard, default"] = function(t)
     t.eq(#certificate.candidates(nil), 1)
 end
 
+local function read(path)
+    local f = assert(io.open(path, "rb"))
+    local s = f:read("*a")
+    f:close()
+    return s
+end
+
+-- lua-nginx-module frees an entry before it allocates a replacement of another
+-- size: a failed rotation must leave the old pair, or the host's v: entry stops
+-- the lookup before the wildcard and the default (static fallback served).
+T["a rotation that runs out of memory keeps serving the previous certificate"] = function(t)
+    local full = require("test.full_dict")
+    local prefix = ngx.config.prefix():gsub("/*$", "/")
+    local cert, key = read(prefix .. "conf/default.crt"), read(prefix .. "conf/default.key")
+    -- unique per run: the worker's parsed-certificate cache is keyed by host
+    local host = "full-" .. ngx.worker.pid() .. "-" .. math.floor(ngx.now() * 1000) .. ".example.com"
+    local saved = certificate.DICT
+    certificate.DICT = "ferrule_test_small"
+    local d = ngx.shared.ferrule_test_small
+    d:flush_all()
+    d:flush_expired()
+    local ok, err = pcall(function()
+        t.ok(certificate.write({ version = 1, removed = {},
+                                 certificates = { { host = host, cert = cert, key = key } } }))
+        local old = d:get("c:" .. host)
+        t.ok(old)
+        full.fill(d)
+        local gen, werr = certificate.write({ version = 2, removed = {},
+            certificates = { { host = host, cert = cert:rep(3), key = key } } })
+        t.eq(gen, nil)
+        t.ok(werr:find("no memory", 1, true) and werr:find(host, 1, true), werr)
+        t.eq(d:get("c:" .. host), old)
+        local entry, lerr = certificate.lookup(host)
+        t.ok(entry, "no certificate served: " .. tostring(lerr))
+        t.eq(entry.host, host)
+    end)
+    certificate.DICT = saved
+    d:flush_all()
+    d:flush_expired()
+    if not ok then
+        error(err, 0)
+    end
+end
+
 return T

@@ -100,4 +100,56 @@ T["stored JSON round-trips with empty endpoint arrays"] = function(t)
     end)
 end
 
+-- lua-nginx-module frees an entry before it allocates a replacement of another
+-- size: a failed write must not lose the backend a reloaded worker would load.
+T["a write that runs out of memory keeps the previous backend"] = function(t)
+    local full = require("test.full_dict")
+    local saved = store.DICT
+    store.DICT = "ferrule_test_small"
+    local d = ngx.shared.ferrule_test_small
+    d:flush_all()
+    d:flush_expired()
+    local ok, err = pcall(function()
+        local installed = {}
+        local apply = function(name, b) installed[name] = b end
+        t.ok(store.write({ version = 1, backends = { backend("a", 80) }, removed = {} }))
+        local old = store.get_raw("a")
+        local running = { versions = {} }
+        t.eq(store.sync(running, apply), 1)
+        full.fill(d)
+
+        local big = backend("a", 81)
+        for i = 2, 400 do
+            big.endpoints[i] = { address = "10.0.1." .. (i % 250), port = 1000 + i }
+        end
+        local gen, werr, status = store.write({ version = 2, backends = { big }, removed = {} })
+        t.eq(gen, nil)
+        t.eq(status, 507)
+        t.ok(werr:find("no memory", 1, true) and werr:find('"a"', 1, true), werr)
+        t.eq(store.get_raw("a"), old)
+
+        -- a new backend that does not fit leaves nothing behind
+        local nb = backend("z", 80)
+        nb.endpoints = big.endpoints
+        t.eq(store.write({ version = 3, backends = { nb }, removed = {} }), nil)
+        t.eq(store.get_raw("z"), nil)
+        t.eq(d:get("v:z"), nil)
+
+        -- a running worker and one started by a reload both keep serving it
+        store.sync(running, apply)
+        t.eq(installed.a.endpoints[1].port, 80)
+        installed = {}
+        store.sync({ versions = {} }, apply)
+        t.ok(installed.a, "a new worker does not find the backend")
+        t.eq(installed.a.endpoints[1].port, 80)
+        t.eq(installed.z, nil)
+    end)
+    store.DICT = saved
+    d:flush_all()
+    d:flush_expired()
+    if not ok then
+        error(err, 0)
+    end
+end
+
 return T
