@@ -63,21 +63,47 @@ local function ipv4_ok(a)
     return true
 end
 
+-- Colon-separated groups of 1 to 4 hex digits; nil unless well formed
+-- ("" counts 0 groups: one side of a "::").
+local function hex_groups(s)
+    if s == "" then
+        return 0
+    end
+    local n = 0
+    for g in (s .. ":"):gmatch("([^:]*):") do
+        if not g:match("^%x%x?%x?%x?$") then
+            return nil
+        end
+        n = n + 1
+    end
+    return n
+end
+
+-- RFC 4291 section 2.2 text forms only: eight groups, or fewer around a single
+-- "::" (which stands for at least one group), the last two groups possibly
+-- written as a dotted IPv4 address. No zone ("%eth0"), port or brackets:
+-- anything else would pass here and then fail in set_current_peer, which
+-- ends the request with 500 instead of trying another peer.
 local function ipv6_ok(a)
-    if #a < 2 or #a > 45 or not find(a, ":", 1, true) then
+    if #a < 2 or #a > 45 or not find(a, ":", 1, true) or find(a, "[^%x:%.]") then
         return false
     end
-    if find(a, "[^%x:%.]") then
+    if find(a, ".", 1, true) then
+        local v4 = a:match(":([%d%.]+)$")
+        if not v4 or not ipv4_ok(v4) then
+            return false
+        end
+        a = a:sub(1, #a - #v4) .. "0:0" -- its two groups' worth
+    end
+    local dbl = find(a, "::", 1, true)
+    if not dbl then
+        return hex_groups(a) == 8
+    end
+    if find(a, "::", dbl + 1, true) then
         return false
     end
-    if find(a, ":::", 1, true) then
-        return false
-    end
-    local _, doubles = a:gsub("::", "")
-    if doubles > 1 then
-        return false
-    end
-    return true
+    local left, right = hex_groups(a:sub(1, dbl - 1)), hex_groups(a:sub(dbl + 2))
+    return left ~= nil and right ~= nil and left + right <= 7
 end
 
 function _M.address(a)

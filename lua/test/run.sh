@@ -68,6 +68,9 @@ check "invalid JSON -> 400" [ "$(api POST /configuration/backends '{"version": 1
 check "400 says why (invalid JSON)" grep -q 'invalid JSON' "$WORK/out/api"
 check "invalid field -> 400" [ "$(api POST /configuration/backends '{"version":2,"backends":[{"name":"x","endpoints":[{"address":"nohost","port":1}]}]}')" = 400 ]
 check "400 says why (address)" grep -q 'IPv4 or IPv6' "$WORK/out/api"
+check "endpoint \"1:2\" (not an IPv6 address) -> 400" \
+    [ "$(api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"x\",\"endpoints\":[$(ep 127.0.0.2 $B),$(ep 1:2 80)]}]}")" = 400 ]
+check "  ... naming the field" grep -qF 'endpoints[1]: address must be an IPv4 or IPv6 literal, got 1:2' "$WORK/out/api"
 check "rejected POST changed nothing" [ "$(api GET /configuration/backends/x)" = 404 ]
 check "GET /configuration/backends/rr" [ "$(api GET /configuration/backends/rr)" = 200 ]
 check "  ... returns the stored backend" grep -q "\"127.0.0.5\"" "$WORK/out/api"
@@ -127,6 +130,12 @@ check "an upload to a backend without endpoints -> 503 before the body is read" 
     bash -c "grep -q '< HTTP/1.1 503' '$WORK/out/expect' && ! grep -q '< HTTP/1.1 100' '$WORK/out/expect'"
 api POST /configuration/backends '{"version":3,"backends":[],"removed":["rr"]}' >/dev/null
 check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
+
+section "IPv6 endpoints in other text forms"
+api POST /configuration/backends "{\"version\":3,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 0:0:0:0:0:0:0:1 $B),$(ep ::ffff:127.0.0.3 $B)]}]}" >/dev/null
+hits "/rr/?[1-20]"
+check "uncompressed and IPv4-mapped addresses are accepted and reached" \
+    [ "$(count "::1:$B")" = 10 -a "$(count "127.0.0.3:$B")" = 10 ]
 
 section "retries: a dead endpoint is skipped"
 hits "/retry/?[1-60]" -w '%{http_code}\n'

@@ -84,12 +84,30 @@ T["bad inputs are rejected with a clear message"] = function(t)
 end
 
 T["addresses"] = function(t)
-    for _, a in ipairs({ "127.0.0.1", "::1", "fd00::1:2", "[::1]", "::ffff:10.0.0.1" }) do
-        t.ok(validate.address(a), a)
+    for _, a in ipairs({ "127.0.0.1", "::1", "fd00::1:2", "[::1]", "::ffff:10.0.0.1", "::",
+                         "1:2:3:4:5:6:7:8", "FD00:0DB8:0000:0000:0000:0000:0000:0001",
+                         "1::", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8", "1:2:3::7:8",
+                         "1:2:3:4:5:6:10.0.0.1", "::10.0.0.1", "64:ff9b::192.0.2.33",
+                         "[2001:db8::1]" }) do
+        t.ok(validate.address(a), a .. " should be accepted")
     end
-    for _, a in ipairs({ "", "1.2.3", "1.2.3.4.5", "256.1.1.1", "host", ":::1", "1::2::3", "fe80::1%eth0" }) do
-        t.ok(not validate.address(a), a)
+    for _, a in ipairs({ "", "1.2.3", "1.2.3.4.5", "256.1.1.1", "host", ":::1", "1::2::3",
+                         "fe80::1%eth0", "1:2", "1.2.3.4:80", "[1.2.3.4]", "[::1]:80", "::1:80:",
+                         "1:2:3:4:5:6:7", "1:2:3:4:5:6:7:8:9", "1:2:3:4:5:6:7:8::", "::1:2:3:4:5:6:7:8",
+                         "12345::1", ":1:2:3:4:5:6:7", "1:2:3:4:5:6:7:", "1:::2", "::1.2.3",
+                         "1:2:3:4:5:6:7:1.2.3.4", "1.2.3.4::", "::1.2.3.4:5", "::ffff:1.2.3.256",
+                         "[::1", "::1]", "[[::1]]", "g::1", " ::1" }) do
+        t.ok(not validate.address(a), a .. " should be rejected")
     end
+end
+
+-- A loose check let "1:2" through to set_current_peer, which fails the request
+-- with 500 instead of trying another peer: it must be a 400 naming the field.
+T["an endpoint that is not an address is rejected naming the field"] = function(t)
+    local p, err = payload([[{"version": 1, "backends": [{"name": "ok", "endpoints": []},
+        {"name": "web", "endpoints": [{"address": "10.0.0.1", "port": 80}, {"address": "1:2", "port": 80}]}]}]])
+    t.eq(p, nil)
+    t.eq(err, 'backends[1] "web": endpoints[1]: address must be an IPv4 or IPv6 literal, got 1:2')
 end
 
 T["hosts"] = function(t)
