@@ -382,7 +382,7 @@ impl Dataplane {
             let model = Arc::new(ferrule_model::build(&served));
             let (rendered, specs) = self.files(&model)?;
             let change = files::write_all(self.prefix(), &specs)?;
-            if change.is_empty() && self.serves(&model) {
+            if change.is_empty() && self.serves(rendered.version()) {
                 // Exactly what NGINX serves already: no test, no reload.
                 return Ok(self.served(model, &served, excl, Applied::Unchanged, pass));
             }
@@ -391,7 +391,7 @@ impl Dataplane {
                 // would parse it twice (≈20 s for 10k hosts). Only a failed start
                 // runs `nginx -t`, which names the culprit for config safety.
                 pass.started_untested = true;
-                match self.activate(&model).await {
+                match self.activate(rendered.version()).await {
                     Ok(applied) => return Ok(self.served(model, &served, excl, applied, pass)),
                     Err(e) => {
                         tracing::warn!(error = %e, "nginx did not start; testing the configuration")
@@ -400,7 +400,7 @@ impl Dataplane {
             }
             let failure = match self.test(&mut pass).await {
                 Ok(()) => {
-                    let applied = self.activate(&model).await?;
+                    let applied = self.activate(rendered.version()).await?;
                     return Ok(self.served(model, &served, excl, applied, pass));
                 }
                 Err(f) => f,
@@ -433,13 +433,10 @@ impl Dataplane {
         self.one_by_one(snap, excl, pass).await
     }
 
-    /// Whether the running NGINX has loaded `model`, given that the files on disk are
-    /// `model`'s.
-    fn serves(&mut self, model: &Model) -> bool {
-        let loaded = self
-            .adopted_version
-            .as_ref()
-            .is_none_or(|v| *v == model.hash());
+    /// Whether the running NGINX has loaded the files of `version`, given that they
+    /// are the files on disk.
+    fn serves(&mut self, version: &str) -> bool {
+        let loaded = self.adopted_version.as_ref().is_none_or(|v| v == version);
         loaded && self.nginx.is_running() && !self.dry_run
     }
 
@@ -555,14 +552,14 @@ impl Dataplane {
 
     /// Reloads (or starts) NGINX with the files just written and waits for the new
     /// workers.
-    async fn activate(&mut self, model: &Arc<Model>) -> Result<Applied, ApplyError> {
+    async fn activate(&mut self, version: &str) -> Result<Applied, ApplyError> {
         let applied = if self.dry_run {
             Applied::Started
         } else if self.nginx.is_running() {
             self.nginx.reload()?;
             if self
                 .nginx
-                .wait_for_version(&model.hash(), self.verify_timeout)
+                .wait_for_version(version, self.verify_timeout)
                 .await
             {
                 Applied::Reloaded
@@ -576,10 +573,9 @@ impl Dataplane {
             // than a reload check: wait as long as it is alive, not a fixed timeout.
             let started = Instant::now();
             loop {
-                let hash = model.hash();
                 if self
                     .nginx
-                    .wait_for_version(&hash, Duration::from_secs(1))
+                    .wait_for_version(version, Duration::from_secs(1))
                     .await
                 {
                     break;
@@ -723,12 +719,12 @@ impl Dataplane {
         }
         let served = excl.apply(snap, &BTreeSet::new());
         let model = Arc::new(ferrule_model::build(&served));
-        let (_, specs) = self.files(&model)?;
+        let (rendered, specs) = self.files(&model)?;
         let change = files::write_all(self.prefix(), &specs)?;
-        let applied = if change.is_empty() && self.serves(&model) {
+        let applied = if change.is_empty() && self.serves(rendered.version()) {
             Applied::Unchanged
         } else {
-            self.activate(&model).await?
+            self.activate(rendered.version()).await?
         };
         Ok(self.served(model, &served, excl, applied, pass))
     }

@@ -156,8 +156,39 @@ impl RenderedFile {
     }
 }
 
-/// Every generated file, keyed by its path relative to the prefix.
-pub type Rendered = BTreeMap<String, RenderedFile>;
+/// Every generated file, keyed by its path relative to the prefix, and their version.
+#[derive(Debug, Clone, Default)]
+pub struct Rendered {
+    files: BTreeMap<String, RenderedFile>,
+    version: String,
+}
+
+impl Rendered {
+    /// The configuration version: a digest of every file, which new workers answer
+    /// with after a reload. A model that differs in endpoints or certificates only
+    /// renders the same files, so it has the same version and needs no reload.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+}
+
+impl std::ops::Deref for Rendered {
+    type Target = BTreeMap<String, RenderedFile>;
+    fn deref(&self) -> &Self::Target {
+        &self.files
+    }
+}
+
+impl IntoIterator for Rendered {
+    type Item = (String, RenderedFile);
+    type IntoIter = std::collections::btree_map::IntoIter<String, RenderedFile>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.files.into_iter()
+    }
+}
+
+/// Stands for the version in `nginx.conf` while the digest is computed.
+const VERSION_PLACEHOLDER: &str = "ferrule-config-version";
 
 /// A rendering failure (a template bug, never a user input problem).
 #[derive(Debug, thiserror::Error)]
@@ -194,19 +225,11 @@ impl Renderer {
 
     /// Renders every file of the model.
     pub fn render(&self, model: &Model) -> Result<Rendered, RenderError> {
-        let main = self.main_view(model);
-        let mut out = Rendered::new();
+        let main = self.main_view();
+        let mut out = BTreeMap::new();
         let mut ctx = tera::Context::new();
         ctx.insert("main", &main);
         ctx.insert("global", &model.global);
-        let text = self
-            .tera
-            .render("nginx.conf.tera", &ctx)
-            .map_err(|source| RenderError {
-                what: "nginx.conf".into(),
-                source,
-            })?;
-        out.insert("conf/nginx.conf".to_owned(), with_sources(text));
 
         let has_default = model.server(DEFAULT_SERVER).is_some();
         let implicit_default;
@@ -235,7 +258,27 @@ impl Renderer {
         for (path, text) in STATIC_FILES {
             out.insert((*path).to_owned(), with_sources((*text).to_owned()));
         }
-        Ok(out)
+        let text = self
+            .tera
+            .render("nginx.conf.tera", &ctx)
+            .map_err(|source| RenderError {
+                what: "nginx.conf".into(),
+                source,
+            })?;
+        let mut digest = blake3::Hasher::new();
+        for (path, f) in &out {
+            digest.update(path.as_bytes());
+            digest.update(&(f.text.len() as u64).to_le_bytes());
+            digest.update(f.text.as_bytes());
+        }
+        digest.update(text.as_bytes());
+        let version = digest.finalize().to_hex()[..32].to_owned();
+        let text = text.replace(VERSION_PLACEHOLDER, &version);
+        out.insert("conf/nginx.conf".to_owned(), with_sources(text));
+        Ok(Rendered {
+            files: out,
+            version,
+        })
     }
 
     fn path(&self, rel: &str) -> String {
@@ -247,7 +290,7 @@ impl Renderer {
         format!("unix:{}", self.path(rel))
     }
 
-    fn main_view(&self, model: &Model) -> MainView {
+    fn main_view(&self) -> MainView {
         MainView {
             modules: self.opts.modules.clone(),
             user: self.opts.user.clone(),
@@ -277,7 +320,7 @@ impl Renderer {
             redirect_listen: self.unix(process::REDIRECT_SOCKET),
             unavailable_peer_lua: lua_quote(&self.unix(process::UNAVAILABLE_SOCKET)),
             redirect_peer_lua: lua_quote(&self.unix(process::REDIRECT_SOCKET)),
-            config_version: model.hash(),
+            config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
         }
     }
@@ -1081,7 +1124,7 @@ spec:
             .map(|(p, f)| {
                 format!(
                     "#### {p}\n{}",
-                    f.text.replace(&m.hash(), "<config-version>")
+                    f.text.replace(rendered.version(), "<config-version>")
                 )
             })
             .collect::<Vec<_>>()
@@ -1258,7 +1301,7 @@ spec:
         let rendered = Renderer::new(o).render(&m).unwrap();
         let text = rendered["conf/nginx.conf"]
             .text
-            .replace(&m.hash(), "<config-version>");
+            .replace(rendered.version(), "<config-version>");
         insta::assert_snapshot!(text);
     }
 

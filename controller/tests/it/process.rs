@@ -306,6 +306,92 @@ fn gated_nginx(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf
     (script, gate)
 }
 
+/// An `nginx` wrapper whose `nginx -t` touches `waiting`, then waits while `gate`
+/// exists (created by the test when it wants a slow test).
+fn slow_test_nginx(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let (gate, waiting) = (dir.join("gate"), dir.join("waiting"));
+    let script = dir.join("nginx-slow-test");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \" $* \" in *\" -t \"*) touch '{w}'; while [ -e '{g}' ]; do sleep 0.02; done;; esac\nexec nginx \"$@\"\n",
+            w = waiting.display(),
+            g = gate.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (script, gate, waiting)
+}
+
+// Issue 4: an endpoint change that arrives during a slow `nginx -t` is applied at
+// once; the reload that follows neither brings the older endpoints back (its model
+// was built before the change) nor is followed by a second reload for them.
+#[tokio::test]
+async fn endpoints_changed_during_a_slow_nginx_t_apply_at_once_and_stay() {
+    let a = Echo::start("127.0.0.2").await;
+    let b = Echo::start_on("127.0.0.3", a.addr.port()).await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let tools = tempfile::tempdir().unwrap();
+    let (nginx, gate, waiting) = slow_test_nginx(tools.path());
+    let f = Ferrule::start(m.path(), &["--nginx-binary", nginx.to_str().unwrap()]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    let before = reloads(&f).await;
+
+    std::fs::write(&gate, "").unwrap();
+    // `/new` goes to a Service that does not exist: 503 once reloaded (`/` answers
+    // it until then).
+    m.write(
+        "ing.yaml",
+        &web(&[("/", "Prefix", "echo"), ("/new", "Exact", "none")]),
+    );
+    let testing = wait_until(Duration::from_secs(5), || async { waiting.exists() }).await;
+    assert!(testing, "nginx -t started; log:\n{}", f.logs());
+    m.write("svc.yaml", &service("demo", "echo", &[b.addr]));
+    let moved = wait_until(Duration::from_secs(3), || async {
+        f.backend("web.test", "/").await == (200, b.addr.to_string())
+    })
+    .await;
+    assert!(moved, "applied while nginx -t runs; log:\n{}", f.logs());
+    assert_eq!(
+        f.get("web.test", "/new").await.0,
+        200,
+        "the reload is still pending"
+    );
+
+    // The test finishes: every request from now on goes to the new endpoint.
+    std::fs::remove_file(&gate).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut settled: Option<Instant> = None;
+    while settled.is_none_or(|t| t.elapsed() < Duration::from_millis(500)) {
+        assert!(
+            Instant::now() < deadline,
+            "reload not applied; log:\n{}",
+            f.logs()
+        );
+        assert_eq!(
+            f.backend("web.test", "/").await,
+            (200, b.addr.to_string()),
+            "log:\n{}",
+            f.logs()
+        );
+        if settled.is_none() && f.get("web.test", "/new").await.0 == 503 {
+            settled = Some(Instant::now());
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        reloads(&f).await - before,
+        1.0,
+        "one reload; log:\n{}",
+        f.logs()
+    );
+}
+
 #[tokio::test]
 async fn status_port_health_readiness_and_metrics() {
     let a = Echo::start("127.0.0.2").await;
@@ -455,6 +541,20 @@ pub async fn adoption_without_a_reload(ips: &[&str; 2], args: &[&str]) {
         assert_eq!(f.backend("web.test", "/").await, (200, b.addr.to_string()));
     }
     assert_eq!(f.worker_pids(), workers, "the same workers");
+    assert_eq!(reloads(&f).await, 0.0);
+
+    // Endpoints changed while no controller ran need no reload either: the version
+    // NGINX answers with names its files, which hold no endpoints.
+    f.kill_controller();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    f.restart_controller();
+    f.wait_ready(Duration::from_secs(20)).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    assert_eq!(
+        f.worker_pids(),
+        workers,
+        "the same workers after the second adoption"
+    );
     assert_eq!(reloads(&f).await, 0.0);
 
     // A configuration change reloads the adopted master (not a restart).
