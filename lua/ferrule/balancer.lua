@@ -95,6 +95,15 @@ local function rr_of(b)
     return rr
 end
 
+local function sticky_of(b)
+    local st = b.sticky
+    if not st then
+        st = sticky.new(b.endpoints)
+        b.sticky = st
+    end
+    return st
+end
+
 local function pick(b, tried)
     if b.hash_expr then
         local ring = b.ring
@@ -236,9 +245,21 @@ function _M.rewrite()
     if not b then
         return unavailable("unknown backend", name)
     end
+    -- The primary's affinity also holds for its canary (the canary backend has no
+    -- settings of its own: a canary Ingress's other annotations are ignored).
+    local aff = b.affinity
     local c = b.canary
     if c then
         local cb = backends[c.backend]
+        -- A request stuck to an endpoint stays there, on either side, before any
+        -- canary rule (ingress-nginx: an affinitized request keeps its balancer).
+        local stuck = aff and ngx_var["cookie_" .. aff.cookie_name]
+        if stuck and sticky_of(b):lookup(stuck) then
+            cb = nil
+        elseif cb and cb.n > 0 and stuck and sticky_of(cb):lookup(stuck) then
+            b = cb
+            cb = nil
+        end
         if cb and cb.n > 0 then
             local hv = b.canary_header_var and ngx_var[b.canary_header_var]
             local cv = c.cookie and ngx_var["cookie_" .. c.cookie]
@@ -249,22 +270,21 @@ function _M.rewrite()
         -- an unknown or empty canary backend falls back to the primary
         -- (ingress-nginx behaviour)
         ngx.ctx.ferrule_backend = b
+        aff = b.affinity or aff
     end
     if b.n == 0 then
         return unavailable("no endpoints for backend", b.name)
     end
 
-    local aff = b.affinity
     if aff then
-        local st = b.sticky
-        if not st then
-            st = sticky.new(b.endpoints)
-            b.sticky = st
-        end
+        local st = sticky_of(b)
         local ep = st:lookup(ngx_var["cookie_" .. aff.cookie_name])
         if not ep then
             ep = rr_of(b):pick()
-            local cookie = st:cookie(aff, ep)
+            -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path,
+            -- set in every location with a rewrite phase for canary or affinity):
+            -- two Ingresses on one host keep their cookies apart.
+            local cookie = st:cookie(aff, ep, not aff.path and ngx_var.ferrule_cookie_path or nil)
             local existing = ngx.header["Set-Cookie"]
             if existing == nil then
                 ngx.header["Set-Cookie"] = cookie

@@ -503,6 +503,14 @@ fn location_view(
             .flatten()
             .map(literal_in_variables),
         ewma,
+        // The affinity cookie's Path where the annotation sets none (ingress-nginx:
+        // the Ingress path), for every location that may set the cookie.
+        cookie_path: routed.then(|| {
+            literal_in_variables(match l.path_match {
+                PathMatch::Regex => "/",
+                _ => &l.path,
+            })
+        }),
         rewrite_phase: routed
             || backend.is_some()
                 && (st.backend_protocol != BackendProtocol::Http
@@ -532,6 +540,7 @@ fn default_location(model: &Model) -> LocationView {
     LocationView {
         source: "Controller/default-backend/".to_owned(),
         path: "/".to_owned(),
+        cookie_path: rewrite_phase.then(|| "/".to_owned()),
         rewrite_phase,
         ewma,
         backend,
@@ -703,6 +712,8 @@ struct LocationView {
     /// for rewrite-target (the redirect must carry the URI before the rewrite) and
     /// where snippets may add access checks.
     rewrite_phase: bool,
+    /// `$ferrule_cookie_path` (locations with a rewrite phase for routing only).
+    cookie_path: Option<String>,
     body_size: Option<String>,
     connect_timeout: Option<String>,
     read_timeout: Option<String>,

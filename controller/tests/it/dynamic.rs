@@ -580,7 +580,7 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
             "sticky",
             CREATED,
             "sticky.test",
-            &[("/", "Prefix", "sticky")],
+            &[("/app", "Prefix", "sticky")],
             &[
                 ("affinity", "cookie"),
                 ("session-cookie-name", "route"),
@@ -594,13 +594,15 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
     let c = fresh_client();
 
     // First visit: a cookie is set; with it, every request (any worker) sticks.
-    let (s, first, h) = hit(&c, &f, "sticky.test", "/", &[]).await;
+    let (s, first, h) = hit(&c, &f, "sticky.test", "/app", &[]).await;
     assert_eq!(s, 200);
     let cookie = set_cookie(&h, "route").expect("affinity cookie set");
     let raw = h.get("set-cookie").unwrap().to_str().unwrap().to_owned();
     assert!(raw.contains("Max-Age=3600"), "cookie attributes: {raw}");
+    // Without session-cookie-path, the Path is the Ingress path (ingress-nginx).
+    assert!(raw.contains("Path=/app;"), "cookie path: {raw}");
     for _ in 0..30 {
-        let (s, b, h) = hit(&c, &f, "sticky.test", "/", &[("Cookie", &cookie)]).await;
+        let (s, b, h) = hit(&c, &f, "sticky.test", "/app", &[("Cookie", &cookie)]).await;
         assert_eq!((s, b.as_str()), (200, first.as_str()), "sticks to {first}");
         assert!(
             set_cookie(&h, "route").is_none(),
@@ -610,7 +612,7 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
     // Without the cookie, round robin spreads new sessions.
     let mut fresh = BTreeSet::new();
     for _ in 0..12 {
-        fresh.insert(hit(&c, &f, "sticky.test", "/", &[]).await.1);
+        fresh.insert(hit(&c, &f, "sticky.test", "/app", &[]).await.1);
     }
     assert!(fresh.len() >= 2, "new sessions spread: {fresh:?}");
 
@@ -626,13 +628,13 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
         &service_endpoints("demo", "sticky", port, &remaining),
     );
     wait_store(&f, "demo_sticky_80", |b| endpoint_count(b) == 2).await;
-    let (s, second, h) = hit(&c, &f, "sticky.test", "/", &[("Cookie", &cookie)]).await;
+    let (s, second, h) = hit(&c, &f, "sticky.test", "/app", &[("Cookie", &cookie)]).await;
     assert_eq!(s, 200);
     assert_ne!(second, first, "re-picked away from the removed endpoint");
     let cookie2 = set_cookie(&h, "route").expect("a new affinity cookie");
     assert_ne!(cookie2, cookie);
     for _ in 0..20 {
-        let (s, b, _) = hit(&c, &f, "sticky.test", "/", &[("Cookie", &cookie2)]).await;
+        let (s, b, _) = hit(&c, &f, "sticky.test", "/app", &[("Cookie", &cookie2)]).await;
         assert_eq!(
             (s, b.as_str()),
             (200, second.as_str()),
@@ -640,6 +642,88 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
         );
     }
     before.check(&f, "cookie affinity").await;
+}
+
+/// With a canary, an affinity cookie keeps its request on the side it was set on
+/// (ingress-nginx: an affinitized request keeps its balancer, before any canary rule);
+/// the canary backend sets its cookie with the primary's affinity settings.
+#[tokio::test]
+async fn affinity_sticks_across_a_canary_split() {
+    let echos = echo_group(&["127.0.0.30", "127.0.0.31", "127.0.0.32", "127.0.0.33"]).await;
+    let port = echos[0].addr.port();
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints(
+                "demo",
+                "main",
+                port,
+                &[("127.0.0.30", true), ("127.0.0.31", true)]
+            ),
+            service_endpoints(
+                "demo",
+                "next",
+                port,
+                &[("127.0.0.32", true), ("127.0.0.33", true)]
+            ),
+        ),
+    );
+    let affinity = [("affinity", "cookie"), ("session-cookie-name", "route")];
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            ingress(
+                "demo",
+                "main",
+                CREATED,
+                "split.test",
+                &[("/", "Prefix", "main")],
+                &affinity
+            ),
+            ingress(
+                "demo",
+                "next",
+                CANARY_CREATED,
+                "split.test",
+                &[("/", "Prefix", "next")],
+                &[("canary", "true"), ("canary-weight", "50")],
+            ),
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_main_80", |b| {
+        b["canary"]["backend"] == "demo_next_80"
+    })
+    .await;
+    let c = fresh_client();
+    let mut sides = BTreeSet::new();
+    for session in 0..16 {
+        let (s, first, h) = hit(&c, &f, "split.test", "/", &[]).await;
+        assert_eq!(s, 200);
+        let cookie = set_cookie(&h, "route")
+            .unwrap_or_else(|| panic!("session {session}: a cookie from {first}"));
+        sides.insert(
+            ["127.0.0.32:", "127.0.0.33:"]
+                .iter()
+                .any(|p| first.starts_with(p)),
+        );
+        for _ in 0..10 {
+            let (s, b, h) = hit(&c, &f, "split.test", "/", &[("Cookie", &cookie)]).await;
+            assert_eq!(
+                (s, b.as_str()),
+                (200, first.as_str()),
+                "session {session} sticks"
+            );
+            assert!(
+                set_cookie(&h, "route").is_none(),
+                "no new cookie while it sticks"
+            );
+        }
+    }
+    assert_eq!(sides.len(), 2, "sessions start on both sides of the split");
 }
 
 /// Affinity needs the rewrite phase (its cookie is a response header), which is

@@ -30,10 +30,11 @@ function _M.id(self, ep)
     return self.ids[ep.key]
 end
 
--- Set-Cookie value for an endpoint. affinity: { cookie_name, path, max_age }
-function _M.cookie(self, affinity, ep)
+-- Set-Cookie value for an endpoint. affinity: { cookie_name, path, max_age };
+-- default_path: where affinity has no path of its own (the location's).
+function _M.cookie(self, affinity, ep, default_path)
     local parts = { affinity.cookie_name .. "=" .. self.ids[ep.key] }
-    parts[#parts + 1] = "Path=" .. (affinity.path or "/")
+    parts[#parts + 1] = "Path=" .. (affinity.path or default_path or "/")
     if affinity.max_age then
         parts[#parts + 1] = "Max-Age=" .. affinity.max_age
     end
