@@ -35,6 +35,27 @@ pub enum BalancerError {
     },
 }
 
+/// A sync that stopped: what it was posting (`backends` or `certificates`, the
+/// metric's kinds) and why. What was posted before it stays applied.
+#[derive(Debug, thiserror::Error)]
+#[error("posting {kind}: {error}")]
+pub struct SyncError {
+    /// [`BACKENDS`] or [`CERTIFICATES`].
+    pub kind: &'static str,
+    /// The failure.
+    #[source]
+    pub error: BalancerError,
+}
+
+/// The kind of a sync posting backends.
+pub const BACKENDS: &str = "backends";
+/// The kind of a sync posting certificates (the default one included).
+pub const CERTIFICATES: &str = "certificates";
+
+fn during(kind: &'static str) -> impl FnOnce(BalancerError) -> SyncError {
+    move |error| SyncError { kind, error }
+}
+
 /// What one sync posted.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Posted {
@@ -46,6 +67,21 @@ pub struct Posted {
     /// the API refused in this sync. Everything else was applied: one invalid object
     /// never blocks the others. A refused object is not posted again until it changes.
     pub rejected: Vec<String>,
+}
+
+impl Posted {
+    /// How many backends the API refused.
+    pub fn rejected_backends(&self) -> usize {
+        self.rejected
+            .iter()
+            .filter(|r| r.starts_with("backend "))
+            .count()
+    }
+
+    /// How many certificates the API refused.
+    pub fn rejected_certificates(&self) -> usize {
+        self.rejected.len() - self.rejected_backends()
+    }
 }
 
 /// At most this many objects per POST: a full sync at 10k backends in one body
@@ -156,7 +192,7 @@ impl BalancerClient {
     /// one by one, so that the valid ones are applied and only the invalid ones are
     /// reported in [`Posted::rejected`]. Errors are returned only when nothing could
     /// be applied (socket unreachable, token refused, store full, ...).
-    pub async fn sync(&mut self, model: &Model) -> Result<Posted, BalancerError> {
+    pub async fn sync(&mut self, model: &Model) -> Result<Posted, SyncError> {
         let mut posted = Posted::default();
         self.digests.retain(|n, _| model.backends.contains_key(n));
         let mut wanted: Vec<(&Backend, Digest)> = Vec::with_capacity(model.backends.len());
@@ -192,7 +228,7 @@ impl BalancerClient {
             .cloned()
             .collect();
         let stored = if self.store_unread {
-            Some(self.stored_names().await?)
+            Some(self.stored_names().await.map_err(during(BACKENDS))?)
         } else {
             None
         };
@@ -211,7 +247,8 @@ impl BalancerClient {
                 .collect();
             let refused = self
                 .post_chunked("/configuration/backends", "backends", items, &removed)
-                .await?;
+                .await
+                .map_err(during(BACKENDS))?;
             for name in &removed {
                 self.backends.remove(name);
             }
@@ -240,13 +277,16 @@ impl BalancerClient {
         if !shared {
             let stored_hosts = stored.as_ref().map(|(_, hosts)| &hosts[..]);
             self.sync_certificates(model, stored_hosts, &mut posted)
-                .await?;
+                .await
+                .map_err(during(CERTIFICATES))?;
             self.certificates_posted = Some((
                 Arc::downgrade(&model.servers),
                 Arc::downgrade(&model.certificates),
             ));
         }
-        self.sync_default(model, &mut posted).await?;
+        self.sync_default(model, &mut posted)
+            .await
+            .map_err(during(CERTIFICATES))?;
         self.store_unread = false;
         for r in &posted.rejected {
             tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
@@ -864,6 +904,10 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("no answer within"), "{e}");
+        assert_eq!(
+            e.kind, BACKENDS,
+            "the store is read before backends are posted"
+        );
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{:?}",
@@ -896,6 +940,7 @@ mod tests {
         assert_eq!(p.backends, 1);
         assert_eq!(p.rejected.len(), 1, "{p:?}");
         assert!(p.rejected[0].starts_with("backend bad: "), "{p:?}");
+        assert_eq!((p.rejected_backends(), p.rejected_certificates()), (1, 0));
         let last = accepted.lock().unwrap().last().cloned().unwrap();
         assert_eq!(names(&last), ["a"]);
 

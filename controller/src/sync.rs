@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ferrule_model::{Diff, Model, ResourceRef, Severity, Snapshot};
 use tokio::sync::{Mutex, watch};
 
-use crate::balancer::BalancerClient;
+use crate::balancer::{BACKENDS, BalancerClient, CERTIFICATES, Posted, SyncError};
 use crate::nginx::safety::Exclusions;
 use crate::nginx::{Applied, Dataplane};
 use crate::status::{ResourceState, ResourceStatus, Shared};
@@ -229,12 +229,6 @@ async fn post_dynamic(common: &Common, detected: Instant) -> bool {
     let running = common.applied.borrow().clone();
     match post(common, running.as_deref()).await {
         Ok(p) => {
-            if p.backends > 0 {
-                common.shared.metrics.dynamic("backends", true);
-            }
-            if p.certificates > 0 {
-                common.shared.metrics.dynamic("certificates", true);
-            }
             if p.backends + p.certificates > 0 {
                 common
                     .shared
@@ -250,7 +244,6 @@ async fn post_dynamic(common: &Common, detected: Instant) -> bool {
             true
         }
         Err(e) => {
-            common.shared.metrics.dynamic("backends", false);
             tracing::warn!(error = %e, "balancer update failed; trying again");
             false
         }
@@ -261,10 +254,7 @@ async fn post_dynamic(common: &Common, detected: Instant) -> bool {
 /// backends that `running` (the configuration NGINX runs) still routes to: a
 /// pending, slow or failed reload must not lose them, and a reload's own model
 /// (built earlier) must not undo endpoint changes posted since.
-async fn post(
-    common: &Common,
-    running: Option<&Model>,
-) -> Result<crate::balancer::Posted, crate::balancer::BalancerError> {
+async fn post(common: &Common, running: Option<&Model>) -> Result<Posted, SyncError> {
     let mut balancer = common.balancer.lock().await;
     let latest = common
         .latest
@@ -278,7 +268,25 @@ async fn post(
         (None, Some(running)) => Arc::new(running.clone()),
         (None, None) => return Ok(Default::default()),
     };
-    balancer.sync(&view).await
+    let result = balancer.sync(&view).await;
+    let metrics = &common.shared.metrics;
+    match &result {
+        Ok(p) => {
+            for (kind, applied, refused) in [
+                (BACKENDS, p.backends, p.rejected_backends()),
+                (CERTIFICATES, p.certificates, p.rejected_certificates()),
+            ] {
+                if applied > 0 {
+                    metrics.dynamic(kind, true);
+                }
+                if refused > 0 {
+                    metrics.dynamic(kind, false);
+                }
+            }
+        }
+        Err(e) => metrics.dynamic(e.kind, false),
+    }
+    result
 }
 
 /// `latest`, plus the backends `running`'s locations (or default backend) route to
