@@ -98,6 +98,9 @@ async fn model_task(
     // an endpoint-only change patches it (ferrule_model::build_endpoint_change) instead
     // of building the whole cluster again.
     let mut last: Option<(Snapshot, Arc<Model>)> = None;
+    // What NGINX ran when the last model needed no reload, and that model: the diff
+    // base while NGINX runs the same (see below).
+    let mut same_config: Option<(Arc<Model>, Arc<Model>)> = None;
     // A failed post is tried again after this, doubling up to 30 s, until one
     // succeeds: nothing else may come to trigger it.
     let mut retry: Option<Instant> = None;
@@ -137,11 +140,36 @@ async fn model_task(
             None => (ferrule_model::build(&served), "full"),
         };
         let applied = common.applied.borrow().clone();
-        let diff = applied.as_deref().map(|a| ferrule_model::diff(a, &model));
-        if let (Some(a), Some(d @ (Diff::Unchanged | Diff::Dynamic { .. }))) = (&applied, &diff) {
-            share_unchanged(&mut model, a, d);
+        // The diff base: the last model that needed no reload against what NGINX
+        // runs, while NGINX runs the same. It shares most with this one (a diff
+        // against the last reload's model compares every backend changed since by
+        // value, more of them as time goes by).
+        let base = same_config
+            .as_ref()
+            .filter(|(a, _)| applied.as_ref().is_some_and(|x| Arc::ptr_eq(a, x)))
+            .map(|(_, m)| m.clone());
+        let (diff, from) = match &applied {
+            None => (None, None),
+            Some(a) => {
+                let near = base.map(|b| (ferrule_model::diff(&b, &model), b));
+                match near {
+                    // Gaining a canary or affinity is a reload only against what NGINX
+                    // runs (the base may have lost one NGINX still has): ask it.
+                    Some((d, b)) if !matches!(d, Diff::Reload { .. }) => (Some(d), Some(b)),
+                    _ => (Some(ferrule_model::diff(a, &model)), Some(a.clone())),
+                }
+            }
+        };
+        if let (Some(b), Some(d @ (Diff::Unchanged | Diff::Dynamic { .. }))) = (&from, &diff) {
+            share_unchanged(&mut model, b, d);
         }
         let model = Arc::new(model);
+        same_config = match (&applied, &diff) {
+            (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) => {
+                Some((a.clone(), model.clone()))
+            }
+            _ => None,
+        };
         *common.latest.lock().expect("latest lock") = Some((snap.clone(), model.clone()));
         common
             .shared
