@@ -372,25 +372,26 @@ async fn reload_task(
             _ = stop.changed() => break,
             r = rx.changed() => if r.is_err() { break },
             _ = supervise.tick() => {
-                if dataplane.nginx().is_running() {
+                let idle = dataplane.applied().is_none() && !start_failed;
+                if idle || dataplane.nginx().is_running() {
                     continue;
                 }
-                // Either NGINX died, or the last attempt to start it failed (e.g. its
-                // port was busy): try again with backoff, without waiting for a change.
-                if dataplane.applied().is_none() && !start_failed {
-                    continue;
-                }
-                if dataplane.applied().is_some() {
-                    tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
-                    common.shared.metrics.nginx_restarts.inc();
-                }
-                common.serving.store(false, Ordering::SeqCst);
-                common.shared.set_ready(false);
-                tokio::time::sleep(restart_backoff).await;
-                restart_backoff = (restart_backoff * 2).min(Duration::from_secs(10));
-                dataplane.nginx_died();
-                common.balancer.lock().await.reset();
             }
+        }
+        // NGINX died (noticed by the tick, or by a change that came first: the pass
+        // would start NGINX itself, Ready all along), or the last attempt to start
+        // it failed (e.g. its port was busy): start again, with backoff.
+        if !dataplane.nginx().is_running() && (dataplane.applied().is_some() || start_failed) {
+            if dataplane.applied().is_some() {
+                tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
+                common.shared.metrics.nginx_restarts.inc();
+            }
+            common.serving.store(false, Ordering::SeqCst);
+            common.shared.set_ready(false);
+            tokio::time::sleep(restart_backoff).await;
+            restart_backoff = (restart_backoff * 2).min(Duration::from_secs(10));
+            dataplane.nginx_died();
+            common.balancer.lock().await.reset();
         }
         if let Some(limiter) = &reload_limiter {
             limiter.until_ready().await;

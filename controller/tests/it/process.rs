@@ -211,6 +211,24 @@ async fn nginx_killed_is_restarted_and_serves_again() {
         "changes applied after a restart; log:\n{}",
         f.logs()
     );
+
+    // Killed again with a change right behind: the pass that starts NGINX again
+    // still counts a restart (and NGINX is not Ready until it serves).
+    let master = f.master_pid().expect("pid file");
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &master.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    let restarted = wait_until(Duration::from_secs(10), || async {
+        f.master_pid().is_some_and(|p| p != master && alive(p))
+            && f.get_status("/readyz").await.0 == 200
+            && f.backend("web.test", "/").await == (200, b.addr.to_string())
+    })
+    .await;
+    assert!(restarted, "restarted again; log:\n{}", f.logs());
+    assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 2.0);
 }
 
 #[tokio::test]
