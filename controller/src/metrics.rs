@@ -54,7 +54,8 @@ pub struct Metrics {
     pub resources: Family<StateLabel, Gauge>,
     /// Dynamic (no reload) updates by kind and result.
     pub dynamic_updates: Family<DynamicLabel, Counter>,
-    /// Time from a detected change to the balancer having it.
+    /// Time from the source first seeing a change (a watch event, before coalescing)
+    /// to the balancer having it.
     pub dynamic_latency: Histogram,
     /// NGINX master restarts after it died.
     pub nginx_restarts: Counter,
@@ -102,7 +103,7 @@ impl Default for Metrics {
         let dynamic_latency = Histogram::new(exponential_buckets(0.001, 2.0, 14));
         registry.register(
             "dynamic_update_latency_seconds",
-            "Time from a detected change to the balancer having it",
+            "Time from the source first seeing a change to the balancer having it",
             dynamic_latency.clone(),
         );
         let nginx_restarts = Counter::default();

@@ -200,7 +200,10 @@ async fn model_task(
         // The fast path: whatever the reload task is doing, the balancer gets the new
         // backends and certificates now.
         if applied.is_some() {
-            let posted = post_dynamic(&common, detected).await;
+            // From the source's first sight of the change when it says (the kube
+            // source coalesces before it publishes), else from this pass's wake-up.
+            let since = snap.observed.map_or(detected, |o| o.min(detected));
+            let posted = post_dynamic(&common, since).await;
             if posted && !common.serving.swap(true, Ordering::SeqCst) {
                 // The post after the last reload had failed: this one holds it all.
                 update_readiness(&common, &snap, &excl);
@@ -253,7 +256,7 @@ fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
 }
 
 /// Posts the newest model to the balancer (see [`post`]); whether it succeeded.
-async fn post_dynamic(common: &Common, detected: Instant) -> bool {
+async fn post_dynamic(common: &Common, since: Instant) -> bool {
     let running = common.applied.borrow().clone();
     match post(common, running.as_deref()).await {
         Ok(p) => {
@@ -262,7 +265,7 @@ async fn post_dynamic(common: &Common, detected: Instant) -> bool {
                     .shared
                     .metrics
                     .dynamic_latency
-                    .observe(detected.elapsed().as_secs_f64());
+                    .observe(since.elapsed().as_secs_f64());
                 tracing::debug!(
                     backends = p.backends,
                     certificates = p.certificates,

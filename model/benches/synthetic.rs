@@ -133,6 +133,7 @@ pub fn cluster(n: usize) -> Snapshot {
         secrets: vec![],
         config_map: None,
         settings: Settings::default(),
+        observed: None,
     }
 }
 

@@ -63,4 +63,7 @@ pub struct Snapshot {
     pub config_map: Option<Arc<ConfigMap>>,
     /// Controller settings.
     pub settings: Settings,
+    /// When the source first saw a change this snapshot is the first to hold (the
+    /// start of "time from change to applied"), if it knows. Not an input of the model.
+    pub observed: Option<std::time::Instant>,
 }

@@ -110,10 +110,12 @@ pub fn start(
     tokio::spawn(async move {
         wait_ready(&stores).await;
         tracing::info!("every watch has listed; publishing snapshots");
+        let mut observed = None;
         loop {
-            let snap = snapshot(&stores, &settings);
+            let snap = snapshot(&stores, &settings, observed);
             tx.send_replace(Some(Arc::new(snap)));
             dirty.notified().await;
+            observed = Some(std::time::Instant::now());
             tokio::time::sleep(opts.coalesce).await;
         }
     });
@@ -297,7 +299,7 @@ async fn wait_ready(s: &Stores) {
     }
 }
 
-fn snapshot(s: &Stores, settings: &Settings) -> Snapshot {
+fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant>) -> Snapshot {
     let mut settings = settings.clone();
     settings.now = super::manifests::now();
     Snapshot {
@@ -311,6 +313,7 @@ fn snapshot(s: &Stores, settings: &Settings) -> Snapshot {
             .as_ref()
             .and_then(|c| c.state().into_iter().next()),
         settings,
+        observed,
     }
 }
 
@@ -426,6 +429,7 @@ mod tests {
             secrets: vec![Arc::new(secret)],
             config_map: None,
             settings: Settings::default(),
+            observed: None,
         }
     }
 

@@ -258,6 +258,12 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     let reloads = f.metric("ferrule_reloads_total", "").await;
     let patched = r#"kind="endpoints""#;
     let patches = f.metric("ferrule_model_builds_total", patched).await;
+    // The change-to-applied latency starts when the source first saw the change:
+    // it includes the kube source's coalescing (10 ms), so no update is faster.
+    let latency = "ferrule_dynamic_update_latency_seconds";
+    let (fast, count) = (format!("{latency}_bucket"), format!("{latency}_count"));
+    let fast_before = f.metric(&fast, r#"le="0.008""#).await;
+    let count_before = f.metric(&count, "").await;
     c.apply(&k8s_service(ns, "echo", &["10.213.0.3"]));
     let moved = wait_until(Duration::from_secs(5), || async {
         f.backend("web.e2e", "/").await.1 == b.addr.to_string()
@@ -270,6 +276,23 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     assert!(
         f.metric("ferrule_model_builds_total", patched).await > patches,
         "the endpoint fast path of the build; log:\n{}",
+        f.logs()
+    );
+    assert!(
+        f.metric(&count, "").await > count_before,
+        "latency observed"
+    );
+    assert_eq!(
+        f.metric(&fast, r#"le="0.008""#).await,
+        fast_before,
+        "no update under the coalescing window; {}\nlog:\n{}",
+        f.get_status("/metrics")
+            .await
+            .1
+            .lines()
+            .filter(|l| l.contains(latency))
+            .collect::<Vec<_>>()
+            .join("\n"),
         f.logs()
     );
 
