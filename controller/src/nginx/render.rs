@@ -258,23 +258,38 @@ impl Renderer {
         for (path, text) in STATIC_FILES {
             out.insert((*path).to_owned(), with_sources((*text).to_owned()));
         }
-        let text = self
-            .tera
-            .render("nginx.conf.tera", &ctx)
-            .map_err(|source| RenderError {
-                what: "nginx.conf".into(),
-                source,
-            })?;
+        let render_main = |ctx: &tera::Context| {
+            self.tera
+                .render("nginx.conf.tera", ctx)
+                .map_err(|source| RenderError {
+                    what: "nginx.conf".into(),
+                    source,
+                })
+        };
+        // Everything NGINX reads that this binary decides: the files, nginx.conf
+        // with a placeholder for the version itself, and the balancer's code (a new
+        // controller adopting an NGINX must reload it into new Lua or njs).
         let mut digest = blake3::Hasher::new();
-        for (path, f) in &out {
+        let code = match self.opts.balancer {
+            Balancer::Lua => super::lua::LUA_FILES,
+            Balancer::Njs => super::njs::NJS_FILES,
+        };
+        let files = out.iter().map(|(p, f)| (p.as_str(), f.text.as_str()));
+        for (path, text) in files.chain(code.iter().copied()) {
             digest.update(path.as_bytes());
-            digest.update(&(f.text.len() as u64).to_le_bytes());
-            digest.update(f.text.as_bytes());
+            digest.update(&(text.len() as u64).to_le_bytes());
+            digest.update(text.as_bytes());
         }
-        digest.update(text.as_bytes());
+        digest.update(render_main(&ctx)?.as_bytes());
         let version = digest.finalize().to_hex()[..32].to_owned();
-        let text = text.replace(VERSION_PLACEHOLDER, &version);
-        out.insert("conf/nginx.conf".to_owned(), with_sources(text));
+        // Rendered again rather than substituted: a snippet may hold any text.
+        let mut main = main;
+        main.config_version = version.clone();
+        ctx.insert("main", &main);
+        out.insert(
+            "conf/nginx.conf".to_owned(),
+            with_sources(render_main(&ctx)?),
+        );
         Ok(Rendered {
             files: out,
             version,
@@ -1301,6 +1316,31 @@ spec:
         insta::assert_snapshot!(servers(&m));
         // Without any Ingress: the implicit default server answers 404.
         insta::assert_snapshot!("no_ingress", servers(&model("", Settings::default())));
+    }
+
+    /// The version NGINX answers with names what it read: a model that differs in
+    /// endpoints only renders the same files and the same version (no reload).
+    #[test]
+    fn the_version_follows_the_files_not_the_endpoints() {
+        let r = Renderer::new(opts("/ferrule"));
+        let m = model(&tls_and_protocols(), Settings::default());
+        let mut moved = m.clone();
+        for b in moved.backends.values_mut() {
+            std::sync::Arc::make_mut(b).endpoints.clear();
+        }
+        assert_ne!(m.hash(), moved.hash());
+        let (a, b) = (r.render(&m).unwrap(), r.render(&moved).unwrap());
+        assert_eq!(a.version(), b.version());
+        let nginx_conf = &a["conf/nginx.conf"].text;
+        assert!(
+            nginx_conf.contains(&format!("return 200 \"{}\";", a.version())),
+            "{nginx_conf}"
+        );
+        let mut other = m.clone();
+        std::sync::Arc::make_mut(&mut other.servers)[0]
+            .locations
+            .pop();
+        assert_ne!(r.render(&other).unwrap().version(), a.version());
     }
 
     #[test]
