@@ -570,7 +570,11 @@ impl BalancerClient {
                         body: r.body,
                     });
                 }
-                Err(e) if attempt >= 5 => return Err(e.into()),
+                // A hung NGINX is not retried here (five timeouts would hold the
+                // lock five times as long): the caller tries again later.
+                Err(e) if attempt >= 5 || e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(e.into());
+                }
                 _ => {}
             }
             tokio::time::sleep(delay).await;
@@ -881,6 +885,48 @@ mod tests {
         assert_eq!(c.sync(&rotated.clone()).await.unwrap().certificates, 2);
         let ab = vec!["a.test".to_owned(), "b.test".to_owned()];
         assert_eq!(certificate_posts(&accepted), vec![ab.clone(); 4]);
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_post_is_not_retried() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let posts = Arc::new(Mutex::new(0));
+        let seen = posts.clone();
+        // Answers the store read (empty); holds every POST without an answer.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            loop {
+                let (mut s, _) = listener.accept().await.unwrap();
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0u8; 1];
+                    s.read_exact(&mut byte).await.unwrap();
+                    head.push(byte[0]);
+                }
+                if head.starts_with(b"GET ") {
+                    let reply = r#"{"backends":[],"hosts":[]}"#;
+                    let resp = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    s.write_all(resp.as_bytes()).await.unwrap();
+                } else {
+                    *seen.lock().unwrap() += 1;
+                    held.push(s);
+                }
+            }
+        });
+        let mut c =
+            BalancerClient::new(path, "t".into()).with_request_timeout(Duration::from_millis(50));
+        let e = c
+            .sync(&model(&[backend("a", "10.0.0.1")]))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no answer within"), "{e}");
+        assert_eq!(*posts.lock().unwrap(), 1, "one POST, not five");
     }
 
     #[tokio::test]
