@@ -30,9 +30,17 @@ pub struct SyncOptions {
     pub min_reload_interval: Duration,
 }
 
+/// The balancer client and the last view posted through it.
+struct Poster {
+    client: BalancerClient,
+    /// The newest data known for a backend the newest model no longer has (see
+    /// [`balancer_view`]).
+    posted: Option<Arc<Model>>,
+}
+
 struct Common {
     shared: Arc<Shared>,
-    balancer: Mutex<BalancerClient>,
+    balancer: Mutex<Poster>,
     exclusions: RwLock<Exclusions>,
     /// NGINX serves a configuration and the balancer holds its state (the reload
     /// task's half of readiness; the other half is "not everything excluded").
@@ -61,7 +69,10 @@ pub async fn run(
         .with_batch(dataplane.balancer().max_batch());
     let common = Arc::new(Common {
         shared,
-        balancer: Mutex::new(balancer),
+        balancer: Mutex::new(Poster {
+            client: balancer,
+            posted: None,
+        }),
         exclusions: RwLock::new(Exclusions::default()),
         serving: AtomicBool::new(false),
         applied,
@@ -257,8 +268,11 @@ fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
 
 /// Posts the newest model to the balancer (see [`post`]); whether it succeeded.
 async fn post_dynamic(common: &Common, since: Instant) -> bool {
+    let mut poster = common.balancer.lock().await;
+    // Read under the lock: the reload task publishes what NGINX runs before it
+    // releases the lock, so this post cannot drop what a reload just started using.
     let running = common.applied.borrow().clone();
-    match post(common, running.as_deref()).await {
+    match post(common, &mut poster, running.as_ref(), None).await {
         Ok(p) => {
             if p.backends + p.certificates > 0 {
                 common
@@ -281,25 +295,30 @@ async fn post_dynamic(common: &Common, since: Instant) -> bool {
     }
 }
 
-/// Brings the balancer to the newest model the model task built, keeping the
-/// backends that `running` (the configuration NGINX runs) still routes to: a
-/// pending, slow or failed reload must not lose them, and a reload's own model
-/// (built earlier) must not undo endpoint changes posted since.
-async fn post(common: &Common, running: Option<&Model>) -> Result<Posted, SyncError> {
-    let mut balancer = common.balancer.lock().await;
-    let latest = common
-        .latest
-        .lock()
-        .expect("latest lock")
-        .as_ref()
-        .map(|(_, m)| m.clone());
-    let view = match (latest, running) {
-        (Some(latest), Some(running)) => balancer_view(&latest, running),
-        (Some(latest), None) => latest,
-        (None, Some(running)) => Arc::new(running.clone()),
+/// Brings the balancer to the newest model, keeping the backends that `running`
+/// (the configuration NGINX runs) still routes to: a pending, slow or failed reload
+/// must not lose them. The newest model is the model task's, or `built` (a reload's
+/// model) when that is of the same snapshot: the reload knows the newest exclusions.
+async fn post(
+    common: &Common,
+    poster: &mut Poster,
+    running: Option<&Arc<Model>>,
+    built: Option<(&Arc<Snapshot>, &Arc<Model>)>,
+) -> Result<Posted, SyncError> {
+    let latest = common.latest.lock().expect("latest lock").clone();
+    let newest = match (latest, built) {
+        (Some((snap, _)), Some((b_snap, b))) if Arc::ptr_eq(&snap, b_snap) => Some(b.clone()),
+        (Some((_, m)), _) => Some(m),
+        (None, b) => b.map(|(_, m)| m.clone()),
+    };
+    let view = match (newest, running) {
+        (Some(newest), Some(running)) => balancer_view(&newest, running, poster.posted.as_deref()),
+        (Some(newest), None) => newest,
+        (None, Some(running)) => running.clone(),
         (None, None) => return Ok(Default::default()),
     };
-    let result = balancer.sync(&view).await;
+    let result = poster.client.sync(&view).await;
+    poster.posted = Some(view);
     let metrics = &common.shared.metrics;
     match &result {
         Ok(p) => {
@@ -320,9 +339,11 @@ async fn post(common: &Common, running: Option<&Model>) -> Result<Posted, SyncEr
     result
 }
 
-/// `latest`, plus the backends `running`'s locations (or default backend) route to
-/// that `latest` no longer has, with their canaries.
-fn balancer_view(latest: &Arc<Model>, running: &Model) -> Arc<Model> {
+/// `newest`, plus the backends `running`'s locations (or default backend) route to
+/// that `newest` no longer has, with their canaries: as last posted when they were
+/// (their endpoints may have changed since `running` was built), else as `running`
+/// has them.
+fn balancer_view(newest: &Arc<Model>, running: &Model, posted: Option<&Model>) -> Arc<Model> {
     let mut missing: Vec<&String> = running
         .servers
         .iter()
@@ -330,23 +351,26 @@ fn balancer_view(latest: &Arc<Model>, running: &Model) -> Arc<Model> {
         .map(|l| &l.target)
         .chain([&running.default_backend])
         .filter_map(|t| match t {
-            ferrule_model::Target::Backend(n) if !latest.backends.contains_key(n) => Some(n),
+            ferrule_model::Target::Backend(n) if !newest.backends.contains_key(n) => Some(n),
             _ => None,
         })
         .collect();
     if missing.is_empty() {
-        return latest.clone();
+        return newest.clone();
     }
     let canaries: Vec<&String> = missing
         .iter()
         .filter_map(|n| running.backends.get(*n)?.balancing.canary.as_ref())
         .map(|c| &c.backend)
-        .filter(|n| !latest.backends.contains_key(*n))
+        .filter(|n| !newest.backends.contains_key(*n))
         .collect();
     missing.extend(canaries);
-    let mut view = (**latest).clone();
+    let mut view = (**newest).clone();
     for name in missing {
-        if let Some(b) = running.backends.get(name) {
+        let known = posted
+            .and_then(|p| p.backends.get(name))
+            .or_else(|| running.backends.get(name));
+        if let Some(b) = known {
             view.backends.insert(name.clone(), b.clone());
         }
     }
@@ -394,7 +418,7 @@ async fn reload_task(
             tokio::time::sleep(restart_backoff).await;
             restart_backoff = (restart_backoff * 2).min(Duration::from_secs(10));
             dataplane.nginx_died();
-            common.balancer.lock().await.reset();
+            common.balancer.lock().await.client.reset();
         }
         if let Some(limiter) = &reload_limiter {
             limiter.until_ready().await;
@@ -416,7 +440,7 @@ async fn reload_task(
                     Applied::Unchanged => {}
                     Applied::Started => {
                         restart_backoff = Duration::from_millis(100);
-                        common.balancer.lock().await.reset();
+                        common.balancer.lock().await.client.reset();
                     }
                     Applied::Reloaded => m.reload(true),
                     Applied::ReloadUnverified => {
@@ -431,23 +455,38 @@ async fn reload_task(
                 }
                 // Full state after a start, the delta after a reload: the balancer
                 // must hold every backend before the pod says Ready.
-                let synced = post(&common, Some(&outcome.model)).await;
+                let mut poster = common.balancer.lock().await;
+                let built = Some((&snap, &outcome.model));
+                let synced = post(&common, &mut poster, Some(&outcome.model), built).await;
                 if let Err(e) = &synced {
                     tracing::error!(error = %e, "posting state to the balancer failed");
                 }
                 publish_status(&common, &snap, &outcome.model, &excl);
                 common.serving.store(synced.is_ok(), Ordering::SeqCst);
                 update_readiness(&common, &snap, &excl);
+                // The model task's newest model was built without what this pass
+                // learnt (an Ingress excluded, a version held back) when it differs
+                // from this one of the same snapshot.
+                let stale = common
+                    .latest
+                    .lock()
+                    .expect("latest lock")
+                    .as_ref()
+                    .is_some_and(|(s, m)| {
+                        Arc::ptr_eq(s, &snap) && m.hash() != outcome.model.hash()
+                    });
                 let model = outcome.model;
                 let activated = outcome.applied != Applied::Unchanged;
                 // The model task re-evaluates against what NGINX now runs, also when
-                // NGINX restarted with the same model: what it posts next is newer
-                // than what was just posted.
+                // NGINX restarted with the same model (what it posts next is newer
+                // than what was just posted), when its model is stale, and when this
+                // post failed (it retries with backoff). Published under the lock.
                 common.applied.send_if_modified(|cur| {
                     let changed = cur.as_ref().map(|c| c.hash()) != Some(model.hash());
                     *cur = Some(model);
-                    changed || activated
+                    changed || activated || stale || synced.is_err()
                 });
+                drop(poster);
             }
             Err(e) => {
                 common.shared.metrics.reload(false);

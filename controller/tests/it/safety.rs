@@ -265,6 +265,76 @@ async fn a_broken_edit_to_another_service_keeps_the_old_backend_serving() {
     );
 }
 
+// A rejected version's balancing settings do not reach the balancer either: the
+// previous version keeps serving as it was.
+#[tokio::test]
+async fn a_rejected_edit_s_balancing_settings_are_not_applied() {
+    let echo = Echo::start("127.0.0.1").await;
+    let m = manifests(&echo);
+    m.write("web.yaml", &ing("web", T0, "web.test", &[]));
+    let f = Ferrule::start(m.path(), &[SNIPPETS]).await;
+    wait_status(&f, "web.test", 200).await;
+    let broken = [
+        ("configuration-snippet", "add_header X-Version;"),
+        ("upstream-hash-by", "$request_uri"),
+    ];
+    m.write("web.yaml", &ing("web", T0, "web.test", &broken));
+    wait_state(&f, "Ingress", "web", "rejected").await;
+    let previous = wait_until(WAIT, || async {
+        f.balancer_backend("demo_echo_80").await["upstream_hash_by"].is_null()
+    })
+    .await;
+    assert!(previous, "{}", f.balancer_backend("demo_echo_80").await);
+    // and it stays so
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = f.balancer_backend("demo_echo_80").await;
+    assert!(
+        b["upstream_hash_by"].is_null(),
+        "rejected settings posted: {b}"
+    );
+}
+
+// While a reload to another Service waits (rate limit), the backend the running
+// configuration still routes to keeps its newest endpoints, not those of the last
+// reload.
+#[tokio::test]
+async fn a_pending_reload_keeps_the_newest_endpoints_of_the_old_backend() {
+    let echo = Echo::start("127.0.0.1").await;
+    let moved = Echo::start("127.0.0.1").await;
+    let next = Echo::start("127.0.0.1").await;
+    let m = manifests(&echo);
+    m.write("svc-next.yaml", &service("demo", "next", &[next.addr]));
+    m.write("web.yaml", &ing("web", T0, "web.test", &[]));
+    let f = Ferrule::start(m.path(), &["--min-reload-interval-ms", "8000"]).await;
+    wait_status(&f, "web.test", 200).await;
+    m.write("svc.yaml", &service("demo", "echo", &[moved.addr]));
+    let ok = wait_until(WAIT, || async {
+        f.backend("web.test", "/").await == (200, moved.addr.to_string())
+    })
+    .await;
+    assert!(ok, "endpoints moved; log:\n{}", f.logs());
+    let to_next = [("/", "Prefix", "next")];
+    m.write(
+        "web.yaml",
+        &ingress("demo", "web", T0, "web.test", &to_next, &[]),
+    );
+    // The model task has seen the edit when `next` is in the store.
+    let seen = wait_until(WAIT, || async {
+        f.balancer_backend("demo_next_80").await["endpoints"][0]["address"] == "127.0.0.1"
+    })
+    .await;
+    assert!(seen, "log:\n{}", f.logs());
+    for _ in 0..20 {
+        assert_eq!(
+            f.backend("web.test", "/").await,
+            (200, moved.addr.to_string()),
+            "the reload waits; log:\n{}",
+            f.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_source_map_names_the_exact_ingress_on_a_shared_host() {
     let echo = Echo::start("127.0.0.1").await;
