@@ -256,9 +256,14 @@ function _M.rewrite()
         local stuck = aff and ngx_var["cookie_" .. aff.cookie_name]
         if stuck and sticky_of(b):lookup(stuck) then
             cb = nil
-        elseif cb and cb.n > 0 and stuck and sticky_of(cb):lookup(stuck) then
-            b = cb
-            cb = nil
+        elseif cb and cb.n > 0 then
+            -- a canary Service that is a primary elsewhere has its own affinity
+            local caff = cb.affinity or aff
+            local cstuck = caff and ngx_var["cookie_" .. caff.cookie_name]
+            if cstuck and sticky_of(cb):lookup(cstuck) then
+                b = cb
+                cb = nil
+            end
         end
         if cb and cb.n > 0 then
             local hv = b.canary_header_var and ngx_var[b.canary_header_var]
@@ -284,7 +289,10 @@ function _M.rewrite()
             -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path,
             -- set in every location with a rewrite phase for canary or affinity):
             -- two Ingresses on one host keep their cookies apart.
-            local cookie = st:cookie(aff, ep, not aff.path and ngx_var.ferrule_cookie_path or nil)
+            local path = not aff.path and ngx_var.ferrule_cookie_path or nil
+            -- declared by other locations but not set in this one (a location
+            -- rendered before its backend gained affinity): no Path of its own
+            local cookie = st:cookie(aff, ep, path ~= "" and path or nil)
             local existing = ngx.header["Set-Cookie"]
             if existing == nil then
                 ngx.header["Set-Cookie"] = cookie
