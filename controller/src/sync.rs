@@ -2,10 +2,16 @@
 //!
 //! Two tasks, so that the fast path never waits behind a reload:
 //! - the *model task* coalesces snapshot changes, builds the model, posts backend and
-//!   certificate changes to the balancer at once, and hands the snapshot to the
-//!   reload task when the configuration files must change;
+//!   certificate changes to the balancer at once, and wakes the reload task when the
+//!   configuration files must change;
 //! - the *reload task* owns NGINX: render, `nginx -t`, reload, verify, config safety,
-//!   and supervision (restart NGINX when it dies).
+//!   and supervision (restart NGINX when it dies). It always applies the model task's
+//!   newest snapshot, never an older one.
+//!
+//! Invariants: every post to the balancer (from either task, under one lock) holds
+//! the newest model plus the backends the running configuration still routes to, so
+//! a pending, slow or rejected reload loses no backend and undoes no endpoint change;
+//! the pod is Ready only after a post succeeded against the NGINX that serves.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
