@@ -42,6 +42,9 @@ struct Poster {
     /// The newest data known for a backend the newest model no longer has (see
     /// [`balancer_view`]).
     posted: Option<Arc<Model>>,
+    /// NGINX died and its restart has not posted yet: a post that succeeds now
+    /// reached orphaned workers, not a serving NGINX, and says nothing of readiness.
+    restarting: bool,
 }
 
 struct Common {
@@ -78,6 +81,7 @@ pub async fn run(
         balancer: Mutex::new(Poster {
             client: balancer,
             posted: None,
+            restarting: false,
         }),
         exclusions: RwLock::new(Exclusions::default()),
         serving: AtomicBool::new(false),
@@ -220,9 +224,8 @@ async fn model_task(
             // From the source's first sight of the change when it says (the kube
             // source coalesces before it publishes), else from this pass's wake-up.
             let since = snap.observed.map_or(detected, |o| o.min(detected));
-            let posted = post_dynamic(&common, since).await;
-            if posted && !common.serving.swap(true, Ordering::SeqCst) {
-                // The post after the last reload had failed: this one holds it all.
+            let (posted, restored) = post_dynamic(&common, since).await;
+            if restored {
                 update_readiness(&common, &snap, &excl);
             }
             retry = (!posted).then(|| Instant::now() + retry_backoff);
@@ -235,6 +238,10 @@ async fn model_task(
         last = Some((served, model));
     }
 }
+
+/// An NGINX that ran this long before it died restarts without the backoff of a
+/// start loop.
+const STABLE_RUN: Duration = Duration::from_secs(30);
 
 /// The first wait before posting again after a failed post to the balancer.
 const RETRY_FIRST: Duration = Duration::from_secs(1);
@@ -272,8 +279,10 @@ fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
     }
 }
 
-/// Posts the newest model to the balancer (see [`post`]); whether it succeeded.
-async fn post_dynamic(common: &Common, since: Instant) -> bool {
+/// Posts the newest model to the balancer (see [`post`]): whether it succeeded, and
+/// whether that made the balancer whole again (the post after the last reload had
+/// failed: this one holds it all).
+async fn post_dynamic(common: &Common, since: Instant) -> (bool, bool) {
     let mut poster = common.balancer.lock().await;
     // Read under the lock: the reload task publishes what NGINX runs before it
     // releases the lock, so this post cannot drop what a reload just started using.
@@ -292,11 +301,12 @@ async fn post_dynamic(common: &Common, since: Instant) -> bool {
                     "balancer updated"
                 );
             }
-            true
+            let restored = !poster.restarting && !common.serving.swap(true, Ordering::SeqCst);
+            (true, restored)
         }
         Err(e) => {
             tracing::warn!(error = %e, "balancer update failed; trying again");
-            false
+            (false, false)
         }
     }
 }
@@ -399,6 +409,7 @@ async fn reload_task(
         .map(governor::RateLimiter::direct);
     let mut start_failed = false;
     let mut restart_backoff = Duration::from_millis(100);
+    let mut started_at: Option<Instant> = None;
     let mut supervise = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
@@ -416,15 +427,24 @@ async fn reload_task(
         // it failed (e.g. its port was busy): start again, with backoff.
         if !dataplane.nginx().is_running() && (dataplane.applied().is_some() || start_failed) {
             if dataplane.applied().is_some() {
+                // A master that ran a while died by accident, not in a start loop.
+                if started_at.is_some_and(|t| t.elapsed() >= STABLE_RUN) {
+                    restart_backoff = Duration::from_millis(100);
+                }
                 tracing::error!(backoff = ?restart_backoff, "nginx exited unexpectedly; restarting");
                 common.shared.metrics.nginx_restarts.inc();
             }
-            common.serving.store(false, Ordering::SeqCst);
-            common.shared.set_ready(false);
+            {
+                // Under the lock: no post in flight can mark the pod Ready again.
+                let mut poster = common.balancer.lock().await;
+                poster.restarting = true;
+                common.serving.store(false, Ordering::SeqCst);
+                common.shared.set_ready(false);
+                poster.client.reset();
+            }
             tokio::time::sleep(restart_backoff).await;
             restart_backoff = (restart_backoff * 2).min(Duration::from_secs(10));
             dataplane.nginx_died();
-            common.balancer.lock().await.client.reset();
         }
         if let Some(limiter) = &reload_limiter {
             limiter.until_ready().await;
@@ -445,7 +465,7 @@ async fn reload_task(
                 match outcome.applied {
                     Applied::Unchanged => {}
                     Applied::Started => {
-                        restart_backoff = Duration::from_millis(100);
+                        started_at = Some(Instant::now());
                         common.balancer.lock().await.client.reset();
                     }
                     Applied::Reloaded => m.reload(true),
@@ -468,6 +488,7 @@ async fn reload_task(
                     tracing::error!(error = %e, "posting state to the balancer failed");
                 }
                 publish_status(&common, &snap, &outcome.model, &excl);
+                poster.restarting = false;
                 common.serving.store(synced.is_ok(), Ordering::SeqCst);
                 update_readiness(&common, &snap, &excl);
                 // The model task's newest model was built without what this pass
