@@ -253,6 +253,18 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     .await;
     assert!(routed, "new path routed; log:\n{}", f.logs());
 
+    // The new path took a reload; traffic may reach the new workers before the
+    // controller has counted it (it counts once it verified them).
+    let counted = wait_until(Duration::from_secs(5), || async {
+        f.metric("ferrule_reloads_total", "").await >= 1.0
+    })
+    .await;
+    assert!(
+        counted,
+        "the reload for the new path counted; log:\n{}",
+        f.logs()
+    );
+
     // EndpointSlice update: traffic follows without a reload.
     let pids = f.worker_pids();
     let reloads = f.metric("ferrule_reloads_total", "").await;
