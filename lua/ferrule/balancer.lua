@@ -86,40 +86,31 @@ local function sync()
 end
 _M.sync = sync
 
-local function rr_of(b)
-    local rr = b.rr
-    if not rr then
-        rr = round_robin.new(b.endpoints)
-        b.rr = rr
+-- An algorithm's state for a backend, made on first use (most backends never
+-- need most algorithms).
+local function lazily(b, field, new)
+    local v = b[field]
+    if not v then
+        v = new(b.endpoints)
+        b[field] = v
     end
-    return rr
+    return v
+end
+
+local function rr_of(b)
+    return lazily(b, "rr", round_robin.new)
 end
 
 local function sticky_of(b)
-    local st = b.sticky
-    if not st then
-        st = sticky.new(b.endpoints)
-        b.sticky = st
-    end
-    return st
+    return lazily(b, "sticky", sticky.new)
 end
 
 local function pick(b, tried)
     if b.hash_expr then
-        local ring = b.ring
-        if not ring then
-            ring = chash.new(b.endpoints)
-            b.ring = ring
-        end
-        return ring:pick(expr.eval(b.hash_expr, var_get), tried)
+        return lazily(b, "ring", chash.new):pick(expr.eval(b.hash_expr, var_get), tried)
     end
     if b.ewma then
-        local e = b.ewma_alg
-        if not e then
-            e = ewma.new(b.endpoints)
-            b.ewma_alg = e
-        end
-        return e:pick(tried)
+        return lazily(b, "ewma_alg", ewma.new):pick(tried)
     end
     return rr_of(b):pick(tried)
 end

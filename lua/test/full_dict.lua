@@ -27,4 +27,21 @@ function _M.fill(d)
     end
 end
 
+-- Runs fn(d) with module.DICT pointed at the small test dict `d` (emptied before
+-- and after), and the module's own dict restored whatever fn does.
+function _M.with_small_dict(module, fn)
+    local saved = module.DICT
+    module.DICT = "ferrule_test_small"
+    local d = ngx.shared.ferrule_test_small
+    d:flush_all()
+    d:flush_expired()
+    local ok, err = pcall(fn, d)
+    module.DICT = saved
+    d:flush_all()
+    d:flush_expired()
+    if not ok then
+        error(err, 0)
+    end
+end
+
 return _M

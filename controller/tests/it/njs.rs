@@ -356,17 +356,10 @@ async fn njs_api_needs_the_token_is_unreachable_through_the_proxy_and_survives_a
     // A new NGINX master starts with an empty store: the controller posts everything
     // again, and traffic is served as before.
     let master = f.master_pid().expect("pid file");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &master.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let restarted = wait_until(Duration::from_secs(15), || async {
-        f.master_pid().is_some_and(|p| p != master && alive(p))
-            && f.get_status("/readyz").await.0 == 200
-            && f.backend("app.test", "/").await == (200, a.addr.to_string())
-    })
-    .await;
+    kill_9(master);
+    let a_addr = a.addr.to_string();
+    let restarted =
+        serves_from_a_new_master(&f, master, "app.test", &a_addr, Duration::from_secs(15)).await;
     assert!(restarted, "NGINX restarted and serving; log:\n{}", f.logs());
     for _ in 0..10 {
         assert_eq!(f.backend("app.test", "/").await, (200, a.addr.to_string()));

@@ -177,17 +177,10 @@ async fn nginx_killed_is_restarted_and_serves_again() {
     let workers = f.worker_pids();
     assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);
 
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &master.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let restarted = wait_until(Duration::from_secs(10), || async {
-        f.master_pid().is_some_and(|p| p != master && alive(p))
-            && f.get_status("/readyz").await.0 == 200
-            && f.backend("web.test", "/").await == (200, b.addr.to_string())
-    })
-    .await;
+    kill_9(master);
+    let b_addr = b.addr.to_string();
+    let restarted =
+        serves_from_a_new_master(&f, master, "web.test", &b_addr, Duration::from_secs(10)).await;
     assert!(restarted, "NGINX restarted and serving; log:\n{}", f.logs());
     assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 1.0);
     // The orphaned workers of the killed master are gone, and every request is served
@@ -215,18 +208,10 @@ async fn nginx_killed_is_restarted_and_serves_again() {
     // Killed again with a change right behind: the pass that starts NGINX again
     // still counts a restart (and NGINX is not Ready until it serves).
     let master = f.master_pid().expect("pid file");
-    let killed = std::process::Command::new("kill")
-        .args(["-9", &master.to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    kill_9(master);
     m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
-    let restarted = wait_until(Duration::from_secs(10), || async {
-        f.master_pid().is_some_and(|p| p != master && alive(p))
-            && f.get_status("/readyz").await.0 == 200
-            && f.backend("web.test", "/").await == (200, b.addr.to_string())
-    })
-    .await;
+    let restarted =
+        serves_from_a_new_master(&f, master, "web.test", &b_addr, Duration::from_secs(10)).await;
     assert!(restarted, "restarted again; log:\n{}", f.logs());
     assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 2.0);
 }

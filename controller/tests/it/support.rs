@@ -830,6 +830,32 @@ impl Ferrule {
     }
 }
 
+/// SIGKILL to `pid` (an NGINX master: no cleanup, its workers orphaned).
+pub fn kill_9(pid: u32) {
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "kill -9 {pid}");
+}
+
+/// Waits until a master other than `old` runs, Ready, and `host` is served by
+/// `backend`.
+pub async fn serves_from_a_new_master(
+    f: &Ferrule,
+    old: u32,
+    host: &str,
+    backend: &str,
+    timeout: Duration,
+) -> bool {
+    wait_until(timeout, || async {
+        f.master_pid().is_some_and(|p| p != old && alive(p))
+            && f.get_status("/readyz").await.0 == 200
+            && f.backend(host, "/").await == (200, backend.to_owned())
+    })
+    .await
+}
+
 /// Whether a process exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

@@ -33,12 +33,7 @@ T["a rotation that runs out of memory keeps serving the previous certificate"] =
     local cert, key = read(prefix .. "conf/default.crt"), read(prefix .. "conf/default.key")
     -- unique per run: the worker's parsed-certificate cache is keyed by host
     local host = "full-" .. ngx.worker.pid() .. "-" .. math.floor(ngx.now() * 1000) .. ".example.com"
-    local saved = certificate.DICT
-    certificate.DICT = "ferrule_test_small"
-    local d = ngx.shared.ferrule_test_small
-    d:flush_all()
-    d:flush_expired()
-    local ok, err = pcall(function()
+    full.with_small_dict(certificate, function(d)
         t.ok(certificate.write({ version = 1, removed = {},
                                  certificates = { { host = host, cert = cert, key = key } } }))
         local old = d:get("c:" .. host)
@@ -53,12 +48,6 @@ T["a rotation that runs out of memory keeps serving the previous certificate"] =
         t.ok(entry, "no certificate served: " .. tostring(lerr))
         t.eq(entry.host, host)
     end)
-    certificate.DICT = saved
-    d:flush_all()
-    d:flush_expired()
-    if not ok then
-        error(err, 0)
-    end
 end
 
 return T

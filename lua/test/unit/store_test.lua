@@ -104,12 +104,7 @@ end
 -- size: a failed write must not lose the backend a reloaded worker would load.
 T["a write that runs out of memory keeps the previous backend"] = function(t)
     local full = require("test.full_dict")
-    local saved = store.DICT
-    store.DICT = "ferrule_test_small"
-    local d = ngx.shared.ferrule_test_small
-    d:flush_all()
-    d:flush_expired()
-    local ok, err = pcall(function()
+    full.with_small_dict(store, function(d)
         local installed = {}
         local apply = function(name, b) installed[name] = b end
         t.ok(store.write({ version = 1, backends = { backend("a", 80) }, removed = {} }))
@@ -144,12 +139,6 @@ T["a write that runs out of memory keeps the previous backend"] = function(t)
         t.eq(installed.a.endpoints[1].port, 80)
         t.eq(installed.z, nil)
     end)
-    store.DICT = saved
-    d:flush_all()
-    d:flush_expired()
-    if not ok then
-        error(err, 0)
-    end
 end
 
 return T
