@@ -187,6 +187,17 @@ impl IntoIterator for Rendered {
     }
 }
 
+/// blake3 over (path, length, text) of each file.
+fn files_digest<'a>(files: impl Iterator<Item = (&'a str, &'a str)>) -> blake3::Hasher {
+    let mut digest = blake3::Hasher::new();
+    for (path, text) in files {
+        digest.update(path.as_bytes());
+        digest.update(&(text.len() as u64).to_le_bytes());
+        digest.update(text.as_bytes());
+    }
+    digest
+}
+
 /// Stands for the version in `nginx.conf` while the digest is computed.
 const VERSION_PLACEHOLDER: &str = "ferrule-config-version";
 
@@ -203,6 +214,8 @@ pub struct RenderError {
 pub struct Renderer {
     tera: tera::Tera,
     opts: RenderOptions,
+    /// blake3 of the balancer's code (fixed per binary): part of every version.
+    code_digest: [u8; 32],
 }
 
 impl Renderer {
@@ -215,7 +228,17 @@ impl Renderer {
             .expect("nginx.conf.tera is valid");
         tera.add_raw_template("server.conf.tera", SERVER_TEMPLATE)
             .expect("server.conf.tera is valid");
-        Self { tera, opts }
+        // A new controller adopting an NGINX must reload it into new Lua or njs.
+        let code = match opts.balancer {
+            Balancer::Lua => super::lua::LUA_FILES,
+            Balancer::Njs => super::njs::NJS_FILES,
+        };
+        let code_digest = *files_digest(code.iter().copied()).finalize().as_bytes();
+        Self {
+            tera,
+            opts,
+            code_digest,
+        }
     }
 
     /// The options this renderer was built with.
@@ -267,19 +290,9 @@ impl Renderer {
                 })
         };
         // Everything NGINX reads that this binary decides: the files, nginx.conf
-        // with a placeholder for the version itself, and the balancer's code (a new
-        // controller adopting an NGINX must reload it into new Lua or njs).
-        let mut digest = blake3::Hasher::new();
-        let code = match self.opts.balancer {
-            Balancer::Lua => super::lua::LUA_FILES,
-            Balancer::Njs => super::njs::NJS_FILES,
-        };
-        let files = out.iter().map(|(p, f)| (p.as_str(), f.text.as_str()));
-        for (path, text) in files.chain(code.iter().copied()) {
-            digest.update(path.as_bytes());
-            digest.update(&(text.len() as u64).to_le_bytes());
-            digest.update(text.as_bytes());
-        }
+        // with a placeholder for the version itself, and the balancer's code.
+        let mut digest = files_digest(out.iter().map(|(p, f)| (p.as_str(), f.text.as_str())));
+        digest.update(&self.code_digest);
         digest.update(render_main(&ctx)?.as_bytes());
         let version = digest.finalize().to_hex()[..32].to_owned();
         // Rendered again rather than substituted: a snippet may hold any text.
