@@ -92,7 +92,7 @@ const CHUNK: usize = 1000;
 type Certificates = BTreeMap<String, Certificate>;
 
 /// The longest one API request may take by default. A chunk of 1,000 backends is
-/// decoded in well under a second; a timed-out request is retried like a failed one.
+/// decoded in well under a second; a timed-out request is not retried in place.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Posts model changes to the balancer over its unix socket.

@@ -119,9 +119,9 @@ async fn model_task(
     // an endpoint-only change patches it (ferrule_model::build_endpoint_change) instead
     // of building the whole cluster again.
     let mut last: Option<(Snapshot, Arc<Model>)> = None;
-    // What NGINX ran when the last model needed no reload, and that model: the diff
-    // base while NGINX runs the same (see below).
-    let mut same_config: Option<(Arc<Model>, Arc<Model>)> = None;
+    // What NGINX ran when the last model needed no reload against it: while NGINX
+    // runs the same, that model is the diff base (see below).
+    let mut equivalent_to: Option<Arc<Model>> = None;
     // A failed post is tried again after this, doubling up to 30 s, until one
     // succeeds: nothing else may come to trigger it.
     let mut retry: Option<Instant> = None;
@@ -165,9 +165,11 @@ async fn model_task(
         // runs, while NGINX runs the same. It shares most with this one (a diff
         // against the last reload's model compares every backend changed since by
         // value, more of them as time goes by).
-        let base = same_config
+        let base = last
             .as_ref()
-            .filter(|(a, _)| applied.as_ref().is_some_and(|x| Arc::ptr_eq(a, x)))
+            .filter(
+                |_| matches!((&equivalent_to, &applied), (Some(e), Some(a)) if Arc::ptr_eq(e, a)),
+            )
             .map(|(_, m)| m.clone());
         let (diff, from) = match &applied {
             None => (None, None),
@@ -185,10 +187,8 @@ async fn model_task(
             share_unchanged(&mut model, b, d);
         }
         let model = Arc::new(model);
-        same_config = match (&applied, &diff) {
-            (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) => {
-                Some((a.clone(), model.clone()))
-            }
+        equivalent_to = match (&applied, &diff) {
+            (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) => Some(a.clone()),
             _ => None,
         };
         *common.latest.lock().expect("latest lock") = Some((snap.clone(), model.clone()));
@@ -254,10 +254,10 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// Makes `model` share what it has equal with `applied` (`diff` is between them and
+/// Makes `model` share what it has equal with `base` (`diff` is between them and
 /// needs no reload), so that the next diff and the balancer client's digests, after
 /// an endpoint change patched `model`, compare pointers instead of contents.
-fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
+fn share_unchanged(model: &mut Model, base: &Model, diff: &Diff) {
     let (backends, tls_hosts): (&[String], &[String]) = match diff {
         Diff::Dynamic {
             backends,
@@ -267,12 +267,12 @@ fn share_unchanged(model: &mut Model, applied: &Model, diff: &Diff) {
         _ => (&[], &[]),
     };
     if tls_hosts.is_empty() {
-        model.servers = applied.servers.clone();
+        model.servers = base.servers.clone();
     }
     let changed: std::collections::HashSet<&str> = backends.iter().map(String::as_str).collect();
     for (name, b) in model.backends.iter_mut() {
         if !changed.contains(name.as_str())
-            && let Some(same) = applied.backends.get(name)
+            && let Some(same) = base.backends.get(name)
         {
             *b = same.clone();
         }
@@ -360,6 +360,13 @@ async fn post(
 /// (their endpoints may have changed since `running` was built), else as `running`
 /// has them.
 fn balancer_view(newest: &Arc<Model>, running: &Model, posted: Option<&Model>) -> Arc<Model> {
+    // The same locations (the endpoint fast path and the diff share them): nothing
+    // can be missing, and nothing needs walking.
+    if Arc::ptr_eq(&newest.servers, &running.servers)
+        && newest.default_backend == running.default_backend
+    {
+        return newest.clone();
+    }
     let mut missing: Vec<&String> = running
         .servers
         .iter()
@@ -464,10 +471,7 @@ async fn reload_task(
                 m.reload_duration.observe(started.elapsed().as_secs_f64());
                 match outcome.applied {
                     Applied::Unchanged => {}
-                    Applied::Started => {
-                        started_at = Some(Instant::now());
-                        common.balancer.lock().await.client.reset();
-                    }
+                    Applied::Started => started_at = Some(Instant::now()),
                     Applied::Reloaded => m.reload(true),
                     Applied::ReloadUnverified => {
                         m.reload(true);
@@ -482,6 +486,9 @@ async fn reload_task(
                 // Full state after a start, the delta after a reload: the balancer
                 // must hold every backend before the pod says Ready.
                 let mut poster = common.balancer.lock().await;
+                if outcome.applied == Applied::Started {
+                    poster.client.reset();
+                }
                 let built = Some((&snap, &outcome.model));
                 let synced = post(&common, &mut poster, Some(&outcome.model), built).await;
                 if let Err(e) = &synced {
