@@ -56,6 +56,13 @@ local function build(b, version)
     if obj.canary and obj.canary.header then
         obj.canary_header_var = canary.header_var(obj.canary.header)
     end
+    -- the variables rewrite() reads, named once per version, not per request
+    if obj.canary and obj.canary.cookie then
+        obj.canary_cookie_var = "cookie_" .. obj.canary.cookie
+    end
+    if obj.affinity then
+        obj.affinity_cookie_var = "cookie_" .. obj.affinity.cookie_name
+    end
     return obj
 end
 
@@ -219,12 +226,12 @@ local function redirects()
 end
 
 -- rewrite_by_lua, rendered only where it is needed (canary, affinity, other
--- protocols than HTTP, rewrite-target, snippets: see the renderer). A plain
--- backend leaves nothing for balance(), which finds it again by $ferrule_backend:
--- no ngx.ctx, no table.
+-- protocols than HTTP, rewrite-target, snippets: see the renderer). balance() finds
+-- a plain backend again by $ferrule_backend; a routed one is left in ngx.ctx.
 function _M.rewrite()
     refresh()
-    ngx.ctx.ferrule_routed = true
+    local ctx = ngx.ctx
+    ctx.ferrule_routed = true
     if redirects() then
         return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
     end
@@ -238,35 +245,38 @@ function _M.rewrite()
     end
     -- The primary's affinity also holds for its canary (the canary backend has no
     -- settings of its own: a canary Ingress's other annotations are ignored).
-    local aff = b.affinity
+    local aff, aff_var = b.affinity, b.affinity_cookie_var
+    local ep -- the endpoint the affinity cookie names, once found
     local c = b.canary
     if c then
         local cb = backends[c.backend]
         -- A request stuck to an endpoint stays there, on either side, before any
         -- canary rule (ingress-nginx: an affinitized request keeps its balancer).
-        local stuck = aff and ngx_var["cookie_" .. aff.cookie_name]
-        if stuck and sticky_of(b):lookup(stuck) then
+        local stuck = aff_var and ngx_var[aff_var]
+        ep = stuck and sticky_of(b):lookup(stuck)
+        if ep then
             cb = nil
         elseif cb and cb.n > 0 then
             -- a canary Service that is a primary elsewhere has its own affinity
-            local caff = cb.affinity or aff
-            local cstuck = caff and ngx_var["cookie_" .. caff.cookie_name]
-            if cstuck and sticky_of(cb):lookup(cstuck) then
+            local cvar = cb.affinity_cookie_var or aff_var
+            local cstuck = cvar and ngx_var[cvar]
+            ep = cstuck and sticky_of(cb):lookup(cstuck)
+            if ep then
                 b = cb
                 cb = nil
             end
         end
         if cb and cb.n > 0 then
             local hv = b.canary_header_var and ngx_var[b.canary_header_var]
-            local cv = c.cookie and ngx_var["cookie_" .. c.cookie]
+            local cv = b.canary_cookie_var and ngx_var[b.canary_cookie_var]
             if canary.decide(c, hv, cv, math.random) then
                 b = cb
             end
         end
         -- an unknown or empty canary backend falls back to the primary
         -- (ingress-nginx behaviour)
-        ngx.ctx.ferrule_backend = b
-        aff = b.affinity or aff
+        ctx.ferrule_backend = b
+        aff, aff_var = b.affinity or aff, b.affinity_cookie_var or aff_var
     end
     if b.n == 0 then
         return unavailable("no endpoints for backend", b.name)
@@ -274,7 +284,7 @@ function _M.rewrite()
 
     if aff then
         local st = sticky_of(b)
-        local ep = st:lookup(ngx_var["cookie_" .. aff.cookie_name])
+        ep = ep or st:lookup(ngx_var[aff_var])
         if not ep then
             ep = rr_of(b):pick()
             -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path,
@@ -294,7 +304,6 @@ function _M.rewrite()
                 ngx.header["Set-Cookie"] = { existing, cookie }
             end
         end
-        local ctx = ngx.ctx
         ctx.ferrule_backend = b
         ctx.ferrule_sticky_peer = ep
     end
