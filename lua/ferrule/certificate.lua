@@ -188,20 +188,15 @@ function _M.write(payload)
         local ckey = "c:" .. host
         -- a lost c: with its v: still there hides the wildcard and the default
         -- for that host (the lookup stops at v:): keep the old pair on failure
-        local ok, old = store.replace(d, ckey, s)
-        if not ok then
-            return nil, old
-        end
-        d:safe_add("g", 0)
-        local g, err = d:incr("g", 1)
-        if g then
-            ok, err = d:safe_set("v:" .. host, g)
-        end
-        if not g or not ok then
-            store.restore(d, ckey, old)
-            return nil, err
-        end
-        return true
+        return store.replace(d, ckey, s, function()
+            -- the generation moves only once c: is written
+            d:safe_add("g", 0)
+            local g, err = d:incr("g", 1)
+            if not g then
+                return nil, err
+            end
+            return d:safe_set("v:" .. host, g)
+        end)
     end
     for _, c in ipairs(payload.certificates) do
         local ok, err = put(c.host, c)

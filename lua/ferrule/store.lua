@@ -67,14 +67,19 @@ local function restore(d, key, old)
     end
     return ok, err
 end
-_M.restore = restore
 
 -- safe_set that leaves the previous value in place when it fails ("no
 -- memory"): a failed update must not turn into a removal, which workers
--- started by a reload would apply. Returns true, old value; or nil, err.
-function _M.replace(d, key, value)
+-- started by a reload would apply. `then_version()`, when given, writes the
+-- entry's version next (ok, err): the value must not change without it (running
+-- workers would keep the old one, workers started by a reload would load the new
+-- one), so its failure puts the previous value back too. Returns true; or nil, err.
+function _M.replace(d, key, value, then_version)
     local old = d:get(key)
     local ok, err = d:safe_set(key, value)
+    if ok and then_version then
+        ok, err = then_version()
+    end
     if not ok then
         local rok, rerr = restore(d, key, old)
         if not rok then
@@ -82,7 +87,7 @@ function _M.replace(d, key, value)
         end
         return nil, err
     end
-    return true, old
+    return true
 end
 
 -- Apply a validated payload (see ferrule.validate.backends_payload).
@@ -107,19 +112,9 @@ function _M.write(payload)
     local names = {}
     local failed
     for i, b in ipairs(payload.backends) do
-        local bkey = "b:" .. b.name
-        local okb, res = _M.replace(d, bkey, blobs[i])
-        local err
-        if okb then
-            -- b: must not change without v:: running workers would keep the
-            -- old backend, workers started by a reload would load the new one
-            okb, err = d:safe_set("v:" .. b.name, gen)
-            if not okb then
-                restore(d, bkey, res)
-            end
-        else
-            err = res
-        end
+        local okb, err = _M.replace(d, "b:" .. b.name, blobs[i], function()
+            return d:safe_set("v:" .. b.name, gen)
+        end)
         if not okb then
             failed = string.format("shared dict %s: %s (at backend %q)", _M.DICT, tostring(err), b.name)
             break
