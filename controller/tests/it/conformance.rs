@@ -713,20 +713,16 @@ async fn rewrite_target_with_regex_captures() {
 /// cannot know the length and sends no Content-Length.
 async fn h2_upload_status(f: &Ferrule, host: &str, path: &str, len: usize) -> String {
     use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new("curl")
-        .args([
-            "-sk",
-            "--http2",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-            "-T",
-            "-",
-        ])
-        .arg("--resolve")
-        .arg(format!("{host}:{}:127.0.0.1", f.https))
-        .arg(format!("https://{host}:{}{path}", f.https))
+    let args = [
+        "--http2",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-T",
+        "-",
+    ];
+    let mut child = curl_tls_command(f, host, path, &args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -256,7 +256,7 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     // The new path took a reload; traffic may reach the new workers before the
     // controller has counted it (it counts once it verified them).
     let counted = wait_until(Duration::from_secs(5), || async {
-        f.metric("ferrule_reloads_total", "").await >= 1.0
+        f.reloads().await >= 1.0
     })
     .await;
     assert!(
@@ -267,7 +267,7 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
 
     // EndpointSlice update: traffic follows without a reload.
     let pids = f.worker_pids();
-    let reloads = f.metric("ferrule_reloads_total", "").await;
+    let reloads = f.reloads().await;
     let patched = r#"kind="endpoints""#;
     let patches = f.metric("ferrule_model_builds_total", patched).await;
     // The change-to-applied latency starts when the source first saw the change:
@@ -283,7 +283,7 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
     .await;
     assert!(moved, "endpoint change reached traffic; log:\n{}", f.logs());
     assert_eq!(f.worker_pids(), pids, "no reload for an endpoint change");
-    assert_eq!(f.metric("ferrule_reloads_total", "").await, reloads);
+    assert_eq!(f.reloads().await, reloads);
     // Only the EndpointSlice changed: the model was patched, not built again.
     assert!(
         f.metric("ferrule_model_builds_total", patched).await > patches,
@@ -583,7 +583,7 @@ async fn status_writes_rebuild_nothing_and_a_restarted_controller_adopts_nginx()
     }
     assert_eq!(f.master_pid(), Some(master), "the same master");
     assert_eq!(f.worker_pids(), workers, "the same workers: no reload");
-    assert_eq!(f.metric("ferrule_reloads_total", "").await, 0.0);
+    assert_eq!(f.reloads().await, 0.0);
 
     // EndpointSlice changes reach traffic through the adopted balancer.
     c.apply(&k8s_service(ns, "echo", &["10.213.0.6"]));

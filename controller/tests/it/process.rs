@@ -296,17 +296,20 @@ async fn ingress_edits_are_picked_up_within_a_second() {
 fn gated_nginx(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let gate = dir.join("gate");
     std::fs::write(&gate, "").unwrap();
-    let script = dir.join("nginx-gated");
+    let prelude = format!("while [ -e '{}' ]; do sleep 0.02; done", gate.display());
+    (nginx_wrapper(dir, "nginx-gated", &prelude), gate)
+}
+
+/// An executable `dir/name` that runs `prelude`, then the real `nginx`.
+fn nginx_wrapper(dir: &std::path::Path, name: &str, prelude: &str) -> std::path::PathBuf {
+    let script = dir.join(name);
     std::fs::write(
         &script,
-        format!(
-            "#!/bin/sh\nwhile [ -e '{}' ]; do sleep 0.02; done\nexec nginx \"$@\"\n",
-            gate.display()
-        ),
+        format!("#!/bin/sh\n{prelude}\nexec nginx \"$@\"\n"),
     )
     .unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (script, gate)
+    script
 }
 
 /// An `nginx` wrapper whose `nginx -t` touches `waiting`, then waits while `gate`
@@ -315,18 +318,16 @@ fn slow_test_nginx(
     dir: &std::path::Path,
 ) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     let (gate, waiting) = (dir.join("gate"), dir.join("waiting"));
-    let script = dir.join("nginx-slow-test");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\ncase \" $* \" in *\" -t \"*) touch '{w}'; while [ -e '{g}' ]; do sleep 0.02; done;; esac\nexec nginx \"$@\"\n",
-            w = waiting.display(),
-            g = gate.display()
-        ),
+    let prelude = format!(
+        "case \" $* \" in *\" -t \"*) touch '{w}'; while [ -e '{g}' ]; do sleep 0.02; done;; esac",
+        w = waiting.display(),
+        g = gate.display()
+    );
+    (
+        nginx_wrapper(dir, "nginx-slow-test", &prelude),
+        gate,
+        waiting,
     )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (script, gate, waiting)
 }
 
 // Issue 4: an endpoint change that arrives during a slow `nginx -t` is applied at

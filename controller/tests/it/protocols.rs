@@ -74,15 +74,14 @@ impl Drop for ProtocolBackend {
 /// A gRPC-shaped call (HTTP/2 over TLS, `content-type: application/grpc`) to `host`
 /// through Ferrule's HTTPS port: the body and "\n<status> <HTTP version>".
 pub async fn grpc_call(f: &Ferrule, host: &str) -> String {
-    let args = ["--http2", "-H", "content-type: application/grpc"];
-    let write_out = ["-w", "\n%{http_code} %{http_version}"];
-    curl_tls(
-        f,
-        host,
-        "/pkg.Service/Call",
-        &[&args[..], &write_out[..]].concat(),
-    )
-    .await
+    let args = [
+        "--http2",
+        "-H",
+        "content-type: application/grpc",
+        "-w",
+        "\n%{http_code} %{http_version}",
+    ];
+    curl_tls(f, host, "/pkg.Service/Call", &args).await
 }
 
 /// A plain HTTP GET to `host` through Ferrule's HTTP port: (status, body).

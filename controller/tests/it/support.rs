@@ -947,15 +947,26 @@ pub async fn raw_http(port: u16, request: &str) -> (u16, String) {
     (status, body)
 }
 
-/// curl over TLS to `host` (SNI and Host) through Ferrule's HTTPS port, `args` before
-/// the URL: what it printed.
-pub async fn curl_tls(f: &Ferrule, host: &str, path: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("curl")
-        .args(["-sk"])
+/// The curl command for `host` (SNI and Host) over TLS through Ferrule's HTTPS port,
+/// `args` before the URL.
+pub fn curl_tls_command(
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new("curl");
+    c.args(["-sk"])
         .args(args)
         .arg("--resolve")
         .arg(format!("{host}:{}:127.0.0.1", f.https))
-        .arg(format!("https://{host}:{}{path}", f.https))
+        .arg(format!("https://{host}:{}{path}", f.https));
+    c
+}
+
+/// [`curl_tls_command`] run: what it printed.
+pub async fn curl_tls(f: &Ferrule, host: &str, path: &str, args: &[&str]) -> String {
+    let out = curl_tls_command(f, host, path, args)
         .output()
         .await
         .unwrap();
