@@ -243,13 +243,17 @@ function _M.rewrite()
     if not b then
         return unavailable("unknown backend", name)
     end
-    -- The primary's affinity also holds for its canary (the canary backend has no
-    -- settings of its own: a canary Ingress's other annotations are ignored).
     local aff, aff_var = b.affinity, b.affinity_cookie_var
     local ep -- the endpoint the affinity cookie names, once found
     local c = b.canary
     if c then
         local cb = backends[c.backend]
+        -- The canary side's affinity (affinity-canary-behavior): the primary's
+        -- (sticky, the default), or the canary backend's own (legacy).
+        local caff, cvar = aff, aff_var
+        if c.legacy_affinity and cb then
+            caff, cvar = cb.affinity, cb.affinity_cookie_var
+        end
         -- A request stuck to an endpoint stays there, on either side, before any
         -- canary rule (ingress-nginx: an affinitized request keeps its balancer).
         local stuck = aff_var and ngx_var[aff_var]
@@ -257,12 +261,10 @@ function _M.rewrite()
         if ep then
             cb = nil
         elseif cb and cb.n > 0 then
-            -- a canary Service that is a primary elsewhere has its own affinity
-            local cvar = cb.affinity_cookie_var or aff_var
             local cstuck = cvar and ngx_var[cvar]
             ep = cstuck and sticky_of(cb):lookup(cstuck)
             if ep then
-                b = cb
+                b, aff, aff_var = cb, caff, cvar
                 cb = nil
             end
         end
@@ -270,13 +272,12 @@ function _M.rewrite()
             local hv = b.canary_header_var and ngx_var[b.canary_header_var]
             local cv = b.canary_cookie_var and ngx_var[b.canary_cookie_var]
             if canary.decide(c, hv, cv, math.random) then
-                b = cb
+                b, aff, aff_var = cb, caff, cvar
             end
         end
         -- an unknown or empty canary backend falls back to the primary
         -- (ingress-nginx behaviour)
         ctx.ferrule_backend = b
-        aff, aff_var = b.affinity or aff, b.affinity_cookie_var or aff_var
     end
     if b.n == 0 then
         return unavailable("no endpoints for backend", b.name)

@@ -225,6 +225,14 @@ local function canary(v, where, self_name)
         end
         out.cookie = v.cookie
     end
+    -- whose affinity the canary side uses (affinity-canary-behavior)
+    local behavior = v.affinity_behavior
+    if is_null(behavior) then
+        behavior = "sticky"
+    elseif behavior ~= "sticky" and behavior ~= "legacy" then
+        return err(where, "affinity_behavior must be \"sticky\", \"legacy\" or null")
+    end
+    out.legacy_affinity = behavior == "legacy"
     return out
 end
 

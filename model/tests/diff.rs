@@ -126,10 +126,22 @@ fn classification() {
             reload(&["load-balance:default_a_80"]),
         ),
         (
-            // a canary Ingress's other annotations are ignored (ingress-nginx)
+            // a canary Ingress's load-balance is the canary backend's (ingress-nginx);
+            // EWMA there needs the primary's locations to run the log phase
             "load-balance on a canary",
             |o| annotate(o, "default/canary", "load-balance", "ewma"),
+            reload(&["load-balance:default_b_80", "load-balance:default_next_80"]),
+        ),
+        (
+            // its other annotations are ignored
+            "proxy-read-timeout on a canary",
+            |o| annotate(o, "default/canary", "proxy-read-timeout", "7"),
             Diff::Unchanged,
+        ),
+        (
+            "affinity-canary-behavior",
+            |o| annotate(o, "default/canary", "affinity-canary-behavior", "legacy"),
+            dynamic(&["default_b_80"], &[]),
         ),
         (
             "load-balance unchanged in effect",

@@ -1162,6 +1162,84 @@ fn canary_pairs_with_its_primary_by_host_and_path() {
     expect_no_problems_on(&m, "Ingress default/main-canary");
 }
 
+/// ingress-nginx ignores a canary Ingress's annotations except the canary rules,
+/// `load-balance`, `upstream-hash-by` and session affinity: those give the canary
+/// backend its settings, unless an Ingress routing to that Service directly set them.
+#[test]
+fn canary_ingress_balancing_settings_reach_the_canary_backend() {
+    use ferrule_model::annotations::{CanaryAffinity, LoadBalance};
+    let yaml = docs![
+        app("default/stable", "10.0.0.1"),
+        app("default/next", "10.0.0.2"),
+        app("default/shared", "10.0.0.3"),
+        ingress(
+            "default/main",
+            1,
+            "shop.test",
+            &[
+                ("/", "Prefix", "stable", "80"),
+                ("/b", "Prefix", "stable", "80")
+            ]
+        ),
+        // a younger Ingress routing to "shared" directly: its settings still win
+        // over the canary's, which only fill in for a canary-only Service
+        Ing::new("default/direct", 5)
+            .ann("load-balance", "round_robin")
+            .rule("shared.test", &[("/", "Prefix", "shared", "80")]),
+        Ing::new("default/main-canary", 2)
+            .ann("canary", "true")
+            .ann("canary-weight", "20")
+            .ann("affinity-canary-behavior", "legacy")
+            .ann("load-balance", "ewma")
+            .ann("upstream-hash-by", "$arg_user")
+            .ann("affinity", "cookie")
+            .ann("session-cookie-name", "canary-route")
+            // ignored on a canary, as in ingress-nginx
+            .ann("proxy-read-timeout", "7")
+            .rule("shop.test", &[("/", "Prefix", "next", "80")]),
+        Ing::new("default/shared-canary", 3)
+            .ann("canary", "true")
+            .ann("canary-weight", "20")
+            .ann("load-balance", "ewma")
+            .rule("shop.test", &[("/b", "Prefix", "shared", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("shop.test", "/", "default_stable_80"),
+            ("shared.test", "/", "default_shared_80"),
+        ],
+    );
+    let next = &m.backends["default_next_80"].balancing;
+    assert_eq!(next.load_balance, LoadBalance::Ewma);
+    assert_eq!(next.upstream_hash_by.as_deref(), Some("$arg_user"));
+    assert_eq!(next.affinity.as_ref().unwrap().cookie_name, "canary-route");
+    assert_eq!(next.canary, None);
+    let route = m.backends["default_stable_80"]
+        .balancing
+        .canary
+        .as_ref()
+        .unwrap();
+    assert_eq!(route.backend, "default_next_80");
+    assert_eq!(route.rules.affinity_behavior, CanaryAffinity::Legacy);
+    assert_eq!(
+        m.backends["default_stable_80"].balancing.load_balance,
+        LoadBalance::RoundRobin
+    );
+    assert!(
+        m.feeds_ewma("default_stable_80"),
+        "the canary side feeds EWMA"
+    );
+    let server = m.server("shop.test").unwrap();
+    let root = server.locations.iter().find(|l| l.path == "/").unwrap();
+    assert_eq!(root.settings.proxy_read_timeout, None);
+    assert_eq!(
+        m.backends["default_shared_80"].balancing.load_balance,
+        LoadBalance::RoundRobin
+    );
+    expect_no_problems_on(&m, "Ingress default/main-canary");
+}
+
 #[test]
 fn canary_oldest_wins_a_primary() {
     let yaml = docs![

@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::support::*;
 
-const CREATED: &str = "2026-01-01T00:00:00Z";
-const CANARY_CREATED: &str = "2026-01-02T00:00:00Z";
+pub(crate) const CREATED: &str = "2026-01-01T00:00:00Z";
+pub(crate) const CANARY_CREATED: &str = "2026-01-02T00:00:00Z";
 
 /// A client that keeps connections alive (steady load, like a real client).
 fn keepalive_client() -> reqwest::Client {
@@ -25,7 +25,7 @@ fn keepalive_client() -> reqwest::Client {
 }
 
 /// A client that opens a new connection per request (reaches every NGINX worker).
-fn fresh_client() -> reqwest::Client {
+pub(crate) fn fresh_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .pool_max_idle_per_host(0)
@@ -34,7 +34,7 @@ fn fresh_client() -> reqwest::Client {
 }
 
 /// One proxied GET: (status, backend that answered or "", response headers).
-async fn hit(
+pub(crate) async fn hit(
     c: &reqwest::Client,
     f: &Ferrule,
     host: &str,
@@ -60,7 +60,7 @@ async fn hit(
 
 /// Sends `n` requests over `tasks` concurrent keepalive connections; counts answers
 /// by backend (non-200 answers are counted as `status:NNN`).
-async fn spread(
+pub(crate) async fn spread(
     f: &Ferrule,
     host: &str,
     path: &str,
@@ -554,7 +554,7 @@ async fn spread_fresh(f: &Ferrule, host: &str, n: usize) -> BTreeMap<String, usi
 }
 
 /// The `name=value` of a `Set-Cookie` for cookie `name`, if any.
-fn set_cookie(h: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn set_cookie(h: &reqwest::header::HeaderMap, name: &str) -> Option<String> {
     h.get_all("set-cookie")
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -644,88 +644,6 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
     before.check(&f, "cookie affinity").await;
 }
 
-/// With a canary, an affinity cookie keeps its request on the side it was set on
-/// (ingress-nginx: an affinitized request keeps its balancer, before any canary rule);
-/// the canary backend sets its cookie with the primary's affinity settings.
-#[tokio::test]
-async fn affinity_sticks_across_a_canary_split() {
-    let echos = echo_group(&["127.0.0.30", "127.0.0.31", "127.0.0.32", "127.0.0.33"]).await;
-    let port = echos[0].addr.port();
-    let m = Manifests::new();
-    m.write(
-        "svc.yaml",
-        &format!(
-            "{}---\n{}",
-            service_endpoints(
-                "demo",
-                "main",
-                port,
-                &[("127.0.0.30", true), ("127.0.0.31", true)]
-            ),
-            service_endpoints(
-                "demo",
-                "next",
-                port,
-                &[("127.0.0.32", true), ("127.0.0.33", true)]
-            ),
-        ),
-    );
-    let affinity = [("affinity", "cookie"), ("session-cookie-name", "route")];
-    m.write(
-        "ing.yaml",
-        &format!(
-            "{}---\n{}",
-            ingress(
-                "demo",
-                "main",
-                CREATED,
-                "split.test",
-                &[("/", "Prefix", "main")],
-                &affinity
-            ),
-            ingress(
-                "demo",
-                "next",
-                CANARY_CREATED,
-                "split.test",
-                &[("/", "Prefix", "next")],
-                &[("canary", "true"), ("canary-weight", "50")],
-            ),
-        ),
-    );
-    let f = Ferrule::start(m.path(), &[]).await;
-    wait_store(&f, "demo_main_80", |b| {
-        b["canary"]["backend"] == "demo_next_80"
-    })
-    .await;
-    let c = fresh_client();
-    let mut sides = BTreeSet::new();
-    for session in 0..16 {
-        let (s, first, h) = hit(&c, &f, "split.test", "/", &[]).await;
-        assert_eq!(s, 200);
-        let cookie = set_cookie(&h, "route")
-            .unwrap_or_else(|| panic!("session {session}: a cookie from {first}"));
-        sides.insert(
-            ["127.0.0.32:", "127.0.0.33:"]
-                .iter()
-                .any(|p| first.starts_with(p)),
-        );
-        for _ in 0..10 {
-            let (s, b, h) = hit(&c, &f, "split.test", "/", &[("Cookie", &cookie)]).await;
-            assert_eq!(
-                (s, b.as_str()),
-                (200, first.as_str()),
-                "session {session} sticks"
-            );
-            assert!(
-                set_cookie(&h, "route").is_none(),
-                "no new cookie while it sticks"
-            );
-        }
-    }
-    assert_eq!(sides.len(), 2, "sessions start on both sides of the split");
-}
-
 /// Affinity needs the rewrite phase (its cookie is a response header), which is
 /// rendered only where a canary or affinity uses it: switching it on is one reload,
 /// switching it off none (the phase left behind does no harm).
@@ -797,148 +715,6 @@ async fn affinity_switched_on_is_one_reload_and_off_is_none() {
         "round robin again, the cookie ignored: {seen:?}"
     );
     on.check(&f, "affinity switched off").await;
-}
-
-#[tokio::test]
-async fn canary_by_weight_and_header_and_weight_change_without_reload() {
-    let echos = echo_group(&["127.0.0.9", "127.0.0.10"]).await;
-    let (primary, canary) = (echos[0].addr, echos[1].addr);
-    let m = Manifests::new();
-    for p in ["w", "h", "v"] {
-        m.write(
-            &format!("svc-{p}.yaml"),
-            &format!(
-                "{}---\n{}",
-                service("demo", &format!("{p}-main"), &[primary]),
-                service("demo", &format!("{p}-canary"), &[canary])
-            ),
-        );
-        m.write(
-            &format!("ing-{p}.yaml"),
-            &ingress(
-                "demo",
-                &format!("{p}-main"),
-                CREATED,
-                &format!("{p}.test"),
-                &[("/", "Prefix", &format!("{p}-main"))],
-                &[],
-            ),
-        );
-    }
-    let canary_ing = |p: &str, ann: &[(&str, &str)]| {
-        let mut a = vec![("canary", "true")];
-        a.extend_from_slice(ann);
-        ingress(
-            "demo",
-            &format!("{p}-canary"),
-            CANARY_CREATED,
-            &format!("{p}.test"),
-            &[("/", "Prefix", &format!("{p}-canary"))],
-            &a,
-        )
-    };
-    m.write(
-        "canary-w.yaml",
-        &canary_ing("w", &[("canary-weight", "20")]),
-    );
-    m.write(
-        "canary-h.yaml",
-        &canary_ing(
-            "h",
-            &[("canary-by-header", "X-Canary"), ("canary-weight", "50")],
-        ),
-    );
-    m.write(
-        "canary-v.yaml",
-        &canary_ing(
-            "v",
-            &[
-                ("canary-by-header", "X-Canary"),
-                ("canary-by-header-value", "yes-please"),
-            ],
-        ),
-    );
-    let f = Ferrule::start(m.path(), &[]).await;
-    for p in ["w", "h", "v"] {
-        let canary_backend = format!("demo_{p}-canary_80");
-        wait_store(&f, &format!("demo_{p}-main_80"), |b| {
-            b["canary"]["backend"] == canary_backend.as_str()
-        })
-        .await;
-    }
-    let before = NoReload::capture(&f).await;
-    let (p, c) = (primary.to_string(), canary.to_string());
-    let share = |counts: &BTreeMap<String, usize>, n: usize| {
-        assert_eq!(
-            counts.get(&p).unwrap_or(&0) + counts.get(&c).unwrap_or(&0),
-            n,
-            "every request answered by primary or canary: {counts:?}"
-        );
-        *counts.get(&c).unwrap_or(&0) as f64 / n as f64
-    };
-
-    // canary-weight 20: 20% ± 5 points over 2,000 requests.
-    let counts = spread(&f, "w.test", "/", &[], 2000, 4).await;
-    let w = share(&counts, 2000);
-    assert!((0.15..=0.25).contains(&w), "canary share {w} for weight 20");
-    eprintln!("canary weight 20: {:.1}% of 2000 requests", w * 100.0);
-
-    // canary-by-header: `always` and `never` are exact, other values fall through
-    // to the weight (50 here).
-    let n = 100;
-    let always = share(
-        &spread(&f, "h.test", "/", &[("X-Canary", "always")], n, 2).await,
-        n,
-    );
-    let never = share(
-        &spread(&f, "h.test", "/", &[("X-Canary", "never")], n, 2).await,
-        n,
-    );
-    let other = share(
-        &spread(&f, "h.test", "/", &[("X-Canary", "maybe")], n, 2).await,
-        n,
-    );
-    let absent = share(&spread(&f, "h.test", "/", &[], n, 2).await, n);
-    assert_eq!((always, never), (1.0, 0.0), "X-Canary always / never");
-    assert!(
-        (0.25..=0.75).contains(&other),
-        "other value uses the weight: {other}"
-    );
-    assert!(
-        (0.25..=0.75).contains(&absent),
-        "no header uses the weight: {absent}"
-    );
-
-    // canary-by-header-value: only the exact value routes to the canary.
-    for (value, want) in [
-        (Some("yes-please"), 1.0),
-        (Some("Yes-Please"), 0.0),
-        (Some("yes-please-not"), 0.0),
-        (Some("always"), 0.0),
-        (None, 0.0),
-    ] {
-        let h: Vec<(&str, &str)> = value.map(|v| ("X-Canary", v)).into_iter().collect();
-        let got = share(&spread(&f, "v.test", "/", &h, 50, 2).await, 50);
-        assert_eq!(got, want, "X-Canary: {value:?}");
-    }
-
-    // Changing the weight is applied without reload.
-    m.write(
-        "canary-w.yaml",
-        &canary_ing("w", &[("canary-weight", "80")]),
-    );
-    wait_store(&f, "demo_w-main_80", |b| b["canary"]["weight"] == 80).await;
-    let counts = spread(&f, "w.test", "/", &[], 2000, 4).await;
-    let w = share(&counts, 2000);
-    assert!((0.75..=0.85).contains(&w), "canary share {w} for weight 80");
-    eprintln!("canary weight 80: {:.1}% of 2000 requests", w * 100.0);
-
-    // Removing the canary Ingress sends everything to the primary, still no reload.
-    m.remove("canary-w.yaml");
-    wait_store(&f, "demo_w-main_80", |b| b["canary"].is_null()).await;
-    let w = share(&spread(&f, "w.test", "/", &[], 200, 2).await, 200);
-    assert_eq!(w, 0.0, "no canary after the canary Ingress is deleted");
-    before.check(&f, "canary changes").await;
 }
 
 // ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod canary;
 mod conformance;
 mod dataplane;
 mod dynamic;

@@ -14,7 +14,8 @@ T["full example is accepted and normalised"] = function(t)
          "endpoints": [{"address": "127.0.0.2", "port": 8080}, {"address": "::1", "port": 8081}],
          "load_balance": "round_robin", "upstream_hash_by": null, "affinity": null,
          "canary": {"backend": "default-echo-canary-80", "weight": 20, "weight_total": 100,
-                    "header": "X-Canary", "header_value": null, "cookie": "canary"}},
+                    "header": "X-Canary", "header_value": null, "cookie": "canary",
+                    "affinity_behavior": "legacy"}},
         {"name": "b2", "endpoints": [], "load_balance": "ewma", "upstream_hash_by": "$arg_user$http_x_a",
          "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": null, "path": null}}],
       "removed": ["old-backend-name"]}]])
@@ -26,6 +27,7 @@ T["full example is accepted and normalised"] = function(t)
     t.eq(b.endpoints[2].address, "::1")
     t.eq(b.canary.weight, 20)
     t.eq(b.canary.header_value, nil)
+    t.eq(b.canary.legacy_affinity, true)
     t.eq(b.affinity, nil)
     t.eq(p.backends[2].affinity.cookie_name, "route")
     t.eq(p.backends[2].affinity.max_age, nil)
@@ -39,6 +41,7 @@ T["defaults: load_balance round_robin, weight_total 100"] = function(t)
     t.eq(p.backends[1].load_balance, "round_robin")
     t.eq(#p.backends[1].endpoints, 0)
     t.eq(p.backends[1].canary.weight_total, 100)
+    t.eq(p.backends[1].canary.legacy_affinity, false)
 end
 
 T["bad inputs are rejected with a clear message"] = function(t)
@@ -68,6 +71,7 @@ T["bad inputs are rejected with a clear message"] = function(t)
         { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "c", "weight": 101}}]}', "weight" },
         { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "a"}}]}', "itself" },
         { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "c", "header": "X Y"}}]}', "header" },
+        { '{"version": 1, "backends": [{"name": "a", "canary": {"backend": "c", "affinity_behavior": "Legacy"}}]}', "affinity_behavior" },
         { '{"version": 1, "backends": [{"name": "a"}, {"name": "a"}]}', "duplicate" },
         { '{"version": 1, "backends": [{"name": "a"}], "removed": ["a"]}', "also in backends" },
         { '{"version": 1, "removed": [1]}', "removed" },

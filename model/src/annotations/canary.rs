@@ -18,6 +18,30 @@ pub struct Canary {
     pub header_value: Option<String>,
     /// `canary-by-cookie`.
     pub cookie: Option<String>,
+    /// `affinity-canary-behavior`.
+    pub affinity_behavior: CanaryAffinity,
+}
+
+/// `affinity-canary-behavior`: whose session affinity the canary side of the split
+/// uses. Either way a request whose cookie names an endpoint of one side stays on
+/// that side before any canary rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CanaryAffinity {
+    /// The primary's affinity holds on both sides (ingress-nginx's default).
+    #[default]
+    Sticky,
+    /// The canary side uses the canary backend's own affinity, if it has one (the
+    /// canary Ingress's `affinity` annotations).
+    Legacy,
+}
+
+fn affinity_behavior(v: &str) -> Result<CanaryAffinity, String> {
+    match v {
+        "sticky" => Ok(CanaryAffinity::Sticky),
+        "legacy" => Ok(CanaryAffinity::Legacy),
+        _ => Err("expected \"sticky\" or \"legacy\"".to_owned()),
+    }
 }
 
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
@@ -36,6 +60,9 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         header: r.parse("canary-by-header", value::token)?,
         header_value: r.parse("canary-by-header-value", value::plain)?,
         cookie: r.parse("canary-by-cookie", value::token)?,
+        affinity_behavior: r
+            .parse("affinity-canary-behavior", affinity_behavior)?
+            .unwrap_or_default(),
     });
     Ok(())
 }

@@ -15,7 +15,7 @@ pub(crate) mod value;
 use std::collections::BTreeMap;
 
 pub use balancing::{Affinity, LoadBalance};
-pub use canary::Canary;
+pub use canary::{Canary, CanaryAffinity};
 pub use proxy::BackendProtocol;
 pub use snippets::Snippet;
 

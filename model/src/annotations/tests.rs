@@ -139,7 +139,15 @@ fn canary() {
     );
     check(
         &[("canary", "true"), ("canary-by-cookie", "cc")],
-        "cookie: Some(\"cc\")",
+        "cookie: Some(\"cc\"), affinity_behavior: Sticky",
+    );
+    check(
+        &[("canary", "true"), ("affinity-canary-behavior", "legacy")],
+        "affinity_behavior: Legacy",
+    );
+    check(
+        &[("canary", "true"), ("affinity-canary-behavior", "Sticky")],
+        "error: annotation nginx.ingress.kubernetes.io/affinity-canary-behavior: invalid value \"Sticky\"",
     );
 }
 

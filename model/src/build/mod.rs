@@ -84,6 +84,17 @@ pub fn build(snap: &Snapshot) -> Model {
     b.finish()
 }
 
+/// The balancing settings an Ingress's annotations give the backends it routes to
+/// (a canary route is attached later, by `add_canary`).
+fn balancing_of(a: &IngressAnnotations) -> Balancing {
+    Balancing {
+        load_balance: a.load_balance.unwrap_or_default(),
+        upstream_hash_by: a.upstream_hash_by.clone(),
+        affinity: a.affinity.clone(),
+        canary: None,
+    }
+}
+
 /// A host's TLS claim: the oldest Ingress listing the host in `spec.tls` wins.
 struct TlsClaim {
     owner: ResourceRef,
@@ -138,12 +149,7 @@ impl Builder<'_> {
         };
         let ns = r.namespace.as_str();
         let settings = self.location_settings(r, a);
-        let balancing = Balancing {
-            load_balance: a.load_balance.unwrap_or_default(),
-            upstream_hash_by: a.upstream_hash_by.clone(),
-            affinity: a.affinity.clone(),
-            canary: None,
-        };
+        let balancing = balancing_of(a);
         let server_snippet = if self.global.allow_snippet_annotations {
             a.server_snippet.clone()
         } else {
@@ -213,13 +219,8 @@ impl Builder<'_> {
                     continue;
                 }
                 let target = self.target(ns, r, &p.backend, || format!("host {host} path {path}"));
-                if let Target::Backend(name) = &target
-                    && !self.balancing_set.contains(name)
-                {
-                    self.balancing_set.insert(name.clone());
-                    if let Some(b) = self.backends.get_mut(name) {
-                        b.balancing = balancing.clone();
-                    }
+                if let Target::Backend(name) = &target {
+                    self.set_balancing(name, &balancing);
                 }
                 if !self.servers.contains_key(&host) {
                     let acc = ServerAcc {
@@ -364,6 +365,18 @@ impl Builder<'_> {
         }
     }
 
+    /// Gives `backend` these balancing settings unless an older Ingress (or one
+    /// routing to it directly, for a canary's) already did.
+    fn set_balancing(&mut self, backend: &str, balancing: &Balancing) {
+        if self.balancing_set.contains(backend) {
+            return;
+        }
+        self.balancing_set.insert(backend.to_owned());
+        if let Some(b) = self.backends.get_mut(backend) {
+            b.balancing = balancing.clone();
+        }
+    }
+
     /// A canary Ingress adds no location: it attaches its backend to the primary
     /// backend of every host + path it shares with a non-canary Ingress.
     fn add_canary(&mut self, ing: &Ingress, r: &ResourceRef, a: &IngressAnnotations) {
@@ -436,6 +449,10 @@ impl Builder<'_> {
                     }
                     _ => {
                         self.canary_owners.insert(primary.clone(), r.clone());
+                        // ingress-nginx keeps a canary Ingress's load-balance,
+                        // upstream-hash-by and affinity annotations (it ignores the
+                        // others); Ingresses routing to the Service directly come first.
+                        self.set_balancing(&canary, &balancing_of(a));
                         let b = self
                             .backends
                             .get_mut(&primary)
