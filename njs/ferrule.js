@@ -300,6 +300,11 @@ function addSetCookie(r, cookie) {
     }
 }
 
+// The value of an affinity's cookie in the request, if any.
+function cookieOf(r, affinity) {
+    return r.variables['cookie_' + affinity.cookie_name];
+}
+
 // js_set $ferrule_peer. Evaluated once per request (js_set values are cached
 // for the request): first by "if ($ferrule_peer = "")" in the rewrite phase,
 // then reused by proxy_pass.
@@ -314,16 +319,26 @@ function peer(r) {
         if (!rec) {
             return unavailable(r, 'unknown backend', name);
         }
+        var aff = rec.backend.affinity;
+        var i = -1; // the endpoint an affinity cookie names, once found
         var c = rec.backend.canary;
         if (c) {
-            var hv = c.header ? r.variables[balance.headerVar(c.header)] : undefined;
-            var cv = c.cookie ? r.variables['cookie_' + c.cookie] : undefined;
-            if (balance.canary(c, hv, cv, Math.random)) {
-                var crec = store.readBackend(dir, c.backend);
-                // an unknown or empty canary backend falls back to the
-                // primary (ingress-nginx behaviour)
-                if (crec && crec.backend.endpoints.length > 0) {
+            // A request stuck to an endpoint stays on its side before any canary
+            // rule; the canary side's affinity is the primary's (sticky, the
+            // default) or the canary backend's own (legacy), as in lua/.
+            i = balance.stickyIndex(rec.ids, aff ? cookieOf(r, aff) : undefined);
+            var crec = i < 0 ? store.readBackend(dir, c.backend) : null;
+            // an unknown or empty canary backend falls back to the primary
+            // (ingress-nginx behaviour)
+            if (crec && crec.backend.endpoints.length > 0) {
+                var caff = c.legacy_affinity ? crec.backend.affinity : aff;
+                var j = balance.stickyIndex(crec.ids, caff ? cookieOf(r, caff) : undefined);
+                var hv = c.header ? r.variables[balance.headerVar(c.header)] : undefined;
+                var cv = c.cookie ? r.variables['cookie_' + c.cookie] : undefined;
+                if (j >= 0 || balance.canary(c, hv, cv, Math.random)) {
                     rec = crec;
+                    aff = caff;
+                    i = j;
                 }
             }
         }
@@ -332,12 +347,13 @@ function peer(r) {
         if (n === 0) {
             return unavailable(r, 'no endpoints for backend', b.name);
         }
-        var i;
-        if (b.affinity) {
-            i = balance.stickyIndex(rec.ids, r.variables['cookie_' + b.affinity.cookie_name]);
+        if (aff) {
+            if (i < 0) {
+                i = balance.stickyIndex(rec.ids, cookieOf(r, aff));
+            }
             if (i < 0) {
                 i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);
-                addSetCookie(r, balance.setCookie(b.affinity, rec.ids[i]));
+                addSetCookie(r, balance.setCookie(aff, rec.ids[i]));
             }
         } else if (rec.hash) {
             var key = expr.evaluate(rec.hash, function (v) { return r.variables[v]; });

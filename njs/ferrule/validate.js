@@ -187,7 +187,7 @@ function canary(v, where, selfName) {
         return fail(where, 'backend must not name the backend itself');
     }
     var out = {backend: v.backend, weight: null, weight_total: 100, header: null,
-               header_value: null, cookie: null};
+               header_value: null, cookie: null, legacy_affinity: false};
     if (!isNull(v.weight_total)) {
         if (!isInt(v.weight_total, 1, 2147483647)) {
             return fail(where, 'weight_total must be a positive integer or null');
@@ -219,6 +219,12 @@ function canary(v, where, selfName) {
         }
         out.cookie = v.cookie;
     }
+    // whose affinity the canary side uses (affinity-canary-behavior)
+    var behavior = isNull(v.affinity_behavior) ? 'sticky' : v.affinity_behavior;
+    if (behavior !== 'sticky' && behavior !== 'legacy') {
+        return fail(where, 'affinity_behavior must be "sticky", "legacy" or null');
+    }
+    out.legacy_affinity = behavior === 'legacy';
     return {ok: out};
 }
 

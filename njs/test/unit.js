@@ -70,7 +70,12 @@ var tests = {
         var p = validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', weight: 5}, affinity: {mode: 'cookie', cookie_name: 'r'}}]});
         eq(p.ok.backends[0].canary, {backend: 'b', weight: 5, weight_total: 100, header: null,
-                                     header_value: null, cookie: null});
+                                     header_value: null, cookie: null, legacy_affinity: false});
+        eq(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            canary: {backend: 'b', affinity_behavior: 'legacy'}}]}).ok.backends[0].canary.legacy_affinity,
+           true);
+        ok(/affinity_behavior must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            canary: {backend: 'b', affinity_behavior: 'Legacy'}}]}).err));
         eq(p.ok.backends[0].affinity, {mode: 'cookie', cookie_name: 'r', max_age: null, path: null});
         ok(/weight must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', weight: 101}}]}).err));

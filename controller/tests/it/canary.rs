@@ -237,10 +237,25 @@ async fn affinity_sticks_across_a_canary_split() {
 /// keeps its request there, whatever the weight. All of it without a reload.
 #[tokio::test]
 async fn canary_ingress_own_affinity_and_hash_with_legacy_behavior() {
-    let ips = ["127.0.0.50", "127.0.0.51", "127.0.0.52", "127.0.0.53"];
+    canary_affinity_behaviors(
+        ["127.0.0.50", "127.0.0.51", "127.0.0.52", "127.0.0.53"],
+        &[],
+    )
+    .await;
+}
+
+/// The same with the njs balancer.
+#[tokio::test]
+async fn njs_canary_ingress_own_affinity_and_hash_with_legacy_behavior() {
+    let ips = ["127.0.0.54", "127.0.0.55", "127.0.0.56", "127.0.0.57"];
+    canary_affinity_behaviors(ips, &["--balancer", "njs"]).await;
+}
+
+async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
     let echos = echo_group(&ips).await;
     let port = echos[0].addr.port();
-    let is_canary = |b: &str| b.starts_with("127.0.0.52:") || b.starts_with("127.0.0.53:");
+    let canary_eps = [format!("{}:", ips[2]), format!("{}:", ips[3])];
+    let is_canary = |b: &str| canary_eps.iter().any(|p| b.starts_with(p.as_str()));
     let m = Manifests::new();
     m.write(
         "svc.yaml",
@@ -282,7 +297,7 @@ async fn canary_ingress_own_affinity_and_hash_with_legacy_behavior() {
         ("affinity", "cookie"),
         ("session-cookie-name", "canary-route"),
     ]);
-    let f = Ferrule::start(m.path(), &[]).await;
+    let f = Ferrule::start(m.path(), args).await;
     wait_store(&f, "demo_main_80", |b| {
         b["canary"]["backend"] == "demo_next_80" && b["canary"]["legacy_affinity"] == true
     })
