@@ -1080,6 +1080,7 @@ mod tests {
                 header: None,
                 header_value: None,
                 cookie: None,
+                affinity_behavior: Default::default(),
             },
         });
         let json = |b: &Backend| serde_json::to_value(BackendPayload::from(b)).unwrap();
@@ -1105,6 +1106,7 @@ mod tests {
                 header: Some("x-canary".into()),
                 header_value: None,
                 cookie: None,
+                affinity_behavior: ferrule_model::annotations::CanaryAffinity::Legacy,
             },
         });
         let body = payload(
@@ -1127,6 +1129,7 @@ mod tests {
                     "canary": {
                         "backend": "c", "weight": 10, "weight_total": 100,
                         "header": "x-canary", "header_value": null, "cookie": null,
+                        "affinity_behavior": "legacy",
                     },
                 }],
                 "removed": ["gone"],

@@ -121,8 +121,11 @@ function stickyIndex(ids, cookieVal) {
     return -1;
 }
 
-function setCookie(affinity, id) {
-    var parts = [affinity.cookie_name + '=' + id, 'Path=' + (affinity.path || '/')];
+// defaultPath: the Ingress path ($ferrule_cookie_path), as ingress-nginx sets
+// it when session-cookie-path is not; "/" where the location has none.
+function setCookie(affinity, id, defaultPath) {
+    var parts = [affinity.cookie_name + '=' + id,
+                 'Path=' + (affinity.path || defaultPath || '/')];
     if (affinity.max_age !== null && affinity.max_age !== undefined) {
         parts.push('Max-Age=' + affinity.max_age);
     }

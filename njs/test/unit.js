@@ -182,6 +182,10 @@ var tests = {
            'route=abc; Path=/a; Max-Age=60; HttpOnly');
         eq(balance.setCookie({cookie_name: 'route', max_age: null, path: null}, 'abc'),
            'route=abc; Path=/; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'route', max_age: null, path: null}, 'abc', '/shop'),
+           'route=abc; Path=/shop; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'route', max_age: null, path: '/a'}, 'abc', '/shop'),
+           'route=abc; Path=/a; HttpOnly');
         eq(balance.peer({address: '::1', port: 8080}), '[::1]:8080');
         eq(balance.peer({address: '10.1.2.3', port: 80}), '10.1.2.3:80');
     },

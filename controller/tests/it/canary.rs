@@ -272,7 +272,7 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
             "main",
             CREATED,
             "legacy.test",
-            &[("/", "Prefix", "main")],
+            &[("/shop", "Prefix", "main")],
             &[("affinity", "cookie"), ("session-cookie-name", "route")],
         ),
     );
@@ -286,7 +286,7 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
                 "next",
                 CANARY_CREATED,
                 "legacy.test",
-                &[("/", "Prefix", "next")],
+                &[("/shop", "Prefix", "next")],
                 &a,
             ),
         );
@@ -313,7 +313,7 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
     let mut primary_cookie = None;
     let mut sides = BTreeSet::new();
     for session in 0..16 {
-        let (s, first, h) = hit(&c, &f, "legacy.test", "/", &[]).await;
+        let (s, first, h) = hit(&c, &f, "legacy.test", "/shop", &[]).await;
         assert_eq!(s, 200);
         let (mine, other) = if is_canary(&first) {
             ("canary-route", "route")
@@ -323,12 +323,15 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
         let cookie = set_cookie(&h, mine)
             .unwrap_or_else(|| panic!("session {session}: {first} sets {mine}: {h:?}"));
         assert_eq!(set_cookie(&h, other), None, "{first} sets only {mine}");
+        // without session-cookie-path, the Path is the Ingress path (ingress-nginx)
+        let raw = h.get("set-cookie").unwrap().to_str().unwrap();
+        assert!(raw.contains("; Path=/shop;"), "cookie path: {raw}");
         sides.insert(is_canary(&first));
         if !is_canary(&first) {
             primary_cookie = Some((cookie.clone(), first.clone()));
         }
         for _ in 0..5 {
-            let (s, b, h) = hit(&c, &f, "legacy.test", "/", &[("Cookie", &cookie)]).await;
+            let (s, b, h) = hit(&c, &f, "legacy.test", "/shop", &[("Cookie", &cookie)]).await;
             assert_eq!((s, b.as_str()), (200, first.as_str()), "{mine} sticks");
             assert_eq!(set_cookie(&h, mine), None, "no new cookie while it sticks");
         }
@@ -351,7 +354,7 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
     wait_store(&f, "demo_main_80", |b| b["canary"]["weight"] == 100).await;
     let mut reached = BTreeSet::new();
     for k in 0..20 {
-        let path = format!("/?k={k}");
+        let path = format!("/shop?k={k}");
         let (s, first, h) = hit(&c, &f, "legacy.test", &path, &[]).await;
         assert_eq!(s, 200);
         assert!(
@@ -370,7 +373,14 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
     }
     assert_eq!(reached.len(), 2, "keys spread over both canary endpoints");
     for _ in 0..10 {
-        let (_, b, _) = hit(&c, &f, "legacy.test", "/", &[("Cookie", &primary_cookie)]).await;
+        let (_, b, _) = hit(
+            &c,
+            &f,
+            "legacy.test",
+            "/shop",
+            &[("Cookie", &primary_cookie)],
+        )
+        .await;
         assert_eq!(b, primary_ep, "a primary session stays on the primary");
     }
 
@@ -380,12 +390,12 @@ async fn canary_affinity_behaviors(ips: [&str; 4], args: &[&str]) {
         b["canary"]["legacy_affinity"] == false
     })
     .await;
-    let (s, first, h) = hit(&c, &f, "legacy.test", "/", &[]).await;
+    let (s, first, h) = hit(&c, &f, "legacy.test", "/shop", &[]).await;
     assert_eq!(s, 200);
     assert!(is_canary(&first), "weight 100: {first}");
     let cookie = set_cookie(&h, "route").expect("the primary's cookie on the canary side");
     for _ in 0..10 {
-        let (_, b, _) = hit(&c, &f, "legacy.test", "/", &[("Cookie", &cookie)]).await;
+        let (_, b, _) = hit(&c, &f, "legacy.test", "/shop", &[("Cookie", &cookie)]).await;
         assert_eq!(b, first, "the canary session sticks");
     }
     before.check(&f, "canary affinity changes").await;
