@@ -354,7 +354,9 @@ function peer(r) {
             if (i < 0) {
                 i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);
                 addSetCookie(r, balance.setCookie(aff, rec.ids[i],
-                                                  r.variables.ferrule_cookie_path));
+                                                  r.variables.ferrule_cookie_path,
+                                                  r.variables.https === 'on',
+                                                  Math.floor(Date.now() / 1000)));
             }
         } else if (rec.hash) {
             var key = expr.evaluate(rec.hash, function (v) { return r.variables[v]; });

@@ -1097,6 +1097,10 @@ mod tests {
             cookie_name: "route".into(),
             max_age: Some(60),
             path: None,
+            secure: Some(false),
+            samesite: Some(ferrule_model::annotations::SameSite::Lax),
+            expires: Some(3600),
+            domain: Some(".example.com".into()),
         });
         b.balancing.canary = Some(ferrule_model::CanaryRoute {
             backend: "c".into(),
@@ -1125,7 +1129,10 @@ mod tests {
                     "endpoints": [{"address": "10.0.0.1", "port": 80}],
                     "load_balance": "round_robin",
                     "upstream_hash_by": null,
-                    "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 60, "path": null},
+                    "affinity": {
+                        "mode": "cookie", "cookie_name": "route", "max_age": 60, "path": null,
+                        "secure": false, "samesite": "Lax", "expires": 3600, "domain": ".example.com",
+                    },
                     "canary": {
                         "backend": "c", "weight": 10, "weight_total": 100,
                         "header": "x-canary", "header_value": null, "cookie": null,

@@ -294,7 +294,8 @@ function _M.rewrite()
             local path = not aff.path and ngx_var.ferrule_cookie_path or nil
             -- declared by other locations but not set in this one (a location
             -- rendered before its backend gained affinity): no Path of its own
-            local cookie = st:cookie(aff, ep, path ~= "" and path or nil)
+            local https = aff.secure == nil and ngx_var.https == "on"
+            local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time())
             local existing = ngx.header["Set-Cookie"]
             if existing == nil then
                 ngx.header["Set-Cookie"] = cookie

@@ -150,6 +150,25 @@ local function endpoint(v, where)
     return { address = address, port = v.port }
 end
 
+-- A cookie Domain: dot-separated labels of letters, digits and inner hyphens,
+-- optionally after one leading dot.
+function _M.cookie_domain(s)
+    if type(s) ~= "string" or #s > 254 then
+        return false
+    end
+    local name = s:sub(1, 1) == "." and s:sub(2) or s
+    if name == "" then
+        return false
+    end
+    for label in (name .. "."):gmatch("([^.]*)%.") do
+        if label == "" or #label > 63 or find(label, "[^%w%-]")
+            or label:sub(1, 1) == "-" or label:sub(-1) == "-" then
+            return false
+        end
+    end
+    return true
+end
+
 local function affinity(v, where)
     if is_null(v) then
         return nil
@@ -175,6 +194,30 @@ local function affinity(v, where)
             return err(where, "path must be a string without ';' or control characters")
         end
         out.path = v.path
+    end
+    if not is_null(v.secure) then
+        if type(v.secure) ~= "boolean" then
+            return err(where, "secure must be true, false or null")
+        end
+        out.secure = v.secure
+    end
+    if not is_null(v.samesite) then
+        if v.samesite ~= "None" and v.samesite ~= "Lax" and v.samesite ~= "Strict" then
+            return err(where, "samesite must be \"None\", \"Lax\", \"Strict\" or null")
+        end
+        out.samesite = v.samesite
+    end
+    if not is_null(v.expires) then
+        if not is_int(v.expires, 1, 2^31 - 1) then
+            return err(where, "expires must be a positive integer (seconds) or null")
+        end
+        out.expires = v.expires
+    end
+    if not is_null(v.domain) then
+        if not _M.cookie_domain(v.domain) then
+            return err(where, "domain must be a domain name, optionally with a leading dot")
+        end
+        out.domain = v.domain
     end
     return out
 end

@@ -122,15 +122,48 @@ function stickyIndex(ids, cookieVal) {
 }
 
 // defaultPath: the Ingress path ($ferrule_cookie_path), as ingress-nginx sets
-// it when session-cookie-path is not; "/" where the location has none.
-function setCookie(affinity, id, defaultPath) {
+// it when session-cookie-path is not; "/" where the location has none. https:
+// the request came over TLS (Secure then, unless affinity.secure says
+// otherwise); now: seconds since the epoch, for Expires. As lua/'s sticky.
+function setCookie(affinity, id, defaultPath, https, now) {
     var parts = [affinity.cookie_name + '=' + id,
                  'Path=' + (affinity.path || defaultPath || '/')];
+    if (affinity.domain) {
+        parts.push('Domain=' + affinity.domain);
+    }
+    if (affinity.expires) {
+        parts.push('Expires=' + cookieTime(now + affinity.expires));
+    }
     if (affinity.max_age !== null && affinity.max_age !== undefined) {
         parts.push('Max-Age=' + affinity.max_age);
     }
+    var secure = affinity.secure;
+    if (secure === null || secure === undefined) {
+        secure = https;
+    }
+    if (secure) {
+        parts.push('Secure');
+    }
     parts.push('HttpOnly');
+    if (affinity.samesite) {
+        parts.push('SameSite=' + affinity.samesite);
+    }
     return parts.join('; ');
+}
+
+var DAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+var MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct',
+              'Nov', 'Dec'];
+
+// NGINX's cookie date ("Mon, 10-Sep-01 01:46:40 GMT": a two-digit year up to
+// 2037, as ngx.cookie_time), so both balancers send the same header.
+function cookieTime(seconds) {
+    var d = new Date(seconds * 1000);
+    var two = function (n) { return (n < 10 ? '0' : '') + n; };
+    var y = d.getUTCFullYear();
+    return DAYS[d.getUTCDay()] + ', ' + two(d.getUTCDate()) + '-' + MONTHS[d.getUTCMonth()] +
+        '-' + (y > 2037 ? String(y) : two(y % 100)) + ' ' + two(d.getUTCHours()) + ':' +
+        two(d.getUTCMinutes()) + ':' + two(d.getUTCSeconds()) + ' GMT';
 }
 
 // "addr:port" as proxy_pass wants it (IPv6 bracketed)

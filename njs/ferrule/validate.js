@@ -157,7 +157,8 @@ function affinity(v, where) {
     if (!cookieNameOk(v.cookie_name)) {
         return fail(where, 'cookie_name must be a valid cookie name');
     }
-    var out = {mode: 'cookie', cookie_name: v.cookie_name, max_age: null, path: null};
+    var out = {mode: 'cookie', cookie_name: v.cookie_name, max_age: null, path: null,
+               secure: null, samesite: null, expires: null, domain: null};
     if (!isNull(v.max_age)) {
         if (!isInt(v.max_age, 0, 2147483647)) {
             return fail(where, 'max_age must be a non-negative integer or null');
@@ -170,7 +171,43 @@ function affinity(v, where) {
         }
         out.path = v.path;
     }
+    if (!isNull(v.secure)) {
+        if (typeof v.secure !== 'boolean') {
+            return fail(where, 'secure must be true, false or null');
+        }
+        out.secure = v.secure;
+    }
+    if (!isNull(v.samesite)) {
+        if (v.samesite !== 'None' && v.samesite !== 'Lax' && v.samesite !== 'Strict') {
+            return fail(where, 'samesite must be "None", "Lax", "Strict" or null');
+        }
+        out.samesite = v.samesite;
+    }
+    if (!isNull(v.expires)) {
+        if (!isInt(v.expires, 1, 2147483647)) {
+            return fail(where, 'expires must be a positive integer (seconds) or null');
+        }
+        out.expires = v.expires;
+    }
+    if (!isNull(v.domain)) {
+        if (!cookieDomainOk(v.domain)) {
+            return fail(where, 'domain must be a domain name, optionally with a leading dot');
+        }
+        out.domain = v.domain;
+    }
     return {ok: out};
+}
+
+// A cookie Domain: dot-separated labels of letters, digits and inner hyphens,
+// optionally after one leading dot.
+function cookieDomainOk(s) {
+    if (typeof s !== 'string' || s.length > 254) {
+        return false;
+    }
+    var name = s.charAt(0) === '.' ? s.slice(1) : s;
+    return name.length > 0 && name.split('.').every(function (l) {
+        return /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/.test(l);
+    });
 }
 
 function canary(v, where, selfName) {

@@ -76,7 +76,17 @@ var tests = {
            true);
         ok(/affinity_behavior must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', affinity_behavior: 'Legacy'}}]}).err));
-        eq(p.ok.backends[0].affinity, {mode: 'cookie', cookie_name: 'r', max_age: null, path: null});
+        eq(p.ok.backends[0].affinity, {mode: 'cookie', cookie_name: 'r', max_age: null, path: null,
+                                       secure: null, samesite: null, expires: null, domain: null});
+        eq(validate.backendsPayload({version: 1, backends: [{name: 'a', affinity: {mode: 'cookie',
+            cookie_name: 'r', secure: true, samesite: 'Strict', expires: 60, domain: '.a.example'}}]})
+               .ok.backends[0].affinity,
+           {mode: 'cookie', cookie_name: 'r', max_age: null, path: null, secure: true,
+            samesite: 'Strict', expires: 60, domain: '.a.example'});
+        ok(/domain must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            affinity: {mode: 'cookie', cookie_name: 'r', domain: 'a.com; Secure'}}]}).err));
+        ok(/samesite must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
+            affinity: {mode: 'cookie', cookie_name: 'r', samesite: 'lax'}}]}).err));
         ok(/weight must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', weight: 101}}]}).err));
         ok(/itself/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
@@ -186,6 +196,18 @@ var tests = {
            'route=abc; Path=/shop; HttpOnly');
         eq(balance.setCookie({cookie_name: 'route', max_age: null, path: '/a'}, 'abc', '/shop'),
            'route=abc; Path=/a; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'r', max_age: null, path: null}, 'abc', '/shop', true, 0),
+           'r=abc; Path=/shop; Secure; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'r', secure: false}, 'abc', null, true, 0),
+           'r=abc; Path=/; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'r', secure: true}, 'abc', null, false, 0),
+           'r=abc; Path=/; Secure; HttpOnly');
+        eq(balance.setCookie({cookie_name: 'r', domain: '.example.com', expires: 86400,
+                              max_age: 60, samesite: 'Lax'}, 'abc', null, false, 1000000000),
+           'r=abc; Path=/; Domain=.example.com; Expires=Mon, 10-Sep-01 01:46:40 GMT; ' +
+           'Max-Age=60; HttpOnly; SameSite=Lax');
+        eq(balance.setCookie({cookie_name: 'r', expires: 1}, 'abc', null, false, 2200000000),
+           'r=abc; Path=/; Expires=Sun, 18-Sep-2039 23:06:41 GMT; HttpOnly');
         eq(balance.peer({address: '::1', port: 8080}), '[::1]:8080');
         eq(balance.peer({address: '10.1.2.3', port: 80}), '10.1.2.3:80');
     },

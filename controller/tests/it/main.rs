@@ -4,6 +4,7 @@
 
 mod support;
 
+mod affinity;
 mod canary;
 mod conformance;
 mod dataplane;

@@ -30,15 +30,34 @@ function _M.id(self, ep)
     return self.ids[ep.key]
 end
 
--- Set-Cookie value for an endpoint. affinity: { cookie_name, path, max_age };
--- default_path: where affinity has no path of its own (the location's).
-function _M.cookie(self, affinity, ep, default_path)
+-- Set-Cookie value for an endpoint. affinity: { cookie_name, path, max_age,
+-- expires, domain, secure, samesite }; default_path: where affinity has no path
+-- of its own (the location's); https: whether the request came over TLS (the
+-- cookie is Secure then, unless affinity.secure says otherwise, as in
+-- ingress-nginx); now: seconds since the epoch, for Expires.
+function _M.cookie(self, affinity, ep, default_path, https, now)
     local parts = { affinity.cookie_name .. "=" .. self.ids[ep.key] }
     parts[#parts + 1] = "Path=" .. (affinity.path or default_path or "/")
+    if affinity.domain then
+        parts[#parts + 1] = "Domain=" .. affinity.domain
+    end
+    if affinity.expires then
+        parts[#parts + 1] = "Expires=" .. ngx.cookie_time(now + affinity.expires)
+    end
     if affinity.max_age then
         parts[#parts + 1] = "Max-Age=" .. affinity.max_age
     end
+    local secure = affinity.secure
+    if secure == nil then
+        secure = https
+    end
+    if secure then
+        parts[#parts + 1] = "Secure"
+    end
     parts[#parts + 1] = "HttpOnly"
+    if affinity.samesite then
+        parts[#parts + 1] = "SameSite=" .. affinity.samesite
+    end
     return table.concat(parts, "; ")
 end
 

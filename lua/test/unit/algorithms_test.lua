@@ -198,6 +198,18 @@ T["sticky ids are stable opaque and stop matching removed peers"] = function(t)
          "route=" .. ngx.md5(e[1].key) .. "; Path=/app; Max-Age=60; HttpOnly")
     t.eq(s:cookie({ cookie_name = "route" }, e[1]),
          "route=" .. ngx.md5(e[1].key) .. "; Path=/; HttpOnly")
+    -- Secure on HTTPS unless secure says otherwise; Expires from now; Domain, SameSite
+    local id1 = ngx.md5(e[1].key)
+    t.eq(s:cookie({ cookie_name = "r" }, e[1], "/shop", true, 0),
+         "r=" .. id1 .. "; Path=/shop; Secure; HttpOnly")
+    t.eq(s:cookie({ cookie_name = "r", secure = false }, e[1], nil, true, 0),
+         "r=" .. id1 .. "; Path=/; HttpOnly")
+    t.eq(s:cookie({ cookie_name = "r", secure = true }, e[1], nil, false, 0),
+         "r=" .. id1 .. "; Path=/; Secure; HttpOnly")
+    t.eq(s:cookie({ cookie_name = "r", domain = ".example.com", expires = 86400,
+                    max_age = 60, samesite = "Lax" }, e[1], nil, false, 1000000000),
+         "r=" .. id1 .. "; Path=/; Domain=.example.com; Expires=Mon, 10-Sep-01 01:46:40 GMT"
+         .. "; Max-Age=60; HttpOnly; SameSite=Lax")
 end
 
 T["util helpers"] = function(t)

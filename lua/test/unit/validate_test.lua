@@ -17,7 +17,8 @@ T["full example is accepted and normalised"] = function(t)
                     "header": "X-Canary", "header_value": null, "cookie": "canary",
                     "affinity_behavior": "legacy"}},
         {"name": "b2", "endpoints": [], "load_balance": "ewma", "upstream_hash_by": "$arg_user$http_x_a",
-         "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": null, "path": null}}],
+         "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": null, "path": null,
+                      "secure": false, "samesite": "None", "expires": 3600, "domain": ".example.com"}}],
       "removed": ["old-backend-name"]}]])
     t.ok(p, err)
     t.eq(p.version, 7)
@@ -31,6 +32,10 @@ T["full example is accepted and normalised"] = function(t)
     t.eq(b.affinity, nil)
     t.eq(p.backends[2].affinity.cookie_name, "route")
     t.eq(p.backends[2].affinity.max_age, nil)
+    t.eq(p.backends[2].affinity.secure, false)
+    t.eq(p.backends[2].affinity.samesite, "None")
+    t.eq(p.backends[2].affinity.expires, 3600)
+    t.eq(p.backends[2].affinity.domain, ".example.com")
     t.eq(p.backends[2].load_balance, "ewma")
     t.eq(p.removed[1], "old-backend-name")
 end
@@ -64,6 +69,12 @@ T["bad inputs are rejected with a clear message"] = function(t)
         { '{"version": 1, "backends": [{"name": "a", "load_balance": "random"}]}', "load_balance" },
         { '{"version": 1, "backends": [{"name": "a", "upstream_hash_by": "$"}]}', "upstream_hash_by" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "header"}}]}', "mode must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "secure": "yes"}}]}', "secure must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "samesite": "lax"}}]}', "samesite must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "expires": 0}}]}', "expires must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "domain": "a.com; Secure"}}]}', "domain must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "domain": "a..com"}}]}', "domain must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "domain": "."}}]}', "domain must be" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "a b"}}]}',
           "cookie_name" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "path": "/;x"}}]}',

@@ -24,6 +24,53 @@ pub struct Affinity {
     pub max_age: Option<u32>,
     /// `session-cookie-path`.
     pub path: Option<String>,
+    /// `session-cookie-secure`: `Secure` always (true) or never (false); unset, on
+    /// HTTPS requests only (ingress-nginx).
+    pub secure: Option<bool>,
+    /// `session-cookie-samesite`.
+    pub samesite: Option<SameSite>,
+    /// `session-cookie-expires` in seconds: an `Expires` date that far ahead.
+    pub expires: Option<u32>,
+    /// `session-cookie-domain`.
+    pub domain: Option<String>,
+}
+
+/// A cookie's `SameSite` attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SameSite {
+    /// `SameSite=None`.
+    None,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=Strict`.
+    Strict,
+}
+
+fn samesite(v: &str) -> Result<SameSite, String> {
+    // ingress-nginx passes the value through; browsers read it case-insensitively
+    match v.to_ascii_lowercase().as_str() {
+        "none" => Ok(SameSite::None),
+        "lax" => Ok(SameSite::Lax),
+        "strict" => Ok(SameSite::Strict),
+        _ => Err("expected \"None\", \"Lax\" or \"Strict\"".to_owned()),
+    }
+}
+
+/// A cookie `Domain`: a host name, optionally with a leading dot.
+fn cookie_domain(v: &str) -> Result<String, String> {
+    let name = v.strip_prefix('.').unwrap_or(v);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if name.len() <= 253 && name.split('.').all(label_ok) {
+        Ok(v.to_ascii_lowercase())
+    } else {
+        Err("expected a domain name such as \"example.com\" or \".example.com\"".to_owned())
+    }
 }
 
 fn load_balance(v: &str) -> Result<LoadBalance, String> {
@@ -89,11 +136,21 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         value::integer(v, 1, MAX_COOKIE_MAX_AGE)
     })?;
     let path = r.parse("session-cookie-path", cookie_path)?;
+    let secure = r.parse("session-cookie-secure", value::boolean)?;
+    let samesite = r.parse("session-cookie-samesite", samesite)?;
+    let expires = r.parse("session-cookie-expires", |v| {
+        value::integer(v, 1, MAX_COOKIE_MAX_AGE)
+    })?;
+    let domain = r.parse("session-cookie-domain", cookie_domain)?;
     if mode.is_some() {
         out.affinity = Some(Affinity {
             cookie_name: name.unwrap_or_else(|| "INGRESSCOOKIE".to_owned()),
             max_age,
             path,
+            secure,
+            samesite,
+            expires,
+            domain,
         });
     }
     Ok(())

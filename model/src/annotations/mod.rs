@@ -14,7 +14,7 @@ pub(crate) mod value;
 
 use std::collections::BTreeMap;
 
-pub use balancing::{Affinity, LoadBalance};
+pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use canary::{Canary, CanaryAffinity};
 pub use proxy::BackendProtocol;
 pub use snippets::Snippet;

@@ -100,8 +100,32 @@ fn balancing() {
             ("session-cookie-max-age", "3600"),
             ("session-cookie-path", "/app"),
         ],
-        "Affinity { cookie_name: \"route\", max_age: Some(3600), path: Some(\"/app\") }",
+        "Affinity { cookie_name: \"route\", max_age: Some(3600), path: Some(\"/app\"), \
+         secure: None, samesite: None, expires: None, domain: None }",
     );
+    check(
+        &[
+            ("affinity", "cookie"),
+            ("session-cookie-secure", "true"),
+            ("session-cookie-samesite", "strict"),
+            ("session-cookie-expires", "172800"),
+            ("session-cookie-domain", ".Example.com"),
+        ],
+        "secure: Some(true), samesite: Some(Strict), expires: Some(172800), \
+         domain: Some(\".example.com\")",
+    );
+    for (key, bad) in [
+        ("session-cookie-secure", "yes"),
+        ("session-cookie-samesite", "Relaxed"),
+        ("session-cookie-expires", "-1"),
+        ("session-cookie-domain", "a.com; HttpOnly"),
+        ("session-cookie-domain", "a..com"),
+    ] {
+        check(
+            &[("affinity", "cookie"), (key, bad)],
+            &format!("error: annotation nginx.ingress.kubernetes.io/{key}: invalid value"),
+        );
+    }
     check(
         &[("affinity", "cookie"), ("session-cookie-name", "a b")],
         "error: annotation nginx.ingress.kubernetes.io/session-cookie-name",

@@ -1,0 +1,161 @@
+//! The affinity cookie's attributes end to end, with both balancers: what
+//! ingress-nginx sets (`Secure` on HTTPS requests unless `session-cookie-secure`
+//! says otherwise) and what the `session-cookie-*` annotations add.
+
+use crate::support::*;
+
+const CREATED: &str = "2026-01-01T00:00:00Z";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_cookie_attributes_follow_the_annotations_and_the_scheme() {
+    cookie_attributes("127.0.0.60", &[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_affinity_cookie_attributes_follow_the_annotations_and_the_scheme() {
+    cookie_attributes("127.0.0.61", &["--balancer", "njs"]).await;
+}
+
+/// The `Set-Cookie` header curl saw for `host` over HTTPS (or HTTP with `http`).
+async fn set_cookie_of(f: &Ferrule, host: &str, http: bool) -> String {
+    let out = if http {
+        let out = tokio::process::Command::new("curl")
+            .args(["-s", "-D", "-", "-o", "/dev/null", "-H"])
+            .arg(format!("Host: {host}"))
+            .arg(format!("http://127.0.0.1:{}/", f.http))
+            .output()
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    } else {
+        curl_tls(f, host, "/", &["-D", "-", "-o", "/dev/null"]).await
+    };
+    out.lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("set-cookie: ")
+                .then(|| &l["set-cookie: ".len()..])
+        })
+        .unwrap_or_else(|| panic!("no Set-Cookie from {host} (http: {http}):\n{out}"))
+        .trim()
+        .to_owned()
+}
+
+async fn cookie_attributes(ip: &str, args: &[&str]) {
+    let echo = Echo::start(ip).await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "c", &["plain.test", "tuned.test"]);
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}---\n{}",
+            // balancing settings are per Service: one each
+            service("demo", "plain", &[echo.addr]),
+            service("demo", "tuned", &[echo.addr]),
+            tls_secret("demo", "tls", &cert, &key)
+        ),
+    );
+    let affinity = |name: &str, host: &str, extra: &[(&str, &str)]| {
+        let mut a = vec![
+            ("affinity", "cookie"),
+            ("session-cookie-name", "route"),
+            ("ssl-redirect", "false"),
+        ];
+        a.extend_from_slice(extra);
+        with_tls(
+            &ingress("demo", name, CREATED, host, &[("/", "Prefix", name)], &a),
+            &[host],
+            "tls",
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            affinity("plain", "plain.test", &[]),
+            affinity(
+                "tuned",
+                "tuned.test",
+                &[
+                    ("session-cookie-secure", "false"),
+                    ("session-cookie-samesite", "Lax"),
+                    ("session-cookie-domain", ".tuned.test"),
+                    ("session-cookie-expires", "3600"),
+                    ("session-cookie-max-age", "60"),
+                ],
+            )
+        ),
+    );
+    let f = Ferrule::start(m.path(), args).await;
+    wait_until(std::time::Duration::from_secs(10), || async {
+        https_get(&f, "tuned.test", "/").await["backend"] == echo.addr.to_string()
+    })
+    .await;
+
+    // Secure over HTTPS, not over HTTP, when the annotation is not set.
+    let https = set_cookie_of(&f, "plain.test", false).await;
+    assert!(
+        https.ends_with("; Path=/; Secure; HttpOnly"),
+        "HTTPS: {https}"
+    );
+    let http = set_cookie_of(&f, "plain.test", true).await;
+    assert!(http.ends_with("; Path=/; HttpOnly"), "HTTP: {http}");
+
+    // The annotations, in the order ingress-nginx writes them; Expires is an hour on.
+    let tuned = set_cookie_of(&f, "tuned.test", false).await;
+    let (_, attrs) = tuned.split_once("; ").unwrap();
+    let (expires, rest) = attrs
+        .strip_prefix("Path=/; Domain=.tuned.test; Expires=")
+        .and_then(|a| a.split_once("; "))
+        .unwrap_or_else(|| panic!("attributes: {tuned}"));
+    assert_eq!(rest, "Max-Age=60; HttpOnly; SameSite=Lax", "{tuned}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        (now + 3590..=now + 3610).any(|t| cookie_time(t) == expires),
+        "Expires {expires} is not an hour on (now {})",
+        cookie_time(now)
+    );
+}
+
+/// NGINX's cookie date for `t` seconds since the epoch ("Mon, 10-Sep-01 01:46:40
+/// GMT", two-digit years until 2037).
+fn cookie_time(t: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (days, secs) = ((t / 86400) as i64, t % 86400);
+    // civil date from days since 1970-01-01 (Howard Hinnant's algorithm)
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let year = if year > 2037 {
+        year.to_string()
+    } else {
+        format!("{:02}", year % 100)
+    };
+    format!(
+        "{}, {day:02}-{}-{year} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+#[test]
+fn cookie_time_matches_nginx() {
+    assert_eq!(cookie_time(1_000_086_400), "Mon, 10-Sep-01 01:46:40 GMT");
+    assert_eq!(cookie_time(2_200_000_001), "Sun, 18-Sep-2039 23:06:41 GMT");
+}
