@@ -284,6 +284,8 @@ pub struct Global {
     pub allow_snippet_annotations: bool,
     /// Default of the `ssl-redirect` annotation.
     pub ssl_redirect: bool,
+    /// Default of the `load-balance` annotation.
+    pub load_balance: LoadBalance,
     /// Default `client_max_body_size`.
     pub proxy_body_size: String,
     /// Default timeouts in seconds: connect, read, send.

@@ -1100,6 +1100,49 @@ fn annotation_balancing_settings_reach_the_backend() {
     assert_eq!(b.affinity.as_ref().unwrap().cookie_name, "route");
 }
 
+/// The ConfigMap's `load-balance` is the default of the annotation (ingress-nginx);
+/// an invalid value is reported on the ConfigMap and round robin stays.
+#[test]
+fn annotation_load_balance_default_from_the_configmap() {
+    use ferrule_model::annotations::LoadBalance;
+    let ingresses = || {
+        docs![
+            our_class(),
+            app("default/a", "10.0.0.1"),
+            app("default/b", "10.0.0.2"),
+            ingress("default/x", 1, "a.test", &[("/", "Prefix", "a", "80")]),
+            Ing::new("default/y", 2)
+                .ann("load-balance", "round_robin")
+                .rule("b.test", &[("/", "Prefix", "b", "80")]),
+        ]
+    };
+    let lb = |m: &ferrule_model::Model, b: &str| m.backends[b].balancing.load_balance;
+    let ewma = format!(
+        "{}{}",
+        ingresses(),
+        docs![config_map(&[("load-balance", "ewma")])]
+    );
+    let m = ferrule_model::build(&snapshot(&ewma));
+    assert_eq!(lb(&m, "default_a_80"), LoadBalance::Ewma);
+    assert_eq!(lb(&m, "default_b_80"), LoadBalance::RoundRobin);
+    assert!(m.feeds_ewma("default_a_80"));
+
+    let bad = format!(
+        "{}{}",
+        ingresses(),
+        docs![config_map(&[("load-balance", "least_conn")])]
+    );
+    let m = ferrule_model::build(&snapshot(&bad));
+    assert_eq!(lb(&m, "default_a_80"), LoadBalance::RoundRobin);
+    expect_problems(
+        &m,
+        &[(
+            "ConfigMap ingress-nginx/ferrule",
+            "key load-balance: invalid value \"least_conn\"",
+        )],
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Canary
 

@@ -73,7 +73,8 @@ fn cookie_domain(v: &str) -> Result<String, String> {
     }
 }
 
-fn load_balance(v: &str) -> Result<LoadBalance, String> {
+/// `round_robin` or `ewma` (the annotation and the ConfigMap key alike).
+pub(crate) fn load_balance(v: &str) -> Result<LoadBalance, String> {
     match v {
         "round_robin" => Ok(LoadBalance::RoundRobin),
         "ewma" => Ok(LoadBalance::Ewma),

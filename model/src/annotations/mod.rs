@@ -4,7 +4,7 @@
 //! the whole Ingress with an error naming the annotation and the value, so that no
 //! Ingress is ever half-applied.
 
-mod balancing;
+pub(crate) mod balancing;
 mod canary;
 mod proxy;
 mod redirect;

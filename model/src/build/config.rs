@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::annotations::value;
+use crate::annotations::{balancing, value};
 use crate::model::{Global, Problem, ResourceRef, Severity};
 
 /// Reads the ConfigMap into global settings. Invalid values are reported on the
@@ -42,6 +42,10 @@ pub(crate) fn global(
         match key.as_str() {
             "ssl-redirect" => match value::boolean(v.trim()) {
                 Ok(b) => g.ssl_redirect = b,
+                Err(e) => bad(key, v, e),
+            },
+            "load-balance" => match balancing::load_balance(v.trim()) {
+                Ok(lb) => g.load_balance = lb,
                 Err(e) => bad(key, v, e),
             },
             "allow-snippet-annotations" => match value::boolean(v.trim()) {

@@ -85,10 +85,11 @@ pub fn build(snap: &Snapshot) -> Model {
 }
 
 /// The balancing settings an Ingress's annotations give the backends it routes to
-/// (a canary route is attached later, by `add_canary`).
-fn balancing_of(a: &IngressAnnotations) -> Balancing {
+/// (a canary route is attached later, by `add_canary`); the ConfigMap's
+/// `load-balance` where the Ingress has none.
+fn balancing_of(a: &IngressAnnotations, global: &Global) -> Balancing {
     Balancing {
-        load_balance: a.load_balance.unwrap_or_default(),
+        load_balance: a.load_balance.unwrap_or(global.load_balance),
         upstream_hash_by: a.upstream_hash_by.clone(),
         affinity: a.affinity.clone(),
         canary: None,
@@ -149,7 +150,7 @@ impl Builder<'_> {
         };
         let ns = r.namespace.as_str();
         let settings = self.location_settings(r, a);
-        let balancing = balancing_of(a);
+        let balancing = balancing_of(a, &self.global);
         let server_snippet = if self.global.allow_snippet_annotations {
             a.server_snippet.clone()
         } else {
@@ -452,7 +453,7 @@ impl Builder<'_> {
                         // ingress-nginx keeps a canary Ingress's load-balance,
                         // upstream-hash-by and affinity annotations (it ignores the
                         // others); Ingresses routing to the Service directly come first.
-                        self.set_balancing(&canary, &balancing_of(a));
+                        self.set_balancing(&canary, &balancing_of(a, &self.global));
                         let b = self
                             .backends
                             .get_mut(&primary)
