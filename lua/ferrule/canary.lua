@@ -1,5 +1,5 @@
--- Canary decision, ingress-nginx semantics. Pure.
--- policy: { header, header_value, cookie, weight, weight_total }
+-- Canary decision, ingress-nginx semantics. Pure but for ngx.re (header_pattern).
+-- policy: { header, header_value, header_pattern, cookie, weight, weight_total }
 -- header_val / cookie_val: the request's values (or nil)
 -- rand(n): integer in 1..n (math.random)
 local _M = {}
@@ -11,6 +11,17 @@ function _M.decide(policy, header_val, cookie_val, rand)
                 return true
             end
             -- any other value: ignored, fall through to cookie and weight
+        elseif policy.header_pattern then
+            -- compiled once per worker ("o"), JIT ("j")
+            local from, _, err = ngx.re.find(header_val, policy.header_pattern, "jo")
+            if from then
+                return true
+            elseif err then
+                -- as ingress-nginx: an unusable pattern keeps the primary
+                ngx.log(ngx.ERR, "ferrule: canary header_pattern ", policy.header_pattern, ": ", err)
+                return false
+            end
+            -- no match: fall through to cookie and weight
         elseif header_val == "always" then
             return true
         elseif header_val == "never" then

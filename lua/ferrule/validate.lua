@@ -262,6 +262,13 @@ local function canary(v, where, self_name)
         end
         out.header_value = v.header_value
     end
+    if not is_null(v.header_pattern) then
+        -- compiled by canary.decide (ngx.re): a pattern PCRE refuses never matches
+        if not clean_string(v.header_pattern) or #v.header_pattern > 1024 then
+            return err(where, "header_pattern must be a non-empty string of at most 1024 bytes")
+        end
+        out.header_pattern = v.header_pattern
+    end
     if not is_null(v.cookie) then
         if not cookie_name_ok(v.cookie) then
             return err(where, "cookie must be a valid cookie name")

@@ -67,7 +67,7 @@ function hashIndex(keyHash, ids) {
 
 // ---------------------------------------------------------------- canary
 // ingress-nginx semantics, identical to lua/ferrule/canary.lua.
-// policy: {header, header_value, cookie, weight, weight_total}
+// policy: {header, header_value, header_pattern, cookie, weight, weight_total}
 // headerVal / cookieVal: the request's values (or undefined)
 // rand(): a float in [0, 1) (Math.random)
 function canary(policy, headerVal, cookieVal, rand) {
@@ -77,6 +77,19 @@ function canary(policy, headerVal, cookieVal, rand) {
                 return true;
             }
             // any other value: ignored, fall through to cookie and weight
+        } else if (policy.header_pattern) {
+            var matched;
+            try {
+                matched = new RegExp(policy.header_pattern).test(headerVal);
+            } catch (e) {
+                // as ingress-nginx: a pattern that does not compile, or a match
+                // past PCRE's limit, keeps the primary
+                return false;
+            }
+            if (matched) {
+                return true;
+            }
+            // no match: fall through to cookie and weight
         } else if (headerVal === 'always') {
             return true;
         } else if (headerVal === 'never') {

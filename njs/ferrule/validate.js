@@ -224,7 +224,8 @@ function canary(v, where, selfName) {
         return fail(where, 'backend must not name the backend itself');
     }
     var out = {backend: v.backend, weight: null, weight_total: 100, header: null,
-               header_value: null, cookie: null, legacy_affinity: false};
+               header_value: null, header_pattern: null, cookie: null,
+               legacy_affinity: false};
     if (!isNull(v.weight_total)) {
         if (!isInt(v.weight_total, 1, 2147483647)) {
             return fail(where, 'weight_total must be a positive integer or null');
@@ -249,6 +250,13 @@ function canary(v, where, selfName) {
             return fail(where, 'header_value must be a non-empty string');
         }
         out.header_value = v.header_value;
+    }
+    if (!isNull(v.header_pattern)) {
+        // compiled by balance.canary: a pattern the engine refuses never matches
+        if (!cleanString(v.header_pattern) || v.header_pattern.length > 1024) {
+            return fail(where, 'header_pattern must be a non-empty string of at most 1024 bytes');
+        }
+        out.header_pattern = v.header_pattern;
     }
     if (!isNull(v.cookie)) {
         if (!cookieNameOk(v.cookie)) {

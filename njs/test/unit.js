@@ -70,7 +70,8 @@ var tests = {
         var p = validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', weight: 5}, affinity: {mode: 'cookie', cookie_name: 'r'}}]});
         eq(p.ok.backends[0].canary, {backend: 'b', weight: 5, weight_total: 100, header: null,
-                                     header_value: null, cookie: null, legacy_affinity: false});
+                                     header_value: null, header_pattern: null, cookie: null,
+                                     legacy_affinity: false});
         eq(validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', affinity_behavior: 'legacy'}}]}).ok.backends[0].canary.legacy_affinity,
            true);
@@ -182,6 +183,18 @@ var tests = {
         eq(balance.canary(w, undefined, undefined, function () { return 0.2; }), false);
         eq(balance.canary({weight: 100, weight_total: 100}, undefined, undefined, never), true);
         eq(balance.headerVar('X-Canary-By'), 'http_x_canary_by');
+        // header_pattern: a match routes, no match falls through, header_value wins
+        var pat = {header: 'X-Canary', header_pattern: '^(beta|alpha)-\\d+$', weight: 0};
+        eq(balance.canary(pat, 'beta-12', undefined, never), true);
+        eq(balance.canary(pat, 'always', undefined, never), false);
+        eq(balance.canary({header: 'X-Canary', header_pattern: '^b', weight: 100, weight_total: 100},
+                          'x', undefined, never), true);
+        eq(balance.canary({header: 'X-Canary', header_value: 'v', header_pattern: '^b', weight: 0},
+                          'beta', undefined, never), false);
+        eq(balance.canary({header: 'X-Canary', header_pattern: '(', weight: 100, weight_total: 100},
+                          'x', undefined, never), false, 'an unusable pattern keeps the primary');
+        eq(balance.canary({header: 'X-Canary', header_pattern: '^(a|aa)+$', weight: 100, weight_total: 100},
+                          'a'.repeat(60) + 'b', undefined, never), false, 'a match past the limit');
     },
     'affinity: cookie ids and Set-Cookie': function () {
         var ids = ['127.0.0.2:80', '[::1]:80'].map(md5hex);

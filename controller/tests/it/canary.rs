@@ -12,7 +12,7 @@ async fn canary_by_weight_and_header_and_weight_change_without_reload() {
     let echos = echo_group(&["127.0.0.9", "127.0.0.10"]).await;
     let (primary, canary) = (echos[0].addr, echos[1].addr);
     let m = Manifests::new();
-    for p in ["w", "h", "v"] {
+    for p in ["w", "h", "v", "p"] {
         m.write(
             &format!("svc-{p}.yaml"),
             &format!(
@@ -66,8 +66,34 @@ async fn canary_by_weight_and_header_and_weight_change_without_reload() {
             ],
         ),
     );
+    m.write(
+        "canary-p.yaml",
+        &format!(
+            "{}---\n{}",
+            canary_ing(
+                "p",
+                &[
+                    ("canary-by-header", "X-Canary"),
+                    ("canary-by-header-pattern", "^(beta|alpha)-[0-9]+$"),
+                ],
+            ),
+            // a pattern that can backtrack exponentially is refused, naming it
+            ingress(
+                "demo",
+                "slow-canary",
+                CANARY_CREATED,
+                "w.test",
+                &[("/", "Prefix", "p-canary")],
+                &[
+                    ("canary", "true"),
+                    ("canary-by-header", "X-Slow"),
+                    ("canary-by-header-pattern", "^(a|aa)+$"),
+                ],
+            )
+        ),
+    );
     let f = Ferrule::start(m.path(), &[]).await;
-    for p in ["w", "h", "v"] {
+    for p in ["w", "h", "v", "p"] {
         let canary_backend = format!("demo_{p}-canary_80");
         wait_store(&f, &format!("demo_{p}-main_80"), |b| {
             b["canary"]["backend"] == canary_backend.as_str()
@@ -129,6 +155,30 @@ async fn canary_by_weight_and_header_and_weight_change_without_reload() {
         let got = share(&spread(&f, "v.test", "/", &h, 50, 2).await, 50);
         assert_eq!(got, want, "X-Canary: {value:?}");
     }
+
+    // canary-by-header-pattern: a match routes to the canary; anything else falls
+    // through to the weight (0 here), `always` included.
+    for (value, want) in [
+        (Some("beta-7"), 1.0),
+        (Some("alpha-12"), 1.0),
+        (Some("beta"), 0.0),
+        (Some("always"), 0.0),
+        (None, 0.0),
+    ] {
+        let h: Vec<(&str, &str)> = value.map(|v| ("X-Canary", v)).into_iter().collect();
+        let got = share(&spread(&f, "p.test", "/", &h, 50, 2).await, 50);
+        assert_eq!(got, want, "X-Canary: {value:?}");
+    }
+    let slow = f
+        .resource("Ingress", "demo", "slow-canary")
+        .await
+        .expect("listed");
+    assert_eq!(slow["state"], "rejected", "{slow}");
+    let msg = slow["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("canary-by-header-pattern") && msg.contains("exponential"),
+        "{msg}"
+    );
 
     // Changing the weight is applied without reload.
     m.write(

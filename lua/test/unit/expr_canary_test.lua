@@ -31,6 +31,31 @@ T["canary header"] = function(t)
     t.eq(canary.decide({ header = "X-Canary", header_value = "yes", cookie = "c" }, "no", "always", never), true)
 end
 
+T["canary header pattern"] = function(t)
+    local never = function() return 999 end
+    local p = { header = "X-Canary", header_pattern = "^(beta|alpha)-\\d+$" }
+    t.eq(canary.decide(p, "beta-12", nil, never), true)
+    t.eq(canary.decide(p, "gamma-1", nil, never), false)
+    t.eq(canary.decide(p, "always", nil, never), false) -- the pattern replaces always/never
+    -- no match falls through to the cookie, then the weight
+    t.eq(canary.decide({ header = "X-Canary", header_pattern = "^b", cookie = "c" }, "x", "always", never), true)
+    t.eq(canary.decide({ header = "X-Canary", header_pattern = "^b", weight = 100 }, "x", nil, never), true)
+    -- header_value wins over the pattern (ingress-nginx)
+    t.eq(canary.decide({ header = "X-Canary", header_value = "v", header_pattern = "^b" }, "beta", nil, never), false)
+    -- a pattern PCRE refuses keeps the primary, even with weight
+    t.eq(canary.decide({ header = "X-Canary", header_pattern = "(", weight = 100 }, "x", nil, never), false)
+    -- look-around is PCRE's
+    t.eq(canary.decide({ header = "X-Canary", header_pattern = "^(?!old)" }, "new", nil, never), true)
+    t.eq(canary.decide({ header = "X-Canary", header_pattern = "^(?!old)" }, "old", nil, never), false)
+    -- catastrophic backtracking stops at lua_regex_match_limit: primary, at once
+    local start = ngx.now()
+    ngx.update_time()
+    t.eq(canary.decide({ header = "X-Canary", header_pattern = "^(a|aa)+$", weight = 100 },
+                       string.rep("a", 60) .. "b", nil, never), false)
+    ngx.update_time()
+    t.ok(ngx.now() - start < 1, "bounded match")
+end
+
 T["canary cookie"] = function(t)
     local never = function() error("random must not be used") end
     local p = { cookie = "c", weight = 50 }

@@ -16,6 +16,9 @@ pub struct Canary {
     pub header: Option<String>,
     /// `canary-by-header-value`: route to the canary only when the header equals it.
     pub header_value: Option<String>,
+    /// `canary-by-header-pattern`: route to the canary when the header matches this
+    /// PCRE (ignored when `header_value` is set, as in ingress-nginx).
+    pub header_pattern: Option<String>,
     /// `canary-by-cookie`.
     pub cookie: Option<String>,
     /// `affinity-canary-behavior`.
@@ -34,6 +37,66 @@ pub enum CanaryAffinity {
     /// The canary side uses the canary backend's own affinity, if it has one (the
     /// canary Ingress's `affinity` annotations).
     Legacy,
+}
+
+/// A regular expression for `canary-by-header-pattern`, matched per request by the
+/// balancer (PCRE in Lua, the njs engine). It must parse with Rust's regex parser,
+/// whose syntax is nearly a subset of both (a pattern an engine still refuses never
+/// matches, and is logged), and must not repeat a sub-pattern that itself repeats or
+/// alternates (`(a+)+`, `(a|aa)*`): on a backtracking engine such a pattern can take
+/// exponential time on a crafted header. Look-around and backreferences are refused
+/// for the same reason.
+fn header_pattern(v: &str) -> Result<String, String> {
+    if v.is_empty() || v.len() > 1024 || v.chars().any(char::is_control) {
+        return Err("expected a regular expression of 1 to 1024 printable characters".to_owned());
+    }
+    let ast = regex_syntax::ast::parse::Parser::new()
+        .parse(v)
+        .map_err(|e| format!("not a usable regular expression: {}", e.kind()))?;
+    if nested_repetition(&ast) {
+        return Err(
+            "a repeated group must not itself repeat or alternate (e.g. \
+                    \"(a+)+\" or \"(a|b)*\"): it can take exponential time to match"
+                .to_owned(),
+        );
+    }
+    Ok(v.to_owned())
+}
+
+/// Whether a repetition in `ast` repeats a sub-pattern that repeats or alternates.
+fn nested_repetition(ast: &regex_syntax::ast::Ast) -> bool {
+    use regex_syntax::ast::Ast;
+    match ast {
+        Ast::Repetition(r) => {
+            (repeats(&r.op.kind) && repeats_or_alternates(&r.ast)) || nested_repetition(&r.ast)
+        }
+        Ast::Group(g) => nested_repetition(&g.ast),
+        Ast::Alternation(a) => a.asts.iter().any(nested_repetition),
+        Ast::Concat(c) => c.asts.iter().any(nested_repetition),
+        _ => false,
+    }
+}
+
+fn repeats_or_alternates(ast: &regex_syntax::ast::Ast) -> bool {
+    use regex_syntax::ast::Ast;
+    match ast {
+        Ast::Repetition(r) => repeats(&r.op.kind) || repeats_or_alternates(&r.ast),
+        Ast::Alternation(_) => true,
+        Ast::Group(g) => repeats_or_alternates(&g.ast),
+        Ast::Concat(c) => c.asts.iter().any(repeats_or_alternates),
+        _ => false,
+    }
+}
+
+/// More than once: everything but `?`, `{0}`, `{1}`, `{n,0}` and `{n,1}`.
+fn repeats(kind: &regex_syntax::ast::RepetitionKind) -> bool {
+    use regex_syntax::ast::{RepetitionKind, RepetitionRange};
+    match kind {
+        RepetitionKind::ZeroOrOne => false,
+        RepetitionKind::Range(RepetitionRange::Exactly(n)) => *n > 1,
+        RepetitionKind::Range(RepetitionRange::Bounded(_, n)) => *n > 1,
+        _ => true,
+    }
 }
 
 fn affinity_behavior(v: &str) -> Result<CanaryAffinity, String> {
@@ -59,6 +122,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         weight_total: total,
         header: r.parse("canary-by-header", value::token)?,
         header_value: r.parse("canary-by-header-value", value::plain)?,
+        header_pattern: r.parse("canary-by-header-pattern", header_pattern)?,
         cookie: r.parse("canary-by-cookie", value::token)?,
         affinity_behavior: r
             .parse("affinity-canary-behavior", affinity_behavior)?

@@ -166,6 +166,37 @@ fn canary() {
         "cookie: Some(\"cc\"), affinity_behavior: Sticky",
     );
     check(
+        &[
+            ("canary", "true"),
+            ("canary-by-header", "X-Canary"),
+            ("canary-by-header-pattern", "^(beta|alpha)-\\d+$"),
+        ],
+        "header_pattern: Some(\"^(beta|alpha)-\\\\d+$\")",
+    );
+    check(
+        &[
+            ("canary", "true"),
+            ("canary-by-header-pattern", "^v[0-9]+(-rc[0-9]?)?$"),
+        ],
+        "header_pattern: Some(",
+    );
+    // unparsable; PCRE's look-around; shapes that backtrack exponentially
+    for bad in [
+        "^(beta",
+        "a{2,1}",
+        "x\ny",
+        "^(?!old)",
+        "^(a+)+$",
+        "^(a|aa)*$",
+        "(x(ab|cd){2})+",
+        "^([a-z]+-)+$",
+    ] {
+        check(
+            &[("canary", "true"), ("canary-by-header-pattern", bad)],
+            "error: annotation nginx.ingress.kubernetes.io/canary-by-header-pattern: invalid value",
+        );
+    }
+    check(
         &[("canary", "true"), ("affinity-canary-behavior", "legacy")],
         "affinity_behavior: Legacy",
     );
