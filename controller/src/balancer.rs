@@ -1102,6 +1102,7 @@ mod tests {
             samesite: Some(ferrule_model::annotations::SameSite::Lax),
             expires: Some(3600),
             domain: Some(".example.com".into()),
+            change_on_failure: true,
         });
         b.balancing.canary = Some(ferrule_model::CanaryRoute {
             backend: "c".into(),
@@ -1134,6 +1135,7 @@ mod tests {
                     "affinity": {
                         "mode": "cookie", "cookie_name": "route", "max_age": 60, "path": null,
                         "secure": false, "samesite": "Lax", "expires": 3600, "domain": ".example.com",
+                        "change_on_failure": true,
                     },
                     "canary": {
                         "backend": "c", "weight": 10, "weight_total": 100,

@@ -225,6 +225,33 @@ local function redirects()
     return rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http"
 end
 
+-- Sends the affinity cookie naming `ep`: from rewrite(), or from balance() when a
+-- retry moves the session (response headers can still be set there). Other
+-- Set-Cookie headers stay; an earlier one of this cookie is replaced.
+local function send_cookie(st, aff, ep)
+    -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set
+    -- in every location with a rewrite phase for canary or affinity): two Ingresses
+    -- on one host keep their cookies apart. It is declared by other locations but
+    -- not set in one rendered before its backend gained affinity: no Path of its own.
+    local path = not aff.path and ngx_var.ferrule_cookie_path or nil
+    local https = aff.secure == nil and ngx_var.https == "on"
+    local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time())
+    local existing = ngx.header["Set-Cookie"]
+    if existing == nil then
+        ngx.header["Set-Cookie"] = cookie
+        return
+    end
+    local prefix = aff.cookie_name .. "="
+    local out = {}
+    for _, c in ipairs(type(existing) == "table" and existing or { existing }) do
+        if c:sub(1, #prefix) ~= prefix then
+            out[#out + 1] = c
+        end
+    end
+    out[#out + 1] = cookie
+    ngx.header["Set-Cookie"] = out
+end
+
 -- rewrite_by_lua, rendered only where it is needed (canary, affinity, other
 -- protocols than HTTP, rewrite-target, snippets: see the renderer). balance() finds
 -- a plain backend again by $ferrule_backend; a routed one is left in ngx.ctx.
@@ -288,26 +315,12 @@ function _M.rewrite()
         ep = ep or st:lookup(ngx_var[aff_var])
         if not ep then
             ep = rr_of(b):pick()
-            -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path,
-            -- set in every location with a rewrite phase for canary or affinity):
-            -- two Ingresses on one host keep their cookies apart.
-            local path = not aff.path and ngx_var.ferrule_cookie_path or nil
-            -- declared by other locations but not set in this one (a location
-            -- rendered before its backend gained affinity): no Path of its own
-            local https = aff.secure == nil and ngx_var.https == "on"
-            local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time())
-            local existing = ngx.header["Set-Cookie"]
-            if existing == nil then
-                ngx.header["Set-Cookie"] = cookie
-            elseif type(existing) == "table" then
-                existing[#existing + 1] = cookie
-                ngx.header["Set-Cookie"] = existing
-            else
-                ngx.header["Set-Cookie"] = { existing, cookie }
-            end
+            send_cookie(st, aff, ep)
+            ctx.ferrule_cookie_sent = true
         end
         ctx.ferrule_backend = b
         ctx.ferrule_sticky_peer = ep
+        ctx.ferrule_affinity = aff
     end
 end
 
@@ -353,6 +366,13 @@ function _M.balance()
         b, ep = retry(ctx)
         if not b then
             return answer("unavailable", "no usable backend left to retry", ngx_var.ferrule_backend)
+        end
+        local aff = ctx.ferrule_affinity
+        if ep and aff and (ctx.ferrule_cookie_sent or aff.change_on_failure) then
+            -- The session follows the retry: a new one always (its cookie named the
+            -- failed peer), an established one where change_on_failure says so.
+            send_cookie(sticky_of(b), aff, ep)
+            ctx.ferrule_cookie_sent = true
         end
     else
         local name = ngx_var.ferrule_backend

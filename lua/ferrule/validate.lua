@@ -219,6 +219,12 @@ local function affinity(v, where)
         end
         out.domain = v.domain
     end
+    if not is_null(v.change_on_failure) then
+        if type(v.change_on_failure) ~= "boolean" then
+            return err(where, "change_on_failure must be true, false or null")
+        end
+        out.change_on_failure = v.change_on_failure
+    end
     return out
 end
 

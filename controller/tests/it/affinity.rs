@@ -159,3 +159,111 @@ fn cookie_time_matches_nginx() {
     assert_eq!(cookie_time(1_000_086_400), "Mon, 10-Sep-01 01:46:40 GMT");
     assert_eq!(cookie_time(2_200_000_001), "Sun, 18-Sep-2039 23:06:41 GMT");
 }
+
+/// md5 hex of `s`, as the balancer names an endpoint in its cookie.
+fn md5_hex(s: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("md5sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("md5sum");
+    child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)[..32].to_owned()
+}
+
+/// A sticky endpoint that refuses connections: the request is retried on another
+/// endpoint (Lua balancer). A new session's cookie names the endpoint that answered;
+/// an established one keeps its cookie unless `session-cookie-change-on-failure`.
+#[tokio::test]
+async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
+    let echo = Echo::start("127.0.0.62").await;
+    let port = echo.addr.port();
+    // 127.0.0.63: listed and ready, but nothing listens there
+    let eps = [("127.0.0.62", true), ("127.0.0.63", true)];
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints("demo", "keep", port, &eps),
+            service_endpoints("demo", "move", port, &eps),
+        ),
+    );
+    let sticky = |name: &str, extra: &[(&str, &str)]| {
+        let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
+        a.extend_from_slice(extra);
+        ingress(
+            "demo",
+            name,
+            CREATED,
+            &format!("{name}.test"),
+            &[("/", "Prefix", name)],
+            &a,
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            sticky("keep", &[]),
+            sticky("move", &[("session-cookie-change-on-failure", "true")]),
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    wait_store(&f, "demo_move_80", |b| {
+        endpoint_count(b) == 2 && b["affinity"]["change_on_failure"] == true
+    })
+    .await;
+    let live = format!("route={}", md5_hex(&echo.addr.to_string()));
+    let dead = format!("route={}", md5_hex(&format!("127.0.0.63:{port}")));
+    let c = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let get = |host: &'static str, cookie: Option<String>| {
+        let c = c.clone();
+        let url = format!("http://127.0.0.1:{}/", f.http);
+        async move {
+            let mut req = c.get(url).header("Host", host);
+            if let Some(cookie) = cookie {
+                req = req.header("Cookie", cookie);
+            }
+            let r = req.send().await.expect("proxied request");
+            let set = r
+                .headers()
+                .get("set-cookie")
+                .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_owned());
+            let body: serde_json::Value = r.json().await.unwrap_or_default();
+            (body["backend"].as_str().unwrap_or_default().to_owned(), set)
+        }
+    };
+    let answered = echo.addr.to_string();
+
+    // New sessions: about half pick the dead endpoint first; every one is answered by
+    // the live endpoint and gets its cookie.
+    for _ in 0..20 {
+        let (b, set) = get("keep.test", None).await;
+        assert_eq!(b, answered);
+        assert_eq!(
+            set.as_deref(),
+            Some(live.as_str()),
+            "a new session's cookie"
+        );
+    }
+    // An established session on the dead endpoint: answered by the live one; its
+    // cookie stays without change-on-failure, moves with it.
+    let (b, set) = get("keep.test", Some(dead.clone())).await;
+    assert_eq!((b.as_str(), set), (answered.as_str(), None));
+    let (b, set) = get("move.test", Some(dead.clone())).await;
+    assert_eq!(
+        (b.as_str(), set.as_deref()),
+        (answered.as_str(), Some(live.as_str()))
+    );
+    // and the moved session sticks without new cookies
+    for _ in 0..5 {
+        let (b, set) = get("move.test", Some(live.clone())).await;
+        assert_eq!((b.as_str(), set), (answered.as_str(), None));
+    }
+}

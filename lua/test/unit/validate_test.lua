@@ -18,7 +18,8 @@ T["full example is accepted and normalised"] = function(t)
                     "affinity_behavior": "legacy"}},
         {"name": "b2", "endpoints": [], "load_balance": "ewma", "upstream_hash_by": "$arg_user$http_x_a",
          "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": null, "path": null,
-                      "secure": false, "samesite": "None", "expires": 3600, "domain": ".example.com"}}],
+                      "secure": false, "samesite": "None", "expires": 3600, "domain": ".example.com",
+                      "change_on_failure": true}}],
       "removed": ["old-backend-name"]}]])
     t.ok(p, err)
     t.eq(p.version, 7)
@@ -36,6 +37,7 @@ T["full example is accepted and normalised"] = function(t)
     t.eq(p.backends[2].affinity.samesite, "None")
     t.eq(p.backends[2].affinity.expires, 3600)
     t.eq(p.backends[2].affinity.domain, ".example.com")
+    t.eq(p.backends[2].affinity.change_on_failure, true)
     t.eq(p.backends[2].load_balance, "ewma")
     t.eq(p.removed[1], "old-backend-name")
 end
@@ -75,6 +77,7 @@ T["bad inputs are rejected with a clear message"] = function(t)
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "domain": "a.com; Secure"}}]}', "domain must be" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "domain": "a..com"}}]}', "domain must be" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "domain": "."}}]}', "domain must be" },
+        { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "change_on_failure": 1}}]}', "change_on_failure must be" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "a b"}}]}',
           "cookie_name" },
         { '{"version": 1, "backends": [{"name": "a", "affinity": {"mode": "cookie", "cookie_name": "r", "path": "/;x"}}]}',

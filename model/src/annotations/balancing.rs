@@ -33,6 +33,9 @@ pub struct Affinity {
     pub expires: Option<u32>,
     /// `session-cookie-domain`.
     pub domain: Option<String>,
+    /// `session-cookie-change-on-failure`: a request whose sticky endpoint failed
+    /// gets a cookie naming the endpoint that answered it instead.
+    pub change_on_failure: bool,
 }
 
 /// A cookie's `SameSite` attribute.
@@ -143,6 +146,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         value::integer(v, 1, MAX_COOKIE_MAX_AGE)
     })?;
     let domain = r.parse("session-cookie-domain", cookie_domain)?;
+    let change_on_failure = r.parse("session-cookie-change-on-failure", value::boolean)?;
     if mode.is_some() {
         out.affinity = Some(Affinity {
             cookie_name: name.unwrap_or_else(|| "INGRESSCOOKIE".to_owned()),
@@ -152,6 +156,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
             samesite,
             expires,
             domain,
+            change_on_failure: change_on_failure.unwrap_or(false),
         });
     }
     Ok(())

@@ -101,7 +101,7 @@ fn balancing() {
             ("session-cookie-path", "/app"),
         ],
         "Affinity { cookie_name: \"route\", max_age: Some(3600), path: Some(\"/app\"), \
-         secure: None, samesite: None, expires: None, domain: None }",
+         secure: None, samesite: None, expires: None, domain: None, change_on_failure: false }",
     );
     check(
         &[
@@ -110,12 +110,14 @@ fn balancing() {
             ("session-cookie-samesite", "strict"),
             ("session-cookie-expires", "172800"),
             ("session-cookie-domain", ".Example.com"),
+            ("session-cookie-change-on-failure", "true"),
         ],
         "secure: Some(true), samesite: Some(Strict), expires: Some(172800), \
-         domain: Some(\".example.com\")",
+         domain: Some(\".example.com\"), change_on_failure: true",
     );
     for (key, bad) in [
         ("session-cookie-secure", "yes"),
+        ("session-cookie-change-on-failure", "1"),
         ("session-cookie-samesite", "Relaxed"),
         ("session-cookie-expires", "-1"),
         ("session-cookie-domain", "a.com; HttpOnly"),
