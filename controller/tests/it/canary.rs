@@ -143,31 +143,36 @@ async fn canary_by_weight_and_header_and_weight_change_without_reload() {
         "no header uses the weight: {absent}"
     );
 
-    // canary-by-header-value: only the exact value routes to the canary.
-    for (value, want) in [
-        (Some("yes-please"), 1.0),
-        (Some("Yes-Please"), 0.0),
-        (Some("yes-please-not"), 0.0),
-        (Some("always"), 0.0),
-        (None, 0.0),
+    for (host, cases) in [
+        // canary-by-header-value: only the exact value routes to the canary.
+        (
+            "v.test",
+            [
+                (Some("yes-please"), 1.0),
+                (Some("Yes-Please"), 0.0),
+                (Some("yes-please-not"), 0.0),
+                (Some("always"), 0.0),
+                (None, 0.0),
+            ],
+        ),
+        // canary-by-header-pattern: a match routes to the canary; anything else
+        // falls through to the weight (0 here), `always` included.
+        (
+            "p.test",
+            [
+                (Some("beta-7"), 1.0),
+                (Some("alpha-12"), 1.0),
+                (Some("beta"), 0.0),
+                (Some("always"), 0.0),
+                (None, 0.0),
+            ],
+        ),
     ] {
-        let h: Vec<(&str, &str)> = value.map(|v| ("X-Canary", v)).into_iter().collect();
-        let got = share(&spread(&f, "v.test", "/", &h, 50, 2).await, 50);
-        assert_eq!(got, want, "X-Canary: {value:?}");
-    }
-
-    // canary-by-header-pattern: a match routes to the canary; anything else falls
-    // through to the weight (0 here), `always` included.
-    for (value, want) in [
-        (Some("beta-7"), 1.0),
-        (Some("alpha-12"), 1.0),
-        (Some("beta"), 0.0),
-        (Some("always"), 0.0),
-        (None, 0.0),
-    ] {
-        let h: Vec<(&str, &str)> = value.map(|v| ("X-Canary", v)).into_iter().collect();
-        let got = share(&spread(&f, "p.test", "/", &h, 50, 2).await, 50);
-        assert_eq!(got, want, "X-Canary: {value:?}");
+        for (value, want) in cases {
+            let h: Vec<(&str, &str)> = value.map(|v| ("X-Canary", v)).into_iter().collect();
+            let got = share(&spread(&f, host, "/", &h, 50, 2).await, 50);
+            assert_eq!(got, want, "{host} X-Canary: {value:?}");
+        }
     }
     let slow = f
         .resource("Ingress", "demo", "slow-canary")
