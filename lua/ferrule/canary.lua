@@ -4,6 +4,9 @@
 -- rand(n): integer in 1..n (math.random)
 local _M = {}
 
+-- header_pattern errors already logged by this worker
+local logged = {}
+
 function _M.decide(policy, header_val, cookie_val, rand)
     if policy.header and header_val then
         if policy.header_value then
@@ -18,7 +21,12 @@ function _M.decide(policy, header_val, cookie_val, rand)
                 return true
             elseif err then
                 -- as ingress-nginx: an unusable pattern keeps the primary
-                ngx.log(ngx.ERR, "ferrule: canary header_pattern ", policy.header_pattern, ": ", err)
+                if not logged[policy.header_pattern] then
+                    -- once per pattern and worker: a client must not flood the log
+                    logged[policy.header_pattern] = true
+                    ngx.log(ngx.ERR, "ferrule: canary header_pattern ", policy.header_pattern,
+                            ": ", err, " (the primary serves; logged once)")
+                end
                 return false
             end
             -- no match: fall through to cookie and weight

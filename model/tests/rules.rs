@@ -1126,6 +1126,29 @@ fn annotation_load_balance_default_from_the_configmap() {
     assert_eq!(lb(&m, "default_a_80"), LoadBalance::Ewma);
     assert_eq!(lb(&m, "default_b_80"), LoadBalance::RoundRobin);
     assert!(m.feeds_ewma("default_a_80"));
+    // the default backends too: an Ingress's spec.defaultBackend, and the flag's
+    for (extra, backend) in [
+        (
+            Ing::new("default/z", 3).default_backend("c", "80").0,
+            "default_c_80",
+        ),
+        (
+            test_settings(json!({ "defaultBackendService": "default/c" })),
+            "default_c_80",
+        ),
+    ] {
+        let yaml = format!(
+            "{}{}",
+            ingresses(),
+            docs![
+                config_map(&[("load-balance", "ewma")]),
+                app("default/c", "10.0.0.3"),
+                extra
+            ]
+        );
+        let m = ferrule_model::build(&snapshot(&yaml));
+        assert_eq!(lb(&m, backend), LoadBalance::Ewma, "{yaml}");
+    }
 
     let bad = format!(
         "{}{}",

@@ -40,12 +40,13 @@ pub enum CanaryAffinity {
 }
 
 /// A regular expression for `canary-by-header-pattern`, matched per request by the
-/// balancer (PCRE in Lua, the njs engine). It must parse with Rust's regex parser,
-/// whose syntax is nearly a subset of both (a pattern an engine still refuses never
-/// matches, and is logged), and must not repeat a sub-pattern that itself repeats or
-/// alternates (`(a+)+`, `(a|aa)*`): on a backtracking engine such a pattern can take
-/// exponential time on a crafted header. Look-around and backreferences are refused
-/// for the same reason.
+/// balancer (PCRE in Lua, the njs engine). It must parse with Rust's regex parser and
+/// use only syntax PCRE reads the same way (no `(?u)`/`(?R)` flags, no class set
+/// operations such as `[a-z&&b]`, no `\b{start}` or `\<`): look-around,
+/// backreferences and recursion are refused with the rest. It must not repeat a
+/// sub-pattern that itself repeats, optionally matches or alternates (`(a+)+`,
+/// `(a?a?)+`, `(a|aa)*`): on a backtracking engine such a pattern takes exponential
+/// time on a crafted header.
 fn header_pattern(v: &str) -> Result<String, String> {
     if v.is_empty() || v.len() > 1024 || v.chars().any(char::is_control) {
         return Err("expected a regular expression of 1 to 1024 printable characters".to_owned());
@@ -53,22 +54,80 @@ fn header_pattern(v: &str) -> Result<String, String> {
     let ast = regex_syntax::ast::parse::Parser::new()
         .parse(v)
         .map_err(|e| format!("not a usable regular expression: {}", e.kind()))?;
+    pcre_reads_alike(&ast)?;
     if nested_repetition(&ast) {
         return Err(
-            "a repeated group must not itself repeat or alternate (e.g. \
-                    \"(a+)+\" or \"(a|b)*\"): it can take exponential time to match"
+            "a repeated group must not itself repeat, be optional or alternate (e.g. \
+             \"(a+)+\", \"(a?b)*\" or \"(a|b)*\"): it can take exponential time to match"
                 .to_owned(),
         );
     }
     Ok(v.to_owned())
 }
 
-/// Whether a repetition in `ast` repeats a sub-pattern that repeats or alternates.
+/// Refuses the syntax Rust's parser takes and PCRE reads otherwise or not at all.
+fn pcre_reads_alike(ast: &regex_syntax::ast::Ast) -> Result<(), String> {
+    use regex_syntax::ast::{AssertionKind, Ast, Flag, FlagsItemKind, GroupKind};
+    let flags_ok = |flags: &regex_syntax::ast::Flags| {
+        flags.items.iter().all(|item| {
+            !matches!(
+                item.kind,
+                FlagsItemKind::Flag(Flag::Unicode) | FlagsItemKind::Flag(Flag::CRLF)
+            )
+        })
+    };
+    let refuse = |what: &str| Err(format!("{what} is not supported (PCRE reads it otherwise)"));
+    match ast {
+        Ast::Flags(f) if !flags_ok(&f.flags) => refuse("the flag u or R"),
+        Ast::Group(g) => match &g.kind {
+            GroupKind::NonCapturing(flags) if !flags_ok(flags) => refuse("the flag u or R"),
+            _ => pcre_reads_alike(&g.ast),
+        },
+        Ast::Assertion(a)
+            if !matches!(
+                a.kind,
+                AssertionKind::StartLine
+                    | AssertionKind::EndLine
+                    | AssertionKind::StartText
+                    | AssertionKind::EndText
+                    | AssertionKind::WordBoundary
+                    | AssertionKind::NotWordBoundary
+            ) =>
+        {
+            refuse("this word boundary")
+        }
+        Ast::ClassBracketed(c) if class_has_set_operation(&c.kind) => {
+            refuse("a class set operation (&&, --, ~~)")
+        }
+        Ast::Repetition(r) => pcre_reads_alike(&r.ast),
+        Ast::Alternation(a) => a.asts.iter().try_for_each(pcre_reads_alike),
+        Ast::Concat(c) => c.asts.iter().try_for_each(pcre_reads_alike),
+        _ => Ok(()),
+    }
+}
+
+fn class_has_set_operation(set: &regex_syntax::ast::ClassSet) -> bool {
+    use regex_syntax::ast::{ClassSet, ClassSetItem};
+    fn item(i: &ClassSetItem) -> bool {
+        match i {
+            ClassSetItem::Bracketed(b) => class_has_set_operation(&b.kind),
+            ClassSetItem::Union(u) => u.items.iter().any(item),
+            _ => false,
+        }
+    }
+    match set {
+        ClassSet::BinaryOp(_) => true,
+        ClassSet::Item(i) => item(i),
+    }
+}
+
+/// Whether a repetition in `ast` repeats a sub-pattern that repeats, is optional or
+/// alternates.
 fn nested_repetition(ast: &regex_syntax::ast::Ast) -> bool {
     use regex_syntax::ast::Ast;
     match ast {
         Ast::Repetition(r) => {
-            (repeats(&r.op.kind) && repeats_or_alternates(&r.ast)) || nested_repetition(&r.ast)
+            (repeats(&r.op.kind) && ambiguous(&r.ast)) || nested_repetition(&r.ast)
         }
         Ast::Group(g) => nested_repetition(&g.ast),
         Ast::Alternation(a) => a.asts.iter().any(nested_repetition),
@@ -77,13 +136,14 @@ fn nested_repetition(ast: &regex_syntax::ast::Ast) -> bool {
     }
 }
 
-fn repeats_or_alternates(ast: &regex_syntax::ast::Ast) -> bool {
+/// Whether `ast` can match in more than one way: any repetition (`?` included)
+/// or alternation in it.
+fn ambiguous(ast: &regex_syntax::ast::Ast) -> bool {
     use regex_syntax::ast::Ast;
     match ast {
-        Ast::Repetition(r) => repeats(&r.op.kind) || repeats_or_alternates(&r.ast),
-        Ast::Alternation(_) => true,
-        Ast::Group(g) => repeats_or_alternates(&g.ast),
-        Ast::Concat(c) => c.asts.iter().any(repeats_or_alternates),
+        Ast::Repetition(_) | Ast::Alternation(_) => true,
+        Ast::Group(g) => ambiguous(&g.ast),
+        Ast::Concat(c) => c.asts.iter().any(ambiguous),
         _ => false,
     }
 }

@@ -30,6 +30,9 @@ fn booleans() {
         "error: annotation nginx.ingress.kubernetes.io/ssl-redirect: invalid value \"yes\"",
     );
     check(&[("use-regex", "true")], "use_regex: true");
+    // Go's strconv.ParseBool spellings, which ingress-nginx takes
+    check(&[("ssl-redirect", "0")], "ssl_redirect: Some(false)");
+    check(&[("ssl-redirect", "T")], "ssl_redirect: Some(true)");
 }
 
 #[test]
@@ -117,7 +120,7 @@ fn balancing() {
     );
     for (key, bad) in [
         ("session-cookie-secure", "yes"),
-        ("session-cookie-change-on-failure", "1"),
+        ("session-cookie-change-on-failure", "yes"),
         ("session-cookie-samesite", "Relaxed"),
         ("session-cookie-expires", "-1"),
         ("session-cookie-domain", "a.com; HttpOnly"),
@@ -192,6 +195,14 @@ fn canary() {
         "^(a|aa)*$",
         "(x(ab|cd){2})+",
         "^([a-z]+-)+$",
+        "^(a?a?)+$",
+        "^(a?){25}a{25}$",
+        "^(\\w\\d?)+$",
+        "(?:a(?R)|a(?R)|b)",
+        "(?u)x",
+        "[a-z&&b]",
+        "\\b{start}x",
+        "\\<x",
     ] {
         check(
             &[("canary", "true"), ("canary-by-header-pattern", bad)],

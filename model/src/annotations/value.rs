@@ -1,10 +1,11 @@
 //! Typed parsers shared by the annotation families.
 
-/// `true` / `false` (as ingress-nginx, case-insensitive).
+/// `true` / `false`, and the other spellings ingress-nginx takes (Go's
+/// `strconv.ParseBool`: `1`, `t`, `0`, `f`), case-insensitive.
 pub(crate) fn boolean(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
-        "true" => Ok(true),
-        "false" => Ok(false),
+        "true" | "t" | "1" => Ok(true),
+        "false" | "f" | "0" => Ok(false),
         _ => Err("expected \"true\" or \"false\"".to_owned()),
     }
 }

@@ -159,6 +159,9 @@ impl Builder<'_> {
 
         if let Some(default) = &spec.default_backend {
             let target = self.target(ns, r, default, || "spec.defaultBackend".to_owned());
+            if let Target::Backend(name) = &target {
+                self.set_balancing(name, &balancing);
+            }
             match &self.catch_all {
                 None => self.catch_all = Some((r.clone(), target)),
                 Some((winner, _)) => {
@@ -526,6 +529,12 @@ impl Builder<'_> {
             .collect();
         let mut backends = std::mem::take(&mut self.backends);
         backends.retain(|n, _| used.contains(n.as_str()) || canaries.contains(n));
+        // No Ingress set these (--default-backend-service): the ConfigMap's default.
+        for (name, b) in backends.iter_mut() {
+            if !self.balancing_set.contains(name) {
+                b.balancing.load_balance = self.global.load_balance;
+            }
+        }
 
         self.problems.sort();
         self.problems.dedup();
