@@ -77,14 +77,28 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     // rendered only where it is used. A rewrite phase left behind when a canary or
     // affinity goes is harmless (rewrite() handles any backend), so only gaining one
     // needs a reload.
+    // Only backends a location routes to have locations to render: a canary-only
+    // backend's phases are its primary's (built once, when first needed).
+    let mut routed: Option<std::collections::HashSet<&str>> = None;
     for (name, o, n) in merge(&old.backends, &new.backends).filter_map(Side::both) {
         if shared_routing(old, new, o, n) {
             continue;
         }
-        if old.feeds_ewma(name) != new.feeds_ewma(name) {
+        let ewma = old.feeds_ewma(name) != new.feeds_ewma(name);
+        let per_request = !old.routes_per_request(name) && new.routes_per_request(name);
+        if !(ewma || per_request) {
+            continue;
+        }
+        if !routed
+            .get_or_insert_with(|| routed_backends(new))
+            .contains(name.as_str())
+        {
+            continue;
+        }
+        if ewma {
             reasons.push(format!("load-balance:{}", n.name));
         }
-        if !old.routes_per_request(name) && new.routes_per_request(name) {
+        if per_request {
             reasons.push(format!("per-request-routing:{}", n.name));
         }
     }
@@ -103,6 +117,20 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
             tls_hosts,
         }
     }
+}
+
+/// The backends some location (or the default backend) routes to.
+fn routed_backends(m: &Model) -> std::collections::HashSet<&str> {
+    m.servers
+        .iter()
+        .flat_map(|s| &s.locations)
+        .map(|l| &l.target)
+        .chain([&m.default_backend])
+        .filter_map(|t| match t {
+            crate::model::Target::Backend(b) => Some(b.as_str()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether two versions of a server differ in their TLS settings only.

@@ -130,13 +130,22 @@ fn classification() {
             // EWMA there needs the primary's locations to run the log phase
             "load-balance on a canary",
             |o| annotate(o, "default/canary", "load-balance", "ewma"),
-            reload(&["load-balance:default_b_80", "load-balance:default_next_80"]),
+            reload(&["load-balance:default_b_80"]),
         ),
         (
             // its other annotations are ignored
             "proxy-read-timeout on a canary",
             |o| annotate(o, "default/canary", "proxy-read-timeout", "7"),
             Diff::Unchanged,
+        ),
+        (
+            // the primary's locations already run the rewrite phase for the canary
+            "affinity on a canary",
+            |o| {
+                annotate(o, "default/canary", "affinity", "cookie");
+                annotate(o, "default/canary", "session-cookie-name", "c");
+            },
+            dynamic(&["default_next_80"], &[]),
         ),
         (
             "affinity-canary-behavior",
