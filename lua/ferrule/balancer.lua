@@ -176,7 +176,7 @@ function _M.set_answers(a)
     answers = a or {}
 end
 
--- A request rewrite() let through (HTTPS, gRPC, canary, affinity...) is not
+-- A request rewrite() let through (gRPC, HTTPS backends, rewrite-target, a body...) is not
 -- answered here when an update lands before its balancer phase: the answering
 -- servers speak HTTP/1.1 only. It fails as NGINX fails it (502).
 local function routed_early()
@@ -252,24 +252,11 @@ local function send_cookie(st, aff, ep)
     ngx.header["Set-Cookie"] = out
 end
 
--- rewrite_by_lua, rendered only where it is needed (canary, affinity, other
--- protocols than HTTP, rewrite-target, snippets: see the renderer). balance() finds
--- a plain backend again by $ferrule_backend; a routed one is left in ngx.ctx.
-function _M.rewrite()
-    refresh()
-    local ctx = ngx.ctx
-    ctx.ferrule_routed = true
-    if redirects() then
-        return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
-    end
-    local name = ngx_var.ferrule_backend
-    if not name or name == "" then
-        return unavailable("$ferrule_backend is empty", name)
-    end
-    local b = backends[name]
-    if not b then
-        return unavailable("unknown backend", name)
-    end
+-- Canary and affinity, decided once per request: in rewrite() where that phase
+-- runs, else in balance() (which can still set the cookie header). Returns the
+-- backend chosen and the endpoint an affinity cookie names or a new session was
+-- given (nil without affinity); leaves both in ctx for retries and log().
+local function route(ctx, b)
     local aff, aff_var = b.affinity, b.affinity_cookie_var
     local ep -- the endpoint the affinity cookie names, once found
     local c = b.canary
@@ -306,21 +293,45 @@ function _M.rewrite()
         -- (ingress-nginx behaviour)
         ctx.ferrule_backend = b
     end
+    if not aff or b.n == 0 then
+        return b, nil
+    end
+    local st = sticky_of(b)
+    ep = ep or st:lookup(ngx_var[aff_var])
+    if not ep then
+        ep = rr_of(b):pick()
+        send_cookie(st, aff, ep)
+        ctx.ferrule_cookie_sent = true
+    end
+    ctx.ferrule_backend = b
+    ctx.ferrule_sticky_peer = ep
+    ctx.ferrule_affinity = aff
+    return b, ep
+end
+
+-- rewrite_by_lua, rendered only where something must come before the balancer
+-- phase (other protocols than HTTP, rewrite-target, snippets: see the renderer)
+-- and run by every request with a body (so that its 503 or redirect comes before
+-- the body is read). balance() finds a plain backend again by $ferrule_backend; a
+-- routed one is left in ngx.ctx.
+function _M.rewrite()
+    refresh()
+    local ctx = ngx.ctx
+    ctx.ferrule_routed = true
+    if redirects() then
+        return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
+    end
+    local name = ngx_var.ferrule_backend
+    if not name or name == "" then
+        return unavailable("$ferrule_backend is empty", name)
+    end
+    local b = backends[name]
+    if not b then
+        return unavailable("unknown backend", name)
+    end
+    b = route(ctx, b)
     if b.n == 0 then
         return unavailable("no endpoints for backend", b.name)
-    end
-
-    if aff then
-        local st = sticky_of(b)
-        ep = ep or st:lookup(ngx_var[aff_var])
-        if not ep then
-            ep = rr_of(b):pick()
-            send_cookie(st, aff, ep)
-            ctx.ferrule_cookie_sent = true
-        end
-        ctx.ferrule_backend = b
-        ctx.ferrule_sticky_peer = ep
-        ctx.ferrule_affinity = aff
     end
 end
 
@@ -349,9 +360,10 @@ local function retry(ctx)
 end
 
 -- balancer_by_lua: the peer for this attempt.
--- Most locations have no rewrite phase (see answer()): this is then where the
--- worker catches up with the store and where the ssl-redirect and the 503 are
--- decided. Where rewrite() ran, the same checks find nothing more to do.
+-- Most requests have no rewrite phase (see answer()): this is then where the
+-- worker catches up with the store and where the ssl-redirect, the canary, the
+-- affinity and the 503 are decided. Where rewrite() ran, the same checks find
+-- nothing more to do.
 function _M.balance()
     local b, ep, ctx
     local failed = ngx_balancer.get_last_failure()
@@ -382,8 +394,12 @@ function _M.balance()
         end
         if b.canary or b.affinity then
             ctx = ngx.ctx
-            b = ctx.ferrule_backend or b
-            ep = ctx.ferrule_sticky_peer
+            if ctx.ferrule_routed then
+                b = ctx.ferrule_backend or b
+                ep = ctx.ferrule_sticky_peer
+            else
+                b, ep = route(ctx, b)
+            end
         end
         if b.n == 0 then
             return answer("unavailable", "no endpoints for backend", b.name)

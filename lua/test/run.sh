@@ -199,6 +199,9 @@ hits "/canary/?[1-50]" -b "canary=always"
 check "cookie always -> canary" [ "$(count "127.0.0.3:$B")" = 50 ]
 hits "/canary/?[1-50]" -b "canary=never"
 check "cookie never -> primary" [ "$(count "127.0.0.2:$B")" = 50 ]
+# a request with a body is routed in the rewrite phase (before its body is read)
+hits "/canary/?[1-20]" -H "X-Canary: always" --data-binary body
+check "POST with header always -> canary (rewrite phase)" [ "$(count "127.0.0.3:$B")" = 20 ]
 api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"main\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"main-canary\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
 hits "/canary/?[1-30]" -H "X-Canary: yes-please"
 check "header_value exact match -> canary" [ "$(count "127.0.0.3:$B")" = 30 ]

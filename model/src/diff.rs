@@ -73,33 +73,20 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
             Some(_) => reasons.push(format!("server-changed:{}", s.host)),
         }
     }
-    // EWMA needs the log phase, canary and affinity the rewrite phase; each is
-    // rendered only where it is used. A rewrite phase left behind when a canary or
-    // affinity goes is harmless (rewrite() handles any backend), so only gaining one
-    // needs a reload.
-    // Only backends a location routes to have locations to render: a canary-only
-    // backend's phases are its primary's (built once, when first needed).
+    // EWMA needs the log phase, rendered only where it is used (canary and affinity
+    // are decided in the balancer phase, which every location has). Only backends a
+    // location routes to have locations to render: a canary-only backend's phases
+    // are its primary's (the set is built once, when first needed).
     let mut routed: Option<std::collections::HashSet<&str>> = None;
     for (name, o, n) in merge(&old.backends, &new.backends).filter_map(Side::both) {
-        if shared_routing(old, new, o, n) {
+        if shared_routing(old, new, o, n) || old.feeds_ewma(name) == new.feeds_ewma(name) {
             continue;
         }
-        let ewma = old.feeds_ewma(name) != new.feeds_ewma(name);
-        let per_request = !old.routes_per_request(name) && new.routes_per_request(name);
-        if !(ewma || per_request) {
-            continue;
-        }
-        if !routed
+        if routed
             .get_or_insert_with(|| routed_backends(new))
             .contains(name.as_str())
         {
-            continue;
-        }
-        if ewma {
             reasons.push(format!("load-balance:{}", n.name));
-        }
-        if per_request {
-            reasons.push(format!("per-request-routing:{}", n.name));
         }
     }
     if !reasons.is_empty() {

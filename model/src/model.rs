@@ -332,16 +332,6 @@ impl Model {
                 .is_some_and(|c| ewma(&c.backend))
     }
 
-    /// Whether requests routed to `backend` are routed per request before the
-    /// balancer phase: a canary split or cookie affinity (its cookie is set in the
-    /// rewrite phase). Only locations of such backends run the rewrite phase, so a
-    /// backend gaining one of them needs a reload.
-    pub fn routes_per_request(&self, backend: &str) -> bool {
-        self.backends
-            .get(backend)
-            .is_some_and(|b| b.balancing.canary.is_some() || b.balancing.affinity.is_some())
-    }
-
     /// The server for an exact host key (`*.example.com` for wildcard servers).
     pub fn server(&self, host: &str) -> Option<&Server> {
         self.servers

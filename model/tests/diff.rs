@@ -139,7 +139,7 @@ fn classification() {
             Diff::Unchanged,
         ),
         (
-            // the primary's locations already run the rewrite phase for the canary
+            // a canary-only backend has no locations of its own
             "affinity on a canary",
             |o| {
                 annotate(o, "default/canary", "affinity", "cookie");
@@ -171,13 +171,13 @@ fn classification() {
             dynamic(&["default_b_80"], &[]),
         ),
         (
-            // the rewrite phase is rendered only where a canary or affinity needs it
+            // canary and affinity are decided in the balancer phase: no reload
             "affinity where none was",
             |o| {
                 annotate(o, "default/main", "affinity", "cookie");
                 annotate(o, "default/main", "session-cookie-name", "sticky");
             },
-            reload(&["per-request-routing:default_a_80"]),
+            dynamic(&["default_a_80"], &[]),
         ),
         (
             "canary added",
@@ -190,7 +190,7 @@ fn classification() {
                         .0,
                 )
             },
-            reload(&["per-request-routing:default_a_80"]),
+            dynamic(&["default_a_80"], &[]),
         ),
         (
             "canary weight",
@@ -198,7 +198,6 @@ fn classification() {
             dynamic(&["default_b_80"], &[]),
         ),
         (
-            // the rewrite phase left behind is harmless: no reload
             "canary removed",
             |o| o.retain(|x| x["metadata"]["name"] != "canary"),
             dynamic(&["default_b_80", "default_next_80"], &[]),

@@ -519,7 +519,7 @@ fn location_view(
 ) -> LocationView {
     let st = &l.settings;
     let (backend, status, include) = target_view(model, &l.target, st.backend_protocol);
-    let (routed, ewma) = balancing_phases(model, &l.target);
+    let ewma = feeds_ewma(model, &l.target);
     LocationView {
         source: source(&l.owner),
         modifier: modifier.to_owned(),
@@ -532,18 +532,20 @@ fn location_view(
             .map(literal_in_variables),
         ewma,
         // The affinity cookie's Path where the annotation sets none (ingress-nginx:
-        // the Ingress path), for every location that may set the cookie.
-        cookie_path: routed.then(|| {
+        // the Ingress path), in every location with a backend: its backend may gain
+        // affinity or a canary without a reload.
+        cookie_path: backend.is_some().then(|| {
             literal_in_variables(match l.path_match {
                 PathMatch::Regex => "/",
                 _ => &l.path,
             })
         }),
-        rewrite_phase: routed
-            || backend.is_some()
-                && (st.backend_protocol != BackendProtocol::Http
-                    || st.rewrite_target.is_some()
-                    || st.configuration_snippet.is_some()),
+        // Canary and affinity are decided in the balancer phase: only these need
+        // the rewrite phase.
+        rewrite_phase: backend.is_some()
+            && (st.backend_protocol != BackendProtocol::Http
+                || st.rewrite_target.is_some()
+                || st.configuration_snippet.is_some()),
         body_size: st.proxy_body_size.clone(),
         connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
@@ -564,12 +566,11 @@ fn default_location(model: &Model) -> LocationView {
     let (backend, status, include) =
         target_view(model, &model.default_backend, BackendProtocol::Http);
     // The default backend may be a rule's backend too, with its canary or affinity.
-    let (rewrite_phase, ewma) = balancing_phases(model, &model.default_backend);
+    let ewma = feeds_ewma(model, &model.default_backend);
     LocationView {
         source: "Controller/default-backend/".to_owned(),
         path: "/".to_owned(),
-        cookie_path: rewrite_phase.then(|| "/".to_owned()),
-        rewrite_phase,
+        cookie_path: backend.is_some().then(|| "/".to_owned()),
         ewma,
         backend,
         status,
@@ -581,10 +582,11 @@ fn default_location(model: &Model) -> LocationView {
 /// The Lua phases a location routed to `t` needs for its backend's balancing: the
 /// rewrite phase for a canary or affinity, the log phase for EWMA (false for a
 /// backend the model does not have).
-fn balancing_phases(model: &Model, t: &Target) -> (bool, bool) {
+/// Whether the location runs the log phase (EWMA statistics).
+fn feeds_ewma(model: &Model, t: &Target) -> bool {
     match t {
-        Target::Backend(b) => (model.routes_per_request(b), model.feeds_ewma(b)),
-        Target::Status(_) => (false, false),
+        Target::Backend(b) => model.feeds_ewma(b),
+        Target::Status(_) => false,
     }
 }
 
@@ -740,7 +742,7 @@ struct LocationView {
     /// for rewrite-target (the redirect must carry the URI before the rewrite) and
     /// where snippets may add access checks.
     rewrite_phase: bool,
-    /// `$ferrule_cookie_path` (locations with a rewrite phase for routing only).
+    /// `$ferrule_cookie_path` (every location with a backend).
     cookie_path: Option<String>,
     body_size: Option<String>,
     connect_timeout: Option<String>,
@@ -939,7 +941,7 @@ spec:
     }
 
     #[test]
-    fn the_rewrite_phase_only_where_routing_needs_it() {
+    fn the_rewrite_phase_only_where_the_balancer_phase_is_too_late() {
         // (annotations of the Ingress on h.example.com, extra documents, rewrite
         // phases wanted in its file (`/` is one location) and in all other files)
         let check = |annotations: &str, extra: &str, want: usize, want_elsewhere: usize| {
@@ -1008,7 +1010,8 @@ spec:
         check("", "", 0, 0);
         check(&format!("{P}/load-balance: ewma"), "", 0, 0);
         check(&format!("{P}/upstream-hash-by: $remote_addr"), "", 0, 0);
-        check(&format!("{P}/affinity: cookie"), "", 1, 0);
+        // canary and affinity are decided in the balancer phase
+        check(&format!("{P}/affinity: cookie"), "", 0, 0);
         check(&format!("{P}/rewrite-target: /x"), "", 1, 0);
         check(&format!("{P}/backend-protocol: HTTPS"), "", 1, 0);
         check(&format!("{P}/backend-protocol: GRPC"), "", 1, 0);
@@ -1028,7 +1031,7 @@ spec:
   defaultBackend: { service: { name: app, port: { number: 80 } } }
 "#;
         check("", default_backend, 0, 0);
-        check(&format!("{P}/affinity: cookie"), default_backend, 1, 1);
+        check(&format!("{P}/affinity: cookie"), default_backend, 0, 0);
         let canary = r#"
 ---
 apiVersion: networking.k8s.io/v1
@@ -1045,7 +1048,7 @@ spec:
       paths:
       - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
 "#;
-        check("", canary, 1, 0);
+        check("", canary, 0, 0);
         let location_snippet = r#"
 ---
 apiVersion: v1

@@ -644,16 +644,22 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
     before.check(&f, "cookie affinity").await;
 }
 
-/// Affinity needs the rewrite phase (its cookie is a response header), which is
-/// rendered only where a canary or affinity uses it: switching it on is one reload,
-/// switching it off none (the phase left behind does no harm).
+/// Canary and affinity are decided in the balancer phase, which every location has:
+/// switching affinity on or off, or adding a canary Ingress, needs no reload.
 #[tokio::test]
-async fn affinity_switched_on_is_one_reload_and_off_is_none() {
-    let echos = echo_group(&["127.0.0.15", "127.0.0.16"]).await;
+async fn affinity_and_a_new_canary_need_no_reload() {
+    let echos = echo_group(&["127.0.0.15", "127.0.0.16", "127.0.0.17"]).await;
     let port = echos[0].addr.port();
     let all = [("127.0.0.15", true), ("127.0.0.16", true)];
     let m = Manifests::new();
-    m.write("svc.yaml", &service_endpoints("demo", "late", port, &all));
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints("demo", "late", port, &all),
+            service_endpoints("demo", "late-next", port, &[("127.0.0.17", true)]),
+        ),
+    );
     let ing = |annotations: &[(&str, &str)]| {
         ingress(
             "demo",
@@ -677,26 +683,16 @@ async fn affinity_switched_on_is_one_reload_and_off_is_none() {
         "ing.yaml",
         &ing(&[("affinity", "cookie"), ("session-cookie-name", "late")]),
     );
-    wait_until(Duration::from_secs(10), || async {
-        f.reloads().await > before.reloads
-    })
-    .await;
     wait_store(&f, "demo_late_80", |b| !b["affinity"].is_null()).await;
     let (s, first, h) = hit(&c, &f, "late.test", "/", &[]).await;
     assert_eq!(s, 200);
-    let cookie = set_cookie(&h, "late").expect("the affinity cookie, after the reload");
+    let cookie = set_cookie(&h, "late").expect("the affinity cookie");
     for _ in 0..20 {
         let (s, b, _) = hit(&c, &f, "late.test", "/", &[("Cookie", &cookie)]).await;
         assert_eq!((s, b.as_str()), (200, first.as_str()), "sticks to {first}");
     }
-    assert_eq!(
-        f.reloads().await,
-        before.reloads + 1.0,
-        "switching affinity on is one reload; log:\n{}",
-        f.logs()
-    );
+    before.check(&f, "affinity switched on").await;
 
-    let on = NoReload::capture(&f).await;
     m.write("ing.yaml", &ing(&[]));
     wait_store(&f, "demo_late_80", |b| b["affinity"].is_null()).await;
     let mut seen = BTreeSet::new();
@@ -714,7 +710,32 @@ async fn affinity_switched_on_is_one_reload_and_off_is_none() {
         2,
         "round robin again, the cookie ignored: {seen:?}"
     );
-    on.check(&f, "affinity switched off").await;
+    before.check(&f, "affinity switched off").await;
+
+    // A canary Ingress on the same host and path: its header routes at once.
+    m.write(
+        "canary.yaml",
+        &ingress(
+            "demo",
+            "late-next",
+            CANARY_CREATED,
+            "late.test",
+            &[("/", "Prefix", "late-next")],
+            &[("canary", "true"), ("canary-by-header", "X-Late")],
+        ),
+    );
+    wait_store(&f, "demo_late_80", |b| {
+        b["canary"]["backend"] == "demo_late-next_80"
+    })
+    .await;
+    let canary = format!("127.0.0.17:{port}");
+    for _ in 0..10 {
+        let (s, b, _) = hit(&c, &f, "late.test", "/", &[("X-Late", "always")]).await;
+        assert_eq!((s, b.as_str()), (200, canary.as_str()), "X-Late: always");
+        let (_, b, _) = hit(&c, &f, "late.test", "/", &[]).await;
+        assert_ne!(b, canary, "no header: the primary");
+    }
+    before.check(&f, "canary added").await;
 }
 
 // ---------------------------------------------------------------------------
