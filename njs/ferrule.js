@@ -164,11 +164,18 @@ function postBackends(r) {
 function getBackends(r) {
     var dir = stateDir(r);
     var meta = store.readMeta(dir);
-    var list = store.allBackends(dir).map(function (rec) {
-        return {generation: rec.generation, backend: rec.backend};
-    });
-    reply(r, 200, {version: meta ? meta.backends.version : null,
-                   generation: meta ? meta.backends.generation : 0, backends: list});
+    var head = {version: meta ? meta.backends.version : null,
+                generation: meta ? meta.backends.generation : 0};
+    var all = store.allBackends(dir);
+    if (r.args.names) {
+        // names only (the controller's adoption), as the Lua API
+        head.names = all.map(function (rec) { return rec.backend.name; }).sort();
+    } else {
+        head.backends = all.map(function (rec) {
+            return {generation: rec.generation, backend: rec.backend};
+        });
+    }
+    reply(r, 200, head);
 }
 
 function getBackend(r, name) {

@@ -539,12 +539,11 @@ impl BalancerClient {
                 .map(str::to_owned)
                 .collect()
         };
-        let backends = get("/configuration/backends").await?;
+        // names only: the full list makes the worker read and encode every backend
+        let backends = get("/configuration/backends?names=1").await?;
         let certificates = get("/configuration/certificates").await?;
         Ok((
-            strings(backends["backends"].as_array(), |b| {
-                b["backend"]["name"].as_str()
-            }),
+            strings(backends["names"].as_array(), Value::as_str),
             strings(certificates["hosts"].as_array(), Value::as_str),
         ))
     }

@@ -77,6 +77,9 @@ check "  ... returns the stored backend" grep -q "\"127.0.0.5\"" "$WORK/out/api"
 check "GET /configuration/backends lists all 9" \
     python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['backends']) != 9)" \
     <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends)
+check "GET /configuration/backends?names=1 lists the 9 names only" \
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(sorted(d) != ['generation','names','version'] or len(d['names']) != 9 or 'rr' not in d['names'])" \
+    <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" "http://x/configuration/backends?names=1")
 api GET /configuration/version >/dev/null
 check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
 
@@ -280,6 +283,13 @@ echo "    one change among 10k + 20 requests took $(( ($(date +%s%N) - T0) / 100
 check "the single change is live at once" [ "$(count "127.0.0.4:$B")" = 20 ]
 for _ in 1 2 3 4 5 6; do curl -s --unix-socket "$WORK/run/test.sock" http://t/t/worker; done | sort -u > "$WORK/out/wstate"
 check "still no full re-sync in any worker" bash -c "! grep -v 'full_syncs=1$' '$WORK/out/wstate'"
+T0=$(date +%s%N)
+curl -s -o "$WORK/out/all" --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends
+T1=$(date +%s%N)
+curl -s -o "$WORK/out/names" --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" "http://x/configuration/backends?names=1"
+T2=$(date +%s%N)
+echo "    GET of all 10k backends took $(( (T1 - T0) / 1000000 )) ms, of their names $(( (T2 - T1) / 1000000 )) ms"
+check "names of 10k backends" python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['names']) < 10000)" "$WORK/out/names"
 
 # ---------------------------------------------------------------- wrap up
 section "health"

@@ -106,6 +106,9 @@ check "  ... returns the stored backend" grep -q '"127.0.0.5"' "$WORK/out/api"
 check "GET /configuration/backends lists all 9" \
     python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['backends']) != 9)" \
     <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends)
+check "GET /configuration/backends?names=1 lists the 9 names only" \
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(sorted(d) != ['generation','names','version'] or len(d['names']) != 9 or 'rr' not in d['names'])" \
+    <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" "http://x/configuration/backends?names=1")
 api GET /configuration/version >/dev/null
 check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
 
