@@ -1,5 +1,5 @@
--- The in-NGINX balancer: balance() picks the peer, rewrite() picks the backend
--- first where a canary or affinity needs it, log() feeds EWMA.
+-- The in-NGINX balancer: balance() routes (canary, affinity) and picks the peer,
+-- rewrite() does the routing first where the rewrite phase runs, log() feeds EWMA.
 local ngx_balancer = require("ngx.balancer")
 local store = require("ferrule.store")
 local util = require("ferrule.util")
@@ -56,7 +56,7 @@ local function build(b, version)
     if obj.canary and obj.canary.header then
         obj.canary_header_var = canary.header_var(obj.canary.header)
     end
-    -- the variables rewrite() reads, named once per version, not per request
+    -- the variables route() reads, named once per version, not per request
     if obj.canary and obj.canary.cookie then
         obj.canary_cookie_var = "cookie_" .. obj.canary.cookie
     end
@@ -225,14 +225,14 @@ local function redirects()
     return rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http"
 end
 
--- Sends the affinity cookie naming `ep`: from rewrite(), or from balance() when a
--- retry moves the session (response headers can still be set there). Other
--- Set-Cookie headers stay; an earlier one of this cookie is replaced.
+-- Sends the affinity cookie naming `ep`, from the phase that routes the request
+-- (response headers can still be set in the balancer phase), again when a retry
+-- moves the session. Other Set-Cookie headers stay; an earlier one of this cookie
+-- is replaced.
 local function send_cookie(st, aff, ep)
-    -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set
-    -- in every location with a rewrite phase for canary or affinity): two Ingresses
-    -- on one host keep their cookies apart. It is declared by other locations but
-    -- not set in one rendered before its backend gained affinity: no Path of its own.
+    -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set in
+    -- every location with a backend): two Ingresses on one host keep their cookies
+    -- apart. A location without it (hand-written, or the Lua test's) sends "/".
     local path = not aff.path and ngx_var.ferrule_cookie_path or nil
     local https = aff.secure == nil and ngx_var.https == "on"
     local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time())
@@ -370,7 +370,9 @@ function _M.balance()
     if not failed then
         refresh()
     end
-    if redirects() and not routed_early() then
+    -- The first attempt only: a retry must not turn into a redirect (with, maybe, a
+    -- cookie already set for the peer that failed) because a certificate came.
+    if not failed and redirects() and not routed_early() then
         return answer("redirect")
     end
     if failed then

@@ -253,6 +253,22 @@ check "  ... and is no longer redirected to HTTPS" [ "$(redirect a.example.com /
 expect100 -H "Host: a.example.com" "$PROXY/redirect/up" > "$WORK/out/expect"
 check "  ... and an upload is proxied (through the rewrite phase a body turns on)" \
     bash -c "grep -q '< HTTP/1.1 100' '$WORK/out/expect' && grep -q '< HTTP/1.1 200' '$WORK/out/expect'"
+# A certificate that comes while a request waits for a peer that times out: the
+# retry on the other peer serves it, not a redirect.
+api POST /configuration/backends "{\"version\":8,\"backends\":[{\"name\":\"slowfirst\",\"endpoints\":[$(ep 127.0.0.5 $SLOW_PORT),$(ep 127.0.0.2 $B)],\"upstream_hash_by\":\"\$arg_k\"}]}" >/dev/null
+K=""
+for k in $(seq 1 40); do
+    if curl -s -H "Host: a.example.com" "$PROXY/slowfirst/?k=$k&sleep=0" | grep -q slow; then K=$k; break; fi
+done
+curl -s -o "$WORK/out/slowfirst" -w '%{http_code}' -H "Host: a.example.com" "$PROXY/slowfirst/?k=$K&sleep=1" > "$WORK/out/slowfirst.code" &
+SLOW_PID=$!
+sleep 0.2
+api POST /configuration/certificates "$(jcerts 4 a.example.com=a)" > /dev/null
+wait "$SLOW_PID"
+check "a retry after a certificate came is served, not redirected (k=$K)" \
+    bash -c "[ -n '$K' ] && [ \"\$(cat '$WORK/out/slowfirst.code')\" = 200 ] && grep -q '^127.0.0.2:$B ' '$WORK/out/slowfirst'"
+check "  ... and the next request is redirected" [ "$(redirect a.example.com "/slowfirst/?k=$K")" = "308 https://a.example.com/slowfirst/?k=$K" ]
+api POST /configuration/certificates "$(jcerts 5 rm=a.example.com)" > /dev/null
 check "broken PEM -> 400" [ "$(api POST /configuration/certificates '{"version":4,"certificates":[{"host":"b.example.com","cert":"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n","key":"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"}]}')" = 400 ]
 python3 - "$WORK/certs" > "$WORK/out/mismatch.json" <<'EOF'
 import json, sys

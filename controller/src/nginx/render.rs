@@ -579,10 +579,8 @@ fn default_location(model: &Model) -> LocationView {
     }
 }
 
-/// The Lua phases a location routed to `t` needs for its backend's balancing: the
-/// rewrite phase for a canary or affinity, the log phase for EWMA (false for a
-/// backend the model does not have).
-/// Whether the location runs the log phase (EWMA statistics).
+/// Whether a location routed to `t` runs the log phase: its backend (or its canary)
+/// balances with EWMA (false for a backend the model does not have).
 fn feeds_ewma(model: &Model, t: &Target) -> bool {
     match t {
         Target::Backend(b) => model.feeds_ewma(b),
@@ -734,13 +732,13 @@ struct LocationView {
     redirect_host: Option<String>,
     /// Whether the location runs the log phase (EWMA statistics).
     ewma: bool,
-    /// Whether the location runs `rewrite()` (the template ignores it for njs).
-    /// Elsewhere balance() alone routes, answering the 503 and the ssl-redirect through NGINX's own
-    /// servers: the rewrite phase costs every request about 4 % of throughput. Kept
-    /// for canary and affinity (decided, and their cookie set, before the balancer
-    /// phase), for other protocols than HTTP (the answering servers speak HTTP/1.1),
-    /// for rewrite-target (the redirect must carry the URI before the rewrite) and
-    /// where snippets may add access checks.
+    /// Whether the location runs `rewrite()` for every request (the template ignores
+    /// it for njs; elsewhere only requests with a body run it). Elsewhere balance()
+    /// alone routes, canary and affinity included, answering the 503 and the
+    /// ssl-redirect through NGINX's own servers: the rewrite phase costs every
+    /// request about 4 % of throughput. Kept for other protocols than HTTP (the
+    /// answering servers speak HTTP/1.1), for rewrite-target (the redirect must carry
+    /// the URI before the rewrite) and where snippets may add access checks.
     rewrite_phase: bool,
     /// `$ferrule_cookie_path` (every location with a backend).
     cookie_path: Option<String>,

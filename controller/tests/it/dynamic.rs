@@ -666,7 +666,7 @@ async fn affinity_and_a_new_canary_need_no_reload() {
             "late",
             CREATED,
             "late.test",
-            &[("/", "Prefix", "late")],
+            &[("/app", "Prefix", "late")],
             annotations,
         )
     };
@@ -674,7 +674,7 @@ async fn affinity_and_a_new_canary_need_no_reload() {
     let f = Ferrule::start(m.path(), &[]).await;
     wait_store(&f, "demo_late_80", |b| endpoint_count(b) == 2).await;
     let c = fresh_client();
-    let (s, _, h) = hit(&c, &f, "late.test", "/", &[]).await;
+    let (s, _, h) = hit(&c, &f, "late.test", "/app", &[]).await;
     assert_eq!(s, 200);
     assert!(set_cookie(&h, "late").is_none(), "no affinity yet");
     let before = NoReload::capture(&f).await;
@@ -684,11 +684,14 @@ async fn affinity_and_a_new_canary_need_no_reload() {
         &ing(&[("affinity", "cookie"), ("session-cookie-name", "late")]),
     );
     wait_store(&f, "demo_late_80", |b| !b["affinity"].is_null()).await;
-    let (s, first, h) = hit(&c, &f, "late.test", "/", &[]).await;
+    let (s, first, h) = hit(&c, &f, "late.test", "/app", &[]).await;
     assert_eq!(s, 200);
     let cookie = set_cookie(&h, "late").expect("the affinity cookie");
+    // the Ingress path, though the location was rendered before affinity came
+    let raw = h.get("set-cookie").unwrap().to_str().unwrap();
+    assert!(raw.contains("; Path=/app;"), "cookie path: {raw}");
     for _ in 0..20 {
-        let (s, b, _) = hit(&c, &f, "late.test", "/", &[("Cookie", &cookie)]).await;
+        let (s, b, _) = hit(&c, &f, "late.test", "/app", &[("Cookie", &cookie)]).await;
         assert_eq!((s, b.as_str()), (200, first.as_str()), "sticks to {first}");
     }
     before.check(&f, "affinity switched on").await;
@@ -697,7 +700,7 @@ async fn affinity_and_a_new_canary_need_no_reload() {
     wait_store(&f, "demo_late_80", |b| b["affinity"].is_null()).await;
     let mut seen = BTreeSet::new();
     for _ in 0..12 {
-        let (s, b, h) = hit(&c, &f, "late.test", "/", &[("Cookie", &cookie)]).await;
+        let (s, b, h) = hit(&c, &f, "late.test", "/app", &[("Cookie", &cookie)]).await;
         assert_eq!(s, 200);
         assert!(
             set_cookie(&h, "late").is_none(),
@@ -720,7 +723,7 @@ async fn affinity_and_a_new_canary_need_no_reload() {
             "late-next",
             CANARY_CREATED,
             "late.test",
-            &[("/", "Prefix", "late-next")],
+            &[("/app", "Prefix", "late-next")],
             &[("canary", "true"), ("canary-by-header", "X-Late")],
         ),
     );
@@ -730,9 +733,9 @@ async fn affinity_and_a_new_canary_need_no_reload() {
     .await;
     let canary = format!("127.0.0.17:{port}");
     for _ in 0..10 {
-        let (s, b, _) = hit(&c, &f, "late.test", "/", &[("X-Late", "always")]).await;
+        let (s, b, _) = hit(&c, &f, "late.test", "/app", &[("X-Late", "always")]).await;
         assert_eq!((s, b.as_str()), (200, canary.as_str()), "X-Late: always");
-        let (_, b, _) = hit(&c, &f, "late.test", "/", &[]).await;
+        let (_, b, _) = hit(&c, &f, "late.test", "/app", &[]).await;
         assert_ne!(b, canary, "no header: the primary");
     }
     before.check(&f, "canary added").await;
