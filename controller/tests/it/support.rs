@@ -11,13 +11,29 @@ use std::time::{Duration, Instant};
 use axum::extract::Request;
 use serde_json::{Value, json};
 
-/// A free TCP port on loopback (bound then released).
+/// A free TCP port on loopback, for a listener a test starts later (NGINX's). Taken
+/// below the kernel's ephemeral range (32768-60999 by default), where no outgoing
+/// connection of a concurrent test can take it as its source port before NGINX binds
+/// it (a kernel-chosen port 0 could be: CI once failed on that), and from a counter,
+/// so that two tests of this binary never get the same one.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    const FIRST: u16 = 20000;
+    const END: u16 = 32000;
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Start at a pid-based offset, so that two test binaries rarely probe the same ports.
+    let start = FIRST + (std::process::id() % 400) as u16 * 20;
+    let _ = NEXT.compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in FIRST..END {
+        let mut p = NEXT.fetch_add(1, Ordering::Relaxed);
+        if p >= END {
+            p = FIRST + p % (END - FIRST);
+        }
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port in {FIRST}..{END}")
 }
 
 /// An echo backend: answers every request with JSON naming itself, the method, the
