@@ -1,0 +1,442 @@
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use ferrule_model::{Backend, Endpoint, Model, ResourceRef, Snapshot};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use serde_json::json;
+
+use super::*;
+
+/// A fake balancer API: refuses (400) any POST naming a backend that starts with
+/// "bad", accepts the rest; records every accepted body. A GET sees an empty store.
+fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
+    let path = dir.join("api.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let accepted = Arc::new(Mutex::new(Vec::new()));
+    let log = accepted.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 65536];
+            let (get, body) = loop {
+                let n = s.read(&mut buf).await.unwrap();
+                raw.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if body.len() >= len {
+                        break (head.starts_with("GET "), body.to_owned());
+                    }
+                }
+            };
+            if get {
+                let reply = r#"{"backends":[],"hosts":[]}"#;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+                s.write_all(resp.as_bytes()).await.unwrap();
+                continue;
+            }
+            let v: Value = serde_json::from_str(&body).unwrap();
+            let bad = v["backends"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|b| b["name"].as_str().unwrap().starts_with("bad"));
+            let (status, reply) = if bad {
+                (400, r#"{"error":"backends[0] \"bad\": invalid"}"#)
+            } else {
+                log.lock().unwrap().push(v);
+                (201, "{}")
+            };
+            let resp = format!(
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+            s.write_all(resp.as_bytes()).await.unwrap();
+        }
+    });
+    (path, accepted)
+}
+
+fn backend(name: &str, ip: &str) -> Backend {
+    Backend {
+        name: name.to_owned(),
+        service: ResourceRef::new("Service", "ns", name),
+        service_port: "80".to_owned(),
+        endpoints: vec![Endpoint {
+            address: ip.to_owned(),
+            port: 80,
+        }],
+        balancing: Default::default(),
+    }
+}
+
+fn model(backends: &[Backend]) -> Model {
+    let mut m = ferrule_model::build(&Snapshot::default());
+    m.backends = backends
+        .iter()
+        .map(|b| (b.name.clone(), Arc::new(b.clone())))
+        .collect();
+    m
+}
+
+fn names(v: &Value) -> Vec<String> {
+    v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Hosts `a.test` and `b.test` on one certificate with the contents `pem`.
+fn tls_model(pem: &str) -> Model {
+    let mut m = model(&[]);
+    let secret = ResourceRef::new("Secret", "ns", "tls");
+    m.certificates = Arc::new(BTreeMap::from([(
+        "ns/tls".to_owned(),
+        Certificate {
+            secret,
+            cert_pem: format!("cert {pem}"),
+            key_pem: format!("key {pem}"),
+            names: vec!["a.test".into(), "b.test".into()],
+            not_after: i64::MAX,
+        },
+    )]));
+    let server = |host: &str| Server {
+        host: host.to_owned(),
+        tls: Some(ferrule_model::ServerTls {
+            certificate: Some("ns/tls".to_owned()),
+        }),
+        owner: None,
+        server_snippet: None,
+        locations: Vec::new(),
+    };
+    m.servers = Arc::new(vec![server("a.test"), server("b.test")]);
+    m
+}
+
+/// The hosts of the certificate POSTs, in order.
+fn certificate_posts(accepted: &Mutex<Vec<Value>>) -> Vec<Vec<String>> {
+    accepted
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["certificates"].as_array())
+        .map(|a| {
+            a.iter()
+                .map(|c| c["host"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn certificates_are_posted_when_they_change_and_after_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, accepted) = fake_api(dir.path());
+    let mut c = BalancerClient::new(sock, "t".into());
+    let first = tls_model("1");
+    assert_eq!(c.sync(&first).await.unwrap().certificates, 2);
+    // The endpoint fast path's model shares servers and certificates.
+    let mut next = first.clone();
+    next.backends = model(&[backend("a", "10.0.0.1")]).backends;
+    let p = c.sync(&next).await.unwrap();
+    assert_eq!((p.backends, p.certificates), (1, 0));
+    // A full build with the same contents: nothing to post either.
+    assert_eq!(c.sync(&tls_model("1")).await.unwrap().certificates, 0);
+    // A rotation posts both hosts again.
+    assert_eq!(c.sync(&tls_model("2")).await.unwrap().certificates, 2);
+    // After a reset (a new NGINX), the same shared model is posted in full.
+    let rotated = tls_model("3");
+    c.sync(&rotated).await.unwrap();
+    c.reset();
+    assert_eq!(c.sync(&rotated.clone()).await.unwrap().certificates, 2);
+    let ab = vec!["a.test".to_owned(), "b.test".to_owned()];
+    assert_eq!(certificate_posts(&accepted), vec![ab.clone(); 4]);
+}
+
+#[tokio::test]
+async fn a_timed_out_post_is_not_retried() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("api.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let posts = Arc::new(Mutex::new(0));
+    let seen = posts.clone();
+    // Answers the store read (empty); holds every POST without an answer.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                s.read_exact(&mut byte).await.unwrap();
+                head.push(byte[0]);
+            }
+            if head.starts_with(b"GET ") {
+                let reply = r#"{"backends":[],"hosts":[]}"#;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                    reply.len()
+                );
+                s.write_all(resp.as_bytes()).await.unwrap();
+            } else {
+                *seen.lock().unwrap() += 1;
+                held.push(s);
+            }
+        }
+    });
+    let mut c =
+        BalancerClient::new(path, "t".into()).with_request_timeout(Duration::from_millis(50));
+    let e = c
+        .sync(&model(&[backend("a", "10.0.0.1")]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no answer within"), "{e}");
+    assert_eq!(*posts.lock().unwrap(), 1, "one POST, not five");
+}
+
+#[tokio::test]
+async fn a_hung_api_is_an_error_not_a_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("api.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    // Accepts and reads, never answers.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (s, _) = listener.accept().await.unwrap();
+            held.push(s);
+        }
+    });
+    let mut c =
+        BalancerClient::new(path, "t".into()).with_request_timeout(Duration::from_millis(50));
+    let started = std::time::Instant::now();
+    let e = c
+        .sync(&model(&[backend("a", "10.0.0.1")]))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no answer within"), "{e}");
+    assert_eq!(
+        e.kind, BACKENDS,
+        "the store is read before backends are posted"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_refused_backend_does_not_block_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, accepted) = fake_api(dir.path());
+    let mut c = BalancerClient::new(sock, "t".into());
+
+    let p = c
+        .sync(&model(&[
+            backend("a", "10.0.0.1"),
+            backend("b", "10.0.0.2"),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!((p.backends, p.rejected.len()), (2, 0));
+
+    // One invalid backend arrives with a valid change: the valid one is applied.
+    let m = model(&[
+        backend("a", "10.0.0.9"),
+        backend("b", "10.0.0.2"),
+        backend("bad", "10.0.0.3"),
+    ]);
+    let p = c.sync(&m).await.unwrap();
+    assert_eq!(p.backends, 1);
+    assert_eq!(p.rejected.len(), 1, "{p:?}");
+    assert!(p.rejected[0].starts_with("backend bad: "), "{p:?}");
+    assert_eq!((p.rejected_backends(), p.rejected_certificates()), (1, 0));
+    let last = accepted.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(names(&last), ["a"]);
+
+    // Unchanged, the refused backend is not posted again; the next valid change
+    // goes through in a single POST.
+    let before = accepted.lock().unwrap().len();
+    assert_eq!(c.sync(&m).await.unwrap(), Posted::default());
+    let m = model(&[
+        backend("a", "10.0.0.9"),
+        backend("b", "10.0.0.7"),
+        backend("bad", "10.0.0.3"),
+    ]);
+    let p = c.sync(&m).await.unwrap();
+    assert_eq!((p.backends, p.rejected.len()), (1, 0));
+    let log = accepted.lock().unwrap();
+    assert_eq!(log.len(), before + 1);
+    assert_eq!(names(log.last().unwrap()), ["b"]);
+}
+
+#[tokio::test]
+async fn removals_survive_a_refused_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, accepted) = fake_api(dir.path());
+    let mut c = BalancerClient::new(sock, "t".into());
+    c.sync(&model(&[
+        backend("a", "10.0.0.1"),
+        backend("b", "10.0.0.2"),
+    ]))
+    .await
+    .unwrap();
+    let p = c
+        .sync(&model(&[
+            backend("a", "10.0.0.1"),
+            backend("bad", "10.0.0.3"),
+        ]))
+        .await
+        .unwrap();
+    assert_eq!((p.backends, p.rejected.len()), (1, 1), "{p:?}");
+    let log = accepted.lock().unwrap();
+    assert!(
+        log.iter().any(|v| v["removed"] == json!(["b"])),
+        "b removed: {log:?}"
+    );
+}
+
+#[tokio::test]
+async fn batches_carry_at_most_the_limit_and_removals_go_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, accepted) = fake_api(dir.path());
+    let mut c = BalancerClient::new(sock, "t".into()).with_batch(2);
+    let five: Vec<Backend> = (1..=5)
+        .map(|i| backend(&format!("b{i}"), &format!("10.0.0.{i}")))
+        .collect();
+    let p = c.sync(&model(&five)).await.unwrap();
+    assert_eq!((p.backends, p.rejected.len()), (5, 0));
+    let sizes: Vec<usize> = accepted
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|v| names(v).len())
+        .collect();
+    assert_eq!(sizes, [2, 2, 1]);
+
+    // Three changed, one removed, one refused: the valid ones still go through.
+    accepted.lock().unwrap().clear();
+    let next = [
+        backend("b1", "10.0.1.1"),
+        backend("b2", "10.0.1.2"),
+        backend("b3", "10.0.0.3"),
+        backend("b4", "10.0.0.4"),
+        backend("bad", "10.0.1.9"),
+    ];
+    let p = c.sync(&model(&next)).await.unwrap();
+    assert_eq!((p.backends, p.rejected.len()), (3, 1), "{p:?}");
+    let log = accepted.lock().unwrap();
+    assert_eq!(log[0]["removed"], json!(["b5"]));
+    assert!(log.iter().skip(1).all(|v| v["removed"] == json!([])));
+    let posted: BTreeSet<String> = log.iter().flat_map(names).collect();
+    assert_eq!(posted, BTreeSet::from(["b1".to_owned(), "b2".to_owned()]));
+    assert!(log.iter().all(|v| names(v).len() <= 2));
+}
+
+#[test]
+fn a_canary_on_the_backend_itself_is_dropped() {
+    let mut b = backend("a", "10.0.0.1");
+    b.balancing.canary = Some(ferrule_model::CanaryRoute {
+        backend: "a".into(),
+        rules: ferrule_model::annotations::Canary {
+            weight: 50,
+            weight_total: 100,
+            header: None,
+            header_value: None,
+            header_pattern: None,
+            cookie: None,
+            affinity_behavior: Default::default(),
+        },
+    });
+    let json = |b: &Backend| serde_json::to_value(BackendPayload::from(b)).unwrap();
+    assert!(json(&b)["canary"].is_null());
+    b.balancing.canary.as_mut().unwrap().backend = "c".into();
+    assert_eq!(json(&b)["canary"]["backend"], "c");
+}
+
+/// The payload is what the API documents (lua/README.md), field for field.
+#[test]
+fn backend_payload_fields() {
+    let mut b = backend("a", "10.0.0.1");
+    b.balancing.affinity = Some(Affinity {
+        cookie_name: "route".into(),
+        max_age: Some(60),
+        path: None,
+        secure: Some(false),
+        samesite: Some(ferrule_model::annotations::SameSite::Lax),
+        expires: Some(3600),
+        domain: Some(".example.com".into()),
+        change_on_failure: true,
+    });
+    b.balancing.canary = Some(ferrule_model::CanaryRoute {
+        backend: "c".into(),
+        rules: Canary {
+            weight: 10,
+            weight_total: 100,
+            header: Some("x-canary".into()),
+            header_value: None,
+            header_pattern: Some("^b".into()),
+            cookie: None,
+            affinity_behavior: ferrule_model::annotations::CanaryAffinity::Legacy,
+        },
+    });
+    let body = payload(
+        7,
+        "backends",
+        &[&BackendPayload::from(&b)],
+        &["gone".into()],
+    );
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "version": 7,
+            "backends": [{
+                "name": "a",
+                "endpoints": [{"address": "10.0.0.1", "port": 80}],
+                "load_balance": "round_robin",
+                "upstream_hash_by": null,
+                "affinity": {
+                    "mode": "cookie", "cookie_name": "route", "max_age": 60, "path": null,
+                    "secure": false, "samesite": "Lax", "expires": 3600, "domain": ".example.com",
+                    "change_on_failure": true,
+                },
+                "canary": {
+                    "backend": "c", "weight": 10, "weight_total": 100,
+                    "header": "x-canary", "header_value": null, "header_pattern": "^b",
+                    "cookie": null,
+                    "affinity_behavior": "legacy",
+                },
+            }],
+            "removed": ["gone"],
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_large_sync_is_posted_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, accepted) = fake_api(dir.path());
+    let mut c = BalancerClient::new(sock, "t".into());
+    let many: Vec<Backend> = (0..2500)
+        .map(|i| backend(&format!("b{i:04}"), "10.0.0.1"))
+        .collect();
+    let p = c.sync(&model(&many)).await.unwrap();
+    assert_eq!((p.backends, p.rejected.len()), (2500, 0));
+    let log = accepted.lock().unwrap();
+    let sizes: Vec<usize> = log.iter().map(|v| names(v).len()).collect();
+    assert_eq!(sizes, [1000, 1000, 500]);
+}

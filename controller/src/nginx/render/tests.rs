@@ -1,0 +1,990 @@
+//! Snapshots of rendered configuration for representative models (reviewed with
+//! `cargo insta review`), and proof that hostile values cannot escape their token.
+
+use std::collections::BTreeMap;
+
+use ferrule_model::{Settings, Severity, Snapshot, objects};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::*;
+
+const CONFIGMAP: (&str, &str) = ("ingress-nginx", "ferrule");
+
+/// A model from YAML documents (`watch_without_class`, so no IngressClass needed).
+fn model_with(yaml: &str, settings: Settings) -> Model {
+    let mut snap = Snapshot {
+        settings: Settings {
+            watch_without_class: true,
+            ..settings
+        },
+        ..Snapshot::default()
+    };
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let v = Value::deserialize(doc).expect("valid YAML");
+        if !v.is_null() {
+            objects::add(&mut snap, v, Some(CONFIGMAP)).expect("valid object");
+        }
+    }
+    ferrule_model::build(&snap)
+}
+
+/// A model (with [`SERVICES`]) whose only errors are the `expected` ones.
+fn model_expecting(yaml: &str, settings: Settings, expected: &[&str]) -> Model {
+    let m = model_with(&format!("{SERVICES}\n---\n{yaml}"), settings);
+    let errors: Vec<&str> = m
+        .problems
+        .iter()
+        .filter(|p| p.severity == Severity::Error)
+        .map(|p| p.message.as_str())
+        .collect();
+    assert_eq!(errors.len(), expected.len(), "problems: {errors:#?}");
+    for (e, want) in errors.iter().zip(expected) {
+        assert!(e.contains(want), "{e:?} does not mention {want:?}");
+    }
+    m
+}
+
+/// A model (with [`SERVICES`]) that must build without errors.
+fn model(yaml: &str, settings: Settings) -> Model {
+    model_expecting(yaml, settings, &[])
+}
+
+fn opts(prefix: &str) -> RenderOptions {
+    RenderOptions {
+        prefix: PathBuf::from(prefix),
+        listen_address: "*".to_owned(),
+        http_port: 80,
+        https_port: 443,
+        worker_processes: "auto".to_owned(),
+        user: None,
+        modules: Vec::new(),
+        configmap: Some(format!("{}/{}", CONFIGMAP.0, CONFIGMAP.1)),
+        balancer: Balancer::Lua,
+    }
+}
+
+/// Every server file of the model, rendered with prefix `/ferrule`.
+fn servers(model: &Model) -> String {
+    let rendered = Renderer::new(opts("/ferrule")).render(model).unwrap();
+    rendered
+        .iter()
+        .filter(|(path, _)| path.starts_with("conf/servers/"))
+        .map(|(path, f)| format!("#### {path}\n{}", f.text))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Services `app` and `canary` in namespace `demo` with one ready endpoint each.
+const SERVICES: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: { name: app, namespace: demo }
+spec: { ports: [{ name: http, port: 80, targetPort: 8080 }] }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: app-1, namespace: demo, labels: { kubernetes.io/service-name: app } }
+addressType: IPv4
+ports: [{ name: http, port: 8080 }]
+endpoints: [{ addresses: ["10.0.0.1"], conditions: { ready: true } }]
+---
+apiVersion: v1
+kind: Service
+metadata: { name: canary, namespace: demo }
+spec: { ports: [{ name: http, port: 80, targetPort: 8080 }] }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: canary-1, namespace: demo, labels: { kubernetes.io/service-name: canary } }
+addressType: IPv4
+ports: [{ name: http, port: 8080 }]
+endpoints: [{ addresses: ["10.0.0.2"], conditions: { ready: true } }]
+"#;
+
+fn fixture(name: &str) -> String {
+    let path = format!(
+        "{}/../model/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[test]
+fn simple_host() {
+    let m = model_expecting(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: web, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: web.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /api/, pathType: Prefix, backend: { service: { name: app, port: { name: http } } } }
+      - { path: /healthz, pathType: Exact, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /docs/, pathType: Exact, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /gone, pathType: Prefix, backend: { service: { name: missing, port: { number: 80 } } } }
+"#,
+        Settings::default(),
+        &["missing"],
+    );
+    insta::assert_snapshot!(servers(&m));
+}
+
+#[test]
+fn the_log_phase_only_where_ewma_is_used() {
+    let ingress = |name: &str, host: &str, lb: &str| {
+        format!(
+            r#"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations: {{ nginx.ingress.kubernetes.io/load-balance: {lb} }}
+spec:
+  rules:
+  - host: {host}
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: {name}, port: {{ number: 80 }} }} }} }}
+"#
+        )
+    };
+    let m = model(
+        &format!(
+            "{SERVICES}{}{}",
+            ingress("app", "ewma.example.com", "ewma"),
+            ingress("canary", "rr.example.com", "round_robin")
+        ),
+        Settings::default(),
+    );
+    let rendered = Renderer::new(opts("/ferrule")).render(&m).unwrap();
+    let log_phases = |host: &str| {
+        rendered[&server_file(host)]
+            .text
+            .matches("log_by_lua_block")
+            .count()
+    };
+    assert_eq!(log_phases("ewma.example.com"), 1);
+    assert_eq!(log_phases("rr.example.com"), 0);
+    let includes = rendered
+        .values()
+        .map(|f| f.text.matches("log_by_lua").count())
+        .sum::<usize>();
+    assert_eq!(includes, 1, "nowhere else, not in nginx.conf");
+}
+
+#[test]
+fn the_rewrite_phase_only_where_the_balancer_phase_is_too_late() {
+    // (annotations of the Ingress on h.example.com, extra documents, rewrite
+    // phases wanted in its file (`/` is one location) and in all other files)
+    let check = |annotations: &str, extra: &str, want: usize, want_elsewhere: usize| {
+        let m = model(
+            &format!(
+                r#"{SERVICES}{extra}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: app
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations: {{ {annotations} }}
+spec:
+  rules:
+  - host: h.example.com
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+"#
+            ),
+            Settings {
+                allow_snippet_annotations: true,
+                ..Settings::default()
+            },
+        );
+        for (balancer, want, want_elsewhere) in
+            [(Balancer::Lua, want, want_elsewhere), (Balancer::Njs, 0, 0)]
+        {
+            let rendered = Renderer::new(RenderOptions {
+                balancer,
+                ..opts("/ferrule")
+            })
+            .render(&m)
+            .unwrap();
+            // (every request, only requests with a body)
+            let phases = |text: &str| {
+                let lines = || text.lines().map(str::trim_start);
+                (
+                    lines().filter(|l| l.starts_with("rewrite_by_lua")).count(),
+                    lines()
+                        .filter(|l| l.starts_with("if ($ferrule_request_body) { rewrite_by_lua"))
+                        .count(),
+                )
+            };
+            let host = &rendered[&server_file("h.example.com")].text;
+            // the one location has the phase either always or for bodies
+            let lua = usize::from(balancer == Balancer::Lua);
+            assert_eq!(
+                phases(host),
+                (want, lua - want),
+                "{balancer:?}, annotations {{ {annotations} }}"
+            );
+            let elsewhere = rendered
+                .iter()
+                .filter(|(f, _)| *f != &server_file("h.example.com"))
+                .map(|(_, r)| phases(&r.text).0)
+                .sum::<usize>();
+            assert_eq!(elsewhere, want_elsewhere, "{balancer:?}: other files");
+        }
+    };
+    const P: &str = "nginx.ingress.kubernetes.io";
+    check("", "", 0, 0);
+    check(&format!("{P}/load-balance: ewma"), "", 0, 0);
+    check(&format!("{P}/upstream-hash-by: $remote_addr"), "", 0, 0);
+    // canary and affinity are decided in the balancer phase
+    check(&format!("{P}/affinity: cookie"), "", 0, 0);
+    check(&format!("{P}/rewrite-target: /x"), "", 1, 0);
+    check(&format!("{P}/backend-protocol: HTTPS"), "", 1, 0);
+    check(&format!("{P}/backend-protocol: GRPC"), "", 1, 0);
+    let snippet = format!("{P}/configuration-snippet: 'auth_basic on;'");
+    check(&snippet, "", 1, 0);
+    check(&format!("{P}/server-snippet: 'auth_basic on;'"), "", 1, 0);
+    // The same backend as the catch-all's default: its location needs it too.
+    let default_backend = r#"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: catch-all
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+spec:
+  defaultBackend: { service: { name: app, port: { number: 80 } } }
+"#;
+    check("", default_backend, 0, 0);
+    check(&format!("{P}/affinity: cookie"), default_backend, 0, 0);
+    let canary = r#"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: canary
+  namespace: demo
+  creationTimestamp: "2026-01-02T00:00:00Z"
+  annotations: { nginx.ingress.kubernetes.io/canary: "true", nginx.ingress.kubernetes.io/canary-weight: "10" }
+spec:
+  rules:
+  - host: h.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#;
+    check("", canary, 0, 0);
+    let location_snippet = r#"
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: ferrule, namespace: ingress-nginx }
+data: { location-snippet: "auth_basic on;" }
+"#;
+    check("", location_snippet, 1, 0);
+}
+
+/// A TLS host proxying over HTTPS with proxy settings, a gRPC host, a forced
+/// redirect.
+fn tls_and_protocols() -> String {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": { "name": "a-tls", "namespace": "demo" },
+        "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
+    });
+    format!(
+        r#"{secret}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: secure
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/proxy-body-size: 8m
+    nginx.ingress.kubernetes.io/proxy-connect-timeout: "5"
+    nginx.ingress.kubernetes.io/proxy-read-timeout: "120s"
+    nginx.ingress.kubernetes.io/proxy-send-timeout: "30"
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+spec:
+  tls: [{{ hosts: [a.example.com], secretName: a-tls }}]
+  rules:
+  - host: a.example.com
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: grpc
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/backend-protocol: GRPC
+    nginx.ingress.kubernetes.io/ssl-redirect: "false"
+    nginx.ingress.kubernetes.io/force-ssl-redirect: "false"
+spec:
+  rules:
+  - host: grpc.example.com
+    http:
+      paths:
+      - {{ path: /pkg.Service, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: forced
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/force-ssl-redirect: "true"
+spec:
+  rules:
+  - host: forced.example.com
+    http:
+      paths:
+      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+"#
+    )
+}
+
+#[test]
+fn tls_host_with_proxy_settings() {
+    let m = model(&tls_and_protocols(), Settings::default());
+    insta::assert_snapshot!(servers(&m));
+}
+
+const REWRITE: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  rules:
+  - host: rw.example.com
+    http:
+      paths:
+      - { path: "/api(/|$)(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+"#;
+
+/// The njs balancer: its contract in nginx.conf, certificates from `data:`
+/// variables, the peer checked before any rewrite, the njs includes.
+#[test]
+fn njs_balancer() {
+    let m = model(
+        &format!("{}\n---\n{REWRITE}", tls_and_protocols()),
+        Settings::default(),
+    );
+    let mut o = opts("/ferrule");
+    o.balancer = Balancer::Njs;
+    o.modules = vec!["/usr/lib/nginx/modules/ngx_http_js_module.so".to_owned()];
+    let rendered = Renderer::new(o).render(&m).unwrap();
+    let text = rendered
+        .iter()
+        .filter(|(p, _)| *p == "conf/nginx.conf" || p.starts_with("conf/servers/"))
+        .map(|(p, f)| {
+            format!(
+                "#### {p}\n{}",
+                f.text.replace(rendered.version(), "<config-version>")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn wildcard_and_exact_hosts() {
+    let m = model(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: wild, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: "*.foo.example.com"
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+  - host: bar.foo.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#,
+        Settings::default(),
+    );
+    insta::assert_snapshot!(servers(&m));
+}
+
+#[test]
+fn regex_and_rewrite() {
+    let m = model(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: rewrite
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/use-regex: "true"
+    nginx.ingress.kubernetes.io/rewrite-target: /$2
+spec:
+  rules:
+  - host: rewrite.example.com
+    http:
+      paths:
+      - { path: "/something(/|$)(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: "/v[0-9]+/(.*)", pathType: ImplementationSpecific, backend: { service: { name: app, port: { number: 80 } } } }
+      - { path: /exact, pathType: Exact, backend: { service: { name: app, port: { number: 80 } } } }
+"#,
+        Settings::default(),
+    );
+    insta::assert_snapshot!(servers(&m));
+}
+
+#[test]
+fn canary() {
+    let m = model(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: main, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: main-canary
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:01Z"
+  annotations:
+    nginx.ingress.kubernetes.io/canary: "true"
+    nginx.ingress.kubernetes.io/canary-weight: "20"
+    nginx.ingress.kubernetes.io/canary-by-header: X-Canary
+spec:
+  rules:
+  - host: shop.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#,
+        Settings::default(),
+    );
+    // The canary adds no location: the split happens in the balancer.
+    let canary = m.backends["demo_app_80"].balancing.canary.as_ref();
+    assert_eq!(canary.map(|c| c.backend.as_str()), Some("demo_canary_80"));
+    insta::assert_snapshot!(servers(&m));
+}
+
+#[test]
+fn snippets_enabled() {
+    let m = model(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: ferrule, namespace: ingress-nginx }
+data:
+  http-snippet: "map $http_x_tenant $tenant { default none; }"
+  server-snippet: "add_header X-Server-Snippet on;"
+  location-snippet: "add_header X-Location-Snippet on;"
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: snippets
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations:
+    nginx.ingress.kubernetes.io/server-snippet: |
+      location = /server-snippet { return 204; }
+    nginx.ingress.kubernetes.io/configuration-snippet: |
+      more_set_headers "X-Config: on";
+      add_header X-Config-Snippet on;
+spec:
+  rules:
+  - host: snippets.example.com
+    http:
+      paths:
+      - { path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+"#,
+        Settings {
+            allow_snippet_annotations: true,
+            ..Settings::default()
+        },
+    );
+    let rendered = Renderer::new(opts("/ferrule")).render(&m).unwrap();
+    let main = &rendered["conf/nginx.conf"].text;
+    let http_snippet = main
+        .lines()
+        .skip_while(|l| !l.contains("ConfigMap http-snippet"))
+        .take(4)
+        .collect::<Vec<_>>()
+        .join("\n");
+    insta::assert_snapshot!(format!(
+        "#### conf/nginx.conf (http-snippet)\n{http_snippet}\n{}",
+        servers(&m)
+    ));
+}
+
+#[test]
+fn default_backend() {
+    let m = model(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: catch-all, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  defaultBackend: { service: { name: app, port: { number: 80 } } }
+  rules:
+  - http:
+      paths:
+      - { path: /api, pathType: Prefix, backend: { service: { name: canary, port: { number: 80 } } } }
+"#,
+        Settings::default(),
+    );
+    insta::assert_snapshot!(servers(&m));
+    // Without any Ingress: the implicit default server answers 404.
+    insta::assert_snapshot!("no_ingress", servers(&model("", Settings::default())));
+}
+
+/// The version NGINX answers with names what it read: a model that differs in
+/// endpoints only renders the same files and the same version (no reload).
+#[test]
+fn the_version_follows_the_files_not_the_endpoints() {
+    let r = Renderer::new(opts("/ferrule"));
+    let m = model(&tls_and_protocols(), Settings::default());
+    let mut moved = m.clone();
+    for b in moved.backends.values_mut() {
+        std::sync::Arc::make_mut(b).endpoints.clear();
+    }
+    assert_ne!(m.hash(), moved.hash());
+    let (a, b) = (r.render(&m).unwrap(), r.render(&moved).unwrap());
+    assert_eq!(a.version(), b.version());
+    let nginx_conf = &a["conf/nginx.conf"].text;
+    assert!(
+        nginx_conf.contains(&format!("return 200 \"{}\";", a.version())),
+        "{nginx_conf}"
+    );
+    let mut other = m.clone();
+    std::sync::Arc::make_mut(&mut other.servers)[0]
+        .locations
+        .pop();
+    assert_ne!(r.render(&other).unwrap().version(), a.version());
+}
+
+#[test]
+fn main_config() {
+    let m = model("", Settings::default());
+    let mut o = opts("/ferrule");
+    o.user = Some("nobody".to_owned());
+    o.modules = vec!["/usr/lib/nginx/modules/ngx_http_lua_module.so".to_owned()];
+    let rendered = Renderer::new(o).render(&m).unwrap();
+    let text = rendered["conf/nginx.conf"]
+        .text
+        .replace(rendered.version(), "<config-version>");
+    insta::assert_snapshot!(text);
+}
+
+// ---------------------------------------------------------------------------
+// Hostile values.
+
+/// The same files (server files are named by host) with the same structure: no
+/// directive, block or parameter was added, removed or ended early.
+fn assert_same_structure(h: &BTreeMap<String, String>, b: &BTreeMap<String, String>) {
+    assert_eq!(h.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());
+    for (path, text) in h {
+        assert_eq!(
+            skeleton(text),
+            skeleton(&b[path]),
+            "{path}: structure differs\n{text}"
+        );
+    }
+}
+
+/// The structure NGINX parses from a configuration: one entry per directive
+/// (`depth name argc`), following `ngx_conf_read_token` (comments start only where
+/// a token starts; quotes only at the start of a token, with backslash escapes).
+/// Bodies of `*_by_lua_block` directives are Lua, skipped by brace counting.
+fn skeleton(conf: &str) -> Vec<String> {
+    let b = conf.as_bytes();
+    let (mut i, mut depth) = (0, 0usize);
+    let mut out = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    while i < b.len() {
+        let c = b[i];
+        match c {
+            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+            b'#' => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b';' | b'{' | b'}' => {
+                if c == b'}' {
+                    assert!(words.is_empty(), "unterminated directive {words:?}");
+                    depth = depth.checked_sub(1).expect("unbalanced }");
+                } else {
+                    let name = words.first().cloned().unwrap_or_default();
+                    out.push(format!("{depth} {name} {}", words.len() - 1));
+                    words.clear();
+                    if c == b'{' {
+                        if name.ends_with("_by_lua_block") {
+                            let mut level = 1;
+                            while level > 0 {
+                                i += 1;
+                                match b[i] {
+                                    b'{' => level += 1,
+                                    b'}' => level -= 1,
+                                    _ => {}
+                                }
+                            }
+                        } else {
+                            depth += 1;
+                        }
+                    }
+                }
+                i += 1;
+            }
+            b'"' | b'\'' => {
+                let mut w = String::new();
+                i += 1;
+                while b[i] != c {
+                    if b[i] == b'\\' {
+                        i += 1;
+                    }
+                    w.push(b[i] as char);
+                    i += 1;
+                }
+                i += 1;
+                // NGINX also accepts `)` there, as in `if ($x = "")`.
+                assert!(
+                    i >= b.len() || b" \t\r\n;{)".contains(&b[i]),
+                    "a quoted token must be followed by a separator at byte {i}"
+                );
+                words.push(w);
+            }
+            _ => {
+                let mut w = String::new();
+                while i < b.len() && !b" \t\r\n;{}".contains(&b[i]) {
+                    if b[i] == b'\\' {
+                        i += 1;
+                    }
+                    w.push(b[i] as char);
+                    i += 1;
+                }
+                words.push(w);
+            }
+        }
+    }
+    assert_eq!(depth, 0, "unbalanced blocks");
+    out
+}
+
+#[test]
+fn skeleton_sees_injected_directives() {
+    let ok = "server { listen \"80\"; }";
+    let injected = "server { listen \"80\"; } server { listen 81; }";
+    assert_eq!(skeleton(ok), vec!["0 server 0", "1 listen 1"]);
+    assert_ne!(skeleton(ok), skeleton(injected));
+    assert_eq!(skeleton("a \"x;}\\\"#\" b#c;"), vec!["0 a 2"]);
+}
+
+/// Hostile strings in every user-controlled place that reaches a file, each with a
+/// benign twin of the same role.
+struct Values {
+    ns: &'static str,
+    ingress: &'static str,
+    service: &'static str,
+    port: &'static str,
+    secret: &'static str,
+    regex_path: &'static str,
+    rewrite: &'static str,
+}
+
+const HOSTILE: Values = Values {
+    // No control character here: the model refuses a backend name with one (the
+    // balancer API would), and the namespace is part of the backend's name. The
+    // Ingress and Secret names keep their newlines.
+    ns: "demo\";} server{listen 1;}#",
+    ingress: "evil\";\n} server { listen 2; }\n# x",
+    service: "svc\";}server{listen 3;}#$http_x_pick",
+    port: "http\";}#",
+    secret: "tls\";}\nssl_certificate x;#",
+    regex_path: "/r\";}server{return(200);#(.*)",
+    rewrite: "/$1#frag",
+};
+
+const BENIGN: Values = Values {
+    ns: "demo",
+    ingress: "nice",
+    service: "svc",
+    port: "http",
+    secret: "tls",
+    regex_path: "/r/(.*)",
+    rewrite: "/$1",
+};
+
+fn world(v: &Values) -> String {
+    let docs = [
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": v.service, "namespace": v.ns },
+            "spec": { "ports": [{ "name": v.port, "port": 80, "targetPort": 8080 }] },
+        }),
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {
+                "name": "s-1", "namespace": v.ns,
+                "labels": { "kubernetes.io/service-name": v.service },
+            },
+            "addressType": "IPv4",
+            "ports": [{ "name": v.port, "port": 8080 }],
+            "endpoints": [{ "addresses": ["10.0.0.1"], "conditions": { "ready": true } }],
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": { "name": v.secret, "namespace": v.ns },
+            "stringData": { "tls.crt": fixture("a.crt"), "tls.key": fixture("a.key") },
+        }),
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {
+                "name": v.ingress, "namespace": v.ns,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {
+                "tls": [{ "hosts": ["a.example.com"], "secretName": v.secret }],
+                "rules": [{ "host": "a.example.com", "http": { "paths": [
+                    { "path": "/p", "pathType": "Prefix",
+                      "backend": { "service": { "name": v.service, "port": { "name": v.port } } } },
+                    { "path": "/x", "pathType": "Exact",
+                      "backend": { "service": { "name": v.service, "port": { "number": 80 } } } },
+                ] } }],
+            },
+        }),
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {
+                "name": "regex", "namespace": v.ns,
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "annotations": {
+                    "nginx.ingress.kubernetes.io/use-regex": "true",
+                    "nginx.ingress.kubernetes.io/rewrite-target": v.rewrite,
+                },
+            },
+            "spec": { "rules": [{ "host": "b.example.com", "http": { "paths": [
+                { "path": v.regex_path, "pathType": "ImplementationSpecific",
+                  "backend": { "service": { "name": v.service, "port": { "number": 80 } } } },
+            ] } }] },
+        }),
+    ];
+    docs.iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+#[test]
+fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
+    let cases: &[(&str, &str)] = &[
+        ("proxy-body-size", "1m; return 200 \"x\""),
+        ("proxy-read-timeout", "5;}"),
+        ("rewrite-target", "/x; return 200"),
+        ("rewrite-target", "/x\"}"),
+        ("rewrite-target", "/x\n}"),
+        ("session-cookie-name", "a;b"),
+    ];
+    for (key, value) in cases {
+        let ing = json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": {
+                "name": "bad", "namespace": "demo",
+                "annotations": { format!("nginx.ingress.kubernetes.io/{key}"): value },
+            },
+            "spec": { "rules": [{ "host": "bad.example.com", "http": { "paths": [
+                { "path": "/", "pathType": "Prefix",
+                  "backend": { "service": { "name": "app", "port": { "number": 80 } } } },
+            ] } }] },
+        });
+        let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+        assert!(
+            m.problems
+                .iter()
+                .any(|p| p.severity == Severity::Error && p.message.contains(key)),
+            "{key}: {value:?} accepted: {:#?}",
+            m.problems
+        );
+        assert!(m.server("bad.example.com").is_none(), "{key}: {value:?}");
+    }
+    for host in [
+        "a.test;", "a.test}", "a\".test", "a test", "a.test\n", "#a.test",
+    ] {
+        let ing = json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": { "name": "bad", "namespace": "demo" },
+            "spec": { "rules": [{ "host": host, "http": { "paths": [
+                { "path": "/", "pathType": "Prefix",
+                  "backend": { "service": { "name": "app", "port": { "number": 80 } } } },
+            ] } }] },
+        });
+        let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+        assert_eq!(m.servers.len(), 0, "host {host:?} accepted");
+    }
+    for path in ["/a;b", "/a{", "/a}", "/a\"", "/a b", "/a\nb", "/a\\"] {
+        let ing = json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+            "metadata": { "name": "bad", "namespace": "demo" },
+            "spec": { "rules": [{ "host": "p.example.com", "http": { "paths": [
+                { "path": path, "pathType": "Prefix",
+                  "backend": { "service": { "name": "app", "port": { "number": 80 } } } },
+            ] } }] },
+        });
+        let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+        assert!(m.servers.is_empty(), "path {path:?} accepted");
+    }
+}
+
+/// Everything rendered for a model, as (path, text), certificates excluded.
+fn render_all(model: &Model, prefix: &Path, balancer: Balancer) -> BTreeMap<String, String> {
+    let mut o = opts(&prefix.to_string_lossy());
+    o.balancer = balancer;
+    Renderer::new(o)
+        .render(model)
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| (k, v.text))
+        .collect()
+}
+
+#[tokio::test]
+async fn hostile_values_cannot_escape_their_token() {
+    let hostile = model_with(&world(&HOSTILE), Settings::default());
+    let benign = model_with(&world(&BENIGN), Settings::default());
+    // Both build the same thing: 2 servers, a backend, a certificate, no errors.
+    for m in [&hostile, &benign] {
+        let errors: Vec<_> = m
+            .problems
+            .iter()
+            .filter(|p| p.severity == Severity::Error)
+            .collect();
+        assert!(errors.is_empty(), "{errors:#?}");
+        assert_eq!(m.servers.len(), 2);
+        assert_eq!(m.backends.len(), 2, "by port name and by number");
+        assert_eq!(m.certificates.len(), 1);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (h, b) = (
+        render_all(&hostile, dir.path(), Balancer::Lua),
+        render_all(&benign, dir.path(), Balancer::Lua),
+    );
+    assert_same_structure(&h, &b);
+    // The hostile strings are there, but only quoted.
+    let host_file = &h[&server_file("a.example.com")];
+    assert!(
+        host_file.contains(r#"demo\";} server{listen 1;}#"#),
+        "{host_file}"
+    );
+    assert!(!host_file.contains("server{listen 1;}#\n"));
+    // A `$` in a name never reads a variable where NGINX expands them.
+    assert!(
+        host_file.contains("#${ferrule_dollar}http_x_pick_"),
+        "{host_file}"
+    );
+    assert!(!host_file.contains("#$http_x_pick"), "{host_file}");
+
+    // And NGINX accepts it.
+    if which_nginx().is_none() {
+        eprintln!("nginx not installed: skipping nginx -t");
+        return;
+    }
+    let out = nginx_test(&hostile, dir.path(), Balancer::Lua).await;
+    assert!(out.is_ok(), "nginx -t failed: {out:?}");
+}
+
+/// In njs mode too, hostile values stay in their token, and NGINX (with the js
+/// module) accepts the configuration with every backend protocol.
+#[tokio::test]
+async fn njs_configuration_is_quoted_and_passes_nginx_t() {
+    let hostile = model_with(&world(&HOSTILE), Settings::default());
+    let benign = model_with(&world(&BENIGN), Settings::default());
+    let dir = tempfile::tempdir().unwrap();
+    let h = render_all(&hostile, dir.path(), Balancer::Njs);
+    let b = render_all(&benign, dir.path(), Balancer::Njs);
+    assert_same_structure(&h, &b);
+    let host_file = &h[&server_file("a.example.com")];
+    assert!(
+        host_file.contains("#${ferrule_dollar}http_x_pick_"),
+        "{host_file}"
+    );
+    if which_nginx().is_none()
+        || !Path::new("/usr/lib/nginx/modules/ngx_http_js_module.so").exists()
+    {
+        eprintln!("nginx or its js module not installed: skipping nginx -t");
+        return;
+    }
+    let out = nginx_test(&hostile, dir.path(), Balancer::Njs).await;
+    assert!(out.is_ok(), "nginx -t failed: {out:?}");
+    let protocols = model(
+        &format!("{}\n---\n{REWRITE}", tls_and_protocols()),
+        Settings::default(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = nginx_test(&protocols, dir.path(), Balancer::Njs).await;
+    assert!(out.is_ok(), "nginx -t failed: {out:?}");
+}
+
+fn which_nginx() -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join("nginx"))
+        .find(|p| p.exists())
+}
+
+/// Writes every file of `model` into `prefix` (as the controller does, with the
+/// modules the controller loads) and runs `nginx -t`.
+async fn nginx_test(
+    model: &Model,
+    prefix: &Path,
+    balancer: Balancer,
+) -> Result<(), crate::nginx::process::TestFailure> {
+    let mut o = opts(&prefix.to_string_lossy());
+    o.balancer = balancer;
+    o.modules = balancer
+        .modules()
+        .iter()
+        .map(|m| format!("/usr/lib/nginx/modules/{m}"))
+        .collect();
+    let pem = crate::tls::self_signed_default().unwrap();
+    let dp = crate::nginx::Dataplane::new(Renderer::new(o), "nginx".into(), pem).unwrap();
+    let (_, specs) = dp.files(model).unwrap();
+    crate::nginx::files::write_all(prefix, &specs).unwrap();
+    crate::nginx::process::Nginx::new("nginx", prefix)
+        .test()
+        .await
+}
