@@ -229,6 +229,10 @@ pub struct Backend {
     pub endpoints: Vec<Endpoint>,
     /// Balancing settings (changing them needs no reload).
     pub balancing: Balancing,
+    /// `service-upstream`: the one endpoint is the Service's ClusterIP and port, and
+    /// EndpointSlices do not apply.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_ip: bool,
 }
 
 /// A ready endpoint of a backend.

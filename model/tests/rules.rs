@@ -1166,6 +1166,78 @@ fn annotation_load_balance_default_from_the_configmap() {
     );
 }
 
+/// `service-upstream`: the Ingress proxies to the Service's ClusterIP and port (a
+/// backend of its own, untouched by EndpointSlices), other Ingresses to the same
+/// Service to its endpoints; a headless Service keeps its endpoints, with a warning.
+#[test]
+fn annotation_service_upstream_proxies_to_the_cluster_ip() {
+    let mut svc = service("default/a", &[("http", 80, "8080")]);
+    svc["spec"]["clusterIP"] = json!("10.96.0.10");
+    let mut headless = service("default/h", &[("http", 80, "8080")]);
+    headless["spec"]["clusterIP"] = json!("None");
+    let yaml = docs![
+        svc,
+        slice(
+            "default/a-1",
+            "a",
+            &[("http", 8080)],
+            &[("10.0.0.1", Some(true))]
+        ),
+        headless,
+        slice(
+            "default/h-1",
+            "h",
+            &[("http", 8080)],
+            &[("10.0.0.2", Some(true))]
+        ),
+        Ing::new("default/mesh", 1)
+            .ann("service-upstream", "true")
+            .rule("mesh.test", &[("/", "Prefix", "a", "80")])
+            .rule("headless.test", &[("/", "Prefix", "h", "80")]),
+        Ing::new("default/plain", 2).rule("plain.test", &[("/", "Prefix", "a", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("mesh.test", "/", "default_a_80_cluster-ip"),
+            ("plain.test", "/", "default_a_80"),
+            ("headless.test", "/", "default_h_80"),
+        ],
+    );
+    let eps = |b: &str| {
+        m.backends[b]
+            .endpoints
+            .iter()
+            .map(|e| format!("{}:{}", e.address, e.port))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(eps("default_a_80_cluster-ip"), ["10.96.0.10:80"]);
+    assert_eq!(eps("default_a_80"), ["10.0.0.1:8080"]);
+    assert_eq!(eps("default_h_80"), ["10.0.0.2:8080"]);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/mesh",
+            "host headless.test path /: service-upstream: Service default/h has no ClusterIP (headless); proxying to its endpoints",
+        )],
+    );
+
+    // The endpoint fast path leaves the ClusterIP backend alone.
+    // (only the slices differ, the rest is shared, as the sources share it)
+    let prev = snapshot(&yaml);
+    let next = ferrule_model::Snapshot {
+        endpoint_slices: snapshot(&yaml.replace("10.0.0.1", "10.0.0.9")).endpoint_slices,
+        ..prev.clone()
+    };
+    let (fast, changed) =
+        ferrule_model::build_endpoint_change(&prev, &m, &next).expect("fast path");
+    assert_eq!(changed, ["default_a_80"]);
+    assert_eq!(
+        fast.backends["default_a_80_cluster-ip"].endpoints,
+        m.backends["default_a_80_cluster-ip"].endpoints
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Canary
 

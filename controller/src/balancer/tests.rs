@@ -76,6 +76,7 @@ fn backend(name: &str, ip: &str) -> Backend {
             port: 80,
         }],
         balancing: Default::default(),
+        cluster_ip: false,
     }
 }
 

@@ -734,3 +734,83 @@ async fn h2_upload_status(f: &Ferrule, host: &str, path: &str, len: usize) -> St
     let out = child.wait_with_output().await.unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `service-upstream: "true"`: NGINX proxies to the Service's ClusterIP and port
+/// (kube-proxy or a mesh balances behind it), not to its endpoints; an endpoint change
+/// does not move it. Another Ingress on the same Service keeps the endpoints.
+#[tokio::test]
+async fn service_upstream_proxies_to_the_cluster_ip() {
+    // the "ClusterIP" is a loopback address with its own server
+    let echos = echo_group(&["127.0.0.71", "127.0.0.72", "127.0.0.73"]).await;
+    let port = echos[0].addr.port();
+    let svc = |endpoint: &str| {
+        format!(
+            r#"apiVersion: v1
+kind: Service
+metadata: {{ name: app, namespace: demo }}
+spec:
+  clusterIP: 127.0.0.71
+  ports: [{{ name: http, port: {port}, targetPort: {port} }}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: app-1
+  namespace: demo
+  labels: {{ kubernetes.io/service-name: app }}
+addressType: IPv4
+ports: [{{ name: http, port: {port} }}]
+endpoints:
+  - addresses: ["{endpoint}"]
+    conditions: {{ ready: true }}
+"#
+        )
+    };
+    let m = Manifests::new();
+    m.write("svc.yaml", &svc("127.0.0.72"));
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            ingress_on_port("mesh", "mesh.test", port, &[("service-upstream", "true")]),
+            ingress_on_port("plain", "plain.test", port, &[]),
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let (cluster_ip, first, second) = (
+        format!("127.0.0.71:{port}"),
+        format!("127.0.0.72:{port}"),
+        format!("127.0.0.73:{port}"),
+    );
+    assert_eq!(f.backend("mesh.test", "/").await, (200, cluster_ip.clone()));
+    assert_eq!(f.backend("plain.test", "/").await, (200, first));
+    let reloads = f.reloads().await;
+
+    m.write("svc.yaml", &svc("127.0.0.73"));
+    let moved = wait_until(Duration::from_secs(10), || async {
+        f.backend("plain.test", "/").await == (200, second.clone())
+    })
+    .await;
+    assert!(moved, "the endpoints backend follows; log:\n{}", f.logs());
+    for _ in 0..5 {
+        assert_eq!(f.backend("mesh.test", "/").await, (200, cluster_ip.clone()));
+    }
+    assert_eq!(
+        f.reloads().await,
+        reloads,
+        "an endpoint change is no reload"
+    );
+}
+
+/// An Ingress `name` on `host`, path `/` to Service `app` port `port`, annotated.
+fn ingress_on_port(name: &str, host: &str, port: u16, annotations: &[(&str, &str)]) -> String {
+    ingress(
+        "demo",
+        name,
+        T0,
+        host,
+        &[("/", "Prefix", "app")],
+        annotations,
+    )
+    .replace("number: 80", &format!("number: {port}"))
+}

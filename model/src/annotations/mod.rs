@@ -51,6 +51,8 @@ pub struct IngressAnnotations {
     pub proxy_read_timeout: Option<u32>,
     /// `proxy-send-timeout` (seconds).
     pub proxy_send_timeout: Option<u32>,
+    /// `service-upstream`: proxy to the Service's ClusterIP, not its endpoints.
+    pub service_upstream: bool,
     /// `rewrite-target`.
     pub rewrite_target: Option<String>,
     /// `use-regex`.

@@ -1,4 +1,4 @@
-//! `backend-protocol`, `proxy-body-size`, `proxy-*-timeout`.
+//! `backend-protocol`, `proxy-body-size`, `proxy-*-timeout`, `service-upstream`.
 
 use serde::{Deserialize, Serialize};
 
@@ -36,5 +36,8 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     out.proxy_connect_timeout = r.parse("proxy-connect-timeout", value::seconds)?;
     out.proxy_read_timeout = r.parse("proxy-read-timeout", value::seconds)?;
     out.proxy_send_timeout = r.parse("proxy-send-timeout", value::seconds)?;
+    out.service_upstream = r
+        .parse("service-upstream", value::boolean)?
+        .unwrap_or(false);
     Ok(())
 }

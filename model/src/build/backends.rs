@@ -49,6 +49,63 @@ impl<'a> ServiceIndex<'a> {
     /// Resolves an Ingress backend to a model backend (without balancing settings).
     /// The error is the problem message, naming the Service and port.
     pub(crate) fn resolve(&self, ns: &str, b: &IngressServiceBackend) -> Result<Backend, String> {
+        let (name, service_port, port) = self.port_of(ns, b)?;
+        Ok(Backend {
+            name,
+            service: ResourceRef::new("Service", ns, &b.name),
+            service_port,
+            endpoints: self.endpoints(ns, &b.name, port),
+            balancing: Balancing::default(),
+            cluster_ip: false,
+        })
+    }
+
+    /// The backend of `service-upstream`: the Service's ClusterIP and port as its one
+    /// endpoint (kube-proxy, or a service mesh, balances behind it), named apart from
+    /// the Service's endpoints backend. `Ok(None)` for a Service without a ClusterIP
+    /// (headless).
+    pub(crate) fn resolve_cluster_ip(
+        &self,
+        ns: &str,
+        b: &IngressServiceBackend,
+    ) -> Result<Option<Backend>, String> {
+        let (name, service_port, port) = self.port_of(ns, b)?;
+        let ip = self
+            .services
+            .get(&(ns, b.name.as_str()))
+            .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref())
+            .and_then(|ip| ip.parse::<IpAddr>().ok());
+        let Some(ip) = ip else {
+            return Ok(None);
+        };
+        let number = u16::try_from(port.port)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                format!(
+                    "Service {ns}/{} port {service_port}: invalid port number",
+                    b.name
+                )
+            })?;
+        Ok(Some(Backend {
+            name: format!("{name}_cluster-ip"),
+            service: ResourceRef::new("Service", ns, &b.name),
+            service_port,
+            endpoints: vec![Endpoint {
+                address: ip.to_string(),
+                port: number,
+            }],
+            balancing: Balancing::default(),
+            cluster_ip: true,
+        }))
+    }
+
+    /// The backend's name, its Service port as the Ingress names it, and that port.
+    fn port_of(
+        &self,
+        ns: &str,
+        b: &IngressServiceBackend,
+    ) -> Result<(String, String, &'a ServicePort), String> {
         let port_ref = match &b.port {
             Some(p) => match (&p.name, p.number) {
                 (Some(name), _) if !name.is_empty() => PortRef::Name(name),
@@ -84,14 +141,7 @@ impl<'a> ServiceIndex<'a> {
             .and_then(|s| s.ports.as_ref())
             .and_then(|ports| ports.iter().find(|p| port_ref.matches(p)))
             .ok_or_else(|| format!("Service {ns}/{} has no port {port_ref}", b.name))?;
-        let endpoints = self.endpoints(ns, &b.name, port);
-        Ok(Backend {
-            name,
-            service: ResourceRef::new("Service", ns, &b.name),
-            service_port,
-            endpoints,
-            balancing: Balancing::default(),
-        })
+        Ok((name, service_port, port))
     }
 
     /// The endpoints of a backend resolved before (`service_port` as in

@@ -76,7 +76,7 @@ pub fn build_endpoint_change(
     }
     let mut changed = Vec::new();
     for b in model.backends.values_mut() {
-        if !is_touched(&b.service.namespace, &b.service.name) {
+        if b.cluster_ip || !is_touched(&b.service.namespace, &b.service.name) {
             continue;
         }
         let endpoints =

@@ -158,7 +158,9 @@ impl Builder<'_> {
         };
 
         if let Some(default) = &spec.default_backend {
-            let target = self.target(ns, r, default, || "spec.defaultBackend".to_owned());
+            let target = self.target(ns, r, default, a.service_upstream, || {
+                "spec.defaultBackend".to_owned()
+            });
             if let Target::Backend(name) = &target {
                 self.set_balancing(name, &balancing);
             }
@@ -222,7 +224,9 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, msg);
                     continue;
                 }
-                let target = self.target(ns, r, &p.backend, || format!("host {host} path {path}"));
+                let target = self.target(ns, r, &p.backend, a.service_upstream, || {
+                    format!("host {host} path {path}")
+                });
                 if let Target::Backend(name) = &target {
                     self.set_balancing(name, &balancing);
                 }
@@ -310,11 +314,15 @@ impl Builder<'_> {
 
     /// Resolves an Ingress backend into a target, recording problems on `r`.
     /// `what` describes the reference for problem messages (built only when needed).
+    /// The target of an Ingress backend: its model backend (the Service's endpoints,
+    /// or with `cluster_ip` (`service-upstream`) its ClusterIP), or the status to
+    /// answer when it cannot be resolved. Problems name `what`.
     fn target(
         &mut self,
         ns: &str,
         r: &ResourceRef,
         backend: &IngressBackend,
+        cluster_ip: bool,
         what: impl Fn() -> String,
     ) -> Target {
         let Some(svc) = backend.service.as_ref() else {
@@ -335,10 +343,23 @@ impl Builder<'_> {
             Some((_, Some(n))) => write!(key, "{ns}\0{}\0{n}", svc.name),
             _ => write!(key, "{ns}\0{}\0", svc.name),
         };
+        if cluster_ip {
+            key.push_str("\0cluster-ip");
+        }
         let resolved = match self.resolved.get(key.as_str()) {
             Some(res) => res.clone(),
             None => {
-                let res = self.index.resolve(ns, svc).map(|b| {
+                let res = if cluster_ip {
+                    // a headless Service has no ClusterIP: its endpoints, as without
+                    // the annotation (a warning below)
+                    self.index
+                        .resolve_cluster_ip(ns, svc)
+                        .transpose()
+                        .unwrap_or_else(|| self.index.resolve(ns, svc))
+                } else {
+                    self.index.resolve(ns, svc)
+                };
+                let res = res.map(|b| {
                     let name = b.name.clone();
                     self.backends.insert(name.clone(), b);
                     name
@@ -350,6 +371,15 @@ impl Builder<'_> {
         self.key_buf = key;
         match resolved {
             Ok(name) => {
+                if cluster_ip && !self.backends[&name].cluster_ip {
+                    let msg = format!(
+                        "{}: service-upstream: Service {ns}/{} has no ClusterIP (headless); \
+                         proxying to its endpoints",
+                        what(),
+                        svc.name
+                    );
+                    self.problem(r, Severity::Warning, msg);
+                }
                 if self.backends[&name].endpoints.is_empty() {
                     let msg = format!(
                         "{}: Service {ns}/{} port {} has no ready endpoints; answering 503",
@@ -428,9 +458,9 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, msg);
                     continue;
                 };
-                let Target::Backend(canary) =
-                    self.target(ns, r, &p.backend, || format!("host {host} path {}", key.0))
-                else {
+                let Target::Backend(canary) = self.target(ns, r, &p.backend, false, || {
+                    format!("host {host} path {}", key.0)
+                }) else {
                     continue;
                 };
                 if canary == primary {
@@ -673,7 +703,9 @@ impl Builder<'_> {
             }),
             resource: None,
         };
-        self.target(ns, &r, &backend, || "--default-backend-service".to_owned())
+        self.target(ns, &r, &backend, false, || {
+            "--default-backend-service".to_owned()
+        })
     }
 }
 
