@@ -161,7 +161,8 @@ pub fn strip_ingress(o: &mut Ingress) {
     }
 }
 
-/// A Service is read for its type and ports only (and its name and namespace).
+/// A Service is read for its type, ClusterIP (service-upstream) and ports only (and
+/// its name and namespace).
 pub fn strip_service(o: &mut Service) {
     o.metadata.annotations = None;
     o.metadata.labels = None;
