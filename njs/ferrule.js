@@ -167,7 +167,7 @@ function getBackends(r) {
     var head = {version: meta ? meta.backends.version : null,
                 generation: meta ? meta.backends.generation : 0};
     var all = store.allBackends(dir);
-    if (r.args.names) {
+    if (r.args.names === '1') {
         // names only (the controller's adoption), as the Lua API
         head.names = all.map(function (rec) { return rec.backend.name; }).sort();
     } else {

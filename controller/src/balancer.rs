@@ -542,8 +542,15 @@ impl BalancerClient {
         // names only: the full list makes the worker read and encode every backend
         let backends = get("/configuration/backends?names=1").await?;
         let certificates = get("/configuration/certificates").await?;
+        // An NGINX still running older balancer code answers the full list.
+        let names = match backends["names"].as_array() {
+            Some(names) => strings(Some(names), Value::as_str),
+            None => strings(backends["backends"].as_array(), |b| {
+                b["backend"]["name"].as_str()
+            }),
+        };
         Ok((
-            strings(backends["names"].as_array(), Value::as_str),
+            names,
             strings(certificates["hosts"].as_array(), Value::as_str),
         ))
     }

@@ -104,7 +104,7 @@ local function post_backends()
 end
 
 local function get_backends()
-    if ngx.var.arg_names then
+    if ngx.var.arg_names == "1" then
         -- names only (the controller's adoption): no backend is read or encoded, so
         -- 10k backends cost this worker milliseconds, not a tenth of a second
         return reply(200, {

@@ -1190,11 +1190,21 @@ fn annotation_service_upstream_proxies_to_the_cluster_ip() {
             &[("http", 8080)],
             &[("10.0.0.2", Some(true))]
         ),
-        Ing::new("default/mesh", 1)
+        // older, on the headless Service: its balancing stays the backend's
+        Ing::new("default/sticky", 1)
+            .ann("affinity", "cookie")
+            .rule("sticky.test", &[("/", "Prefix", "h", "80")]),
+        Ing::new("default/mesh", 2)
             .ann("service-upstream", "true")
             .rule("mesh.test", &[("/", "Prefix", "a", "80")])
             .rule("headless.test", &[("/", "Prefix", "h", "80")]),
-        Ing::new("default/plain", 2).rule("plain.test", &[("/", "Prefix", "a", "80")]),
+        Ing::new("default/plain", 3).rule("plain.test", &[("/", "Prefix", "a", "80")]),
+        // a canary's own service-upstream holds for its backend (ingress-nginx)
+        Ing::new("default/mesh-canary", 4)
+            .ann("canary", "true")
+            .ann("canary-weight", "10")
+            .ann("service-upstream", "true")
+            .rule("plain.test", &[("/", "Prefix", "a", "80")]),
     ];
     let m = check(
         &yaml,
@@ -1214,6 +1224,13 @@ fn annotation_service_upstream_proxies_to_the_cluster_ip() {
     assert_eq!(eps("default_a_80_cluster-ip"), ["10.96.0.10:80"]);
     assert_eq!(eps("default_a_80"), ["10.0.0.1:8080"]);
     assert_eq!(eps("default_h_80"), ["10.0.0.2:8080"]);
+    assert!(m.backends["default_h_80"].balancing.affinity.is_some());
+    let canary = m.backends["default_a_80"]
+        .balancing
+        .canary
+        .as_ref()
+        .unwrap();
+    assert_eq!(canary.backend, "default_a_80_cluster-ip");
     expect_problems(
         &m,
         &[(

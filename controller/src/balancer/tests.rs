@@ -11,6 +11,14 @@ use super::*;
 /// A fake balancer API: refuses (400) any POST naming a backend that starts with
 /// "bad", accepts the rest; records every accepted body. A GET sees an empty store.
 fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
+    fake_api_answering(dir, r#"{"names":[],"hosts":[]}"#)
+}
+
+/// [`fake_api`] whose every GET answers `get_reply`.
+fn fake_api_answering(
+    dir: &std::path::Path,
+    get_reply: &'static str,
+) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
     let path = dir.join("api.sock");
     let listener = tokio::net::UnixListener::bind(&path).unwrap();
     let accepted = Arc::new(Mutex::new(Vec::new()));
@@ -36,7 +44,7 @@ fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
                 }
             };
             if get {
-                let reply = r#"{"backends":[],"hosts":[]}"#;
+                let reply = get_reply;
                 let resp = format!(
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
                     reply.len()
@@ -138,6 +146,29 @@ fn certificate_posts(accepted: &Mutex<Vec<Value>>) -> Vec<Vec<String>> {
                 .collect()
         })
         .collect()
+}
+
+/// A new client reads what the store holds before its first sync and removes what
+/// the model lacks, whether the API answers names only or, as an NGINX still
+/// running older balancer code does, every stored backend.
+#[tokio::test]
+async fn an_adopted_store_loses_what_the_model_lacks_in_either_answer_format() {
+    for reply in [
+        r#"{"names":["a","stale"],"hosts":[]}"#,
+        r#"{"backends":[{"generation":1,"backend":{"name":"stale"}}],"hosts":[]}"#,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (sock, accepted) = fake_api_answering(dir.path(), reply);
+        let mut c = BalancerClient::new(sock, "t".into());
+        c.sync(&model(&[backend("a", "10.0.0.1")])).await.unwrap();
+        let removed: Vec<Value> = accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b["removed"].as_array().cloned().unwrap_or_default())
+            .collect();
+        assert_eq!(removed, [json!("stale")], "{reply}");
+    }
 }
 
 #[tokio::test]

@@ -87,8 +87,16 @@ impl<'a> ServiceIndex<'a> {
                     b.name
                 )
             })?;
+        let name = format!("{name}_cluster-ip");
+        if !balancer_name_ok(&name) {
+            return Err(format!(
+                "backend Service {ns}/{} port {service_port}: the backend name {name:?} is \
+                 not valid for the balancer (at most {MAX_BACKEND_NAME} bytes)",
+                b.name
+            ));
+        }
         Ok(Some(Backend {
-            name: format!("{name}_cluster-ip"),
+            name,
             service: ResourceRef::new("Service", ns, &b.name),
             service_port,
             endpoints: vec![Endpoint {

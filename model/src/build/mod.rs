@@ -359,9 +359,11 @@ impl Builder<'_> {
                 } else {
                     self.index.resolve(ns, svc)
                 };
+                // The headless fallback resolves the plain backend under another
+                // memo key: the one already built (with its balancing) stays.
                 let res = res.map(|b| {
                     let name = b.name.clone();
-                    self.backends.insert(name.clone(), b);
+                    self.backends.entry(name.clone()).or_insert(b);
                     name
                 });
                 self.resolved.insert(key.clone(), res.clone());
@@ -458,9 +460,11 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, msg);
                     continue;
                 };
-                let Target::Backend(canary) = self.target(ns, r, &p.backend, false, || {
-                    format!("host {host} path {}", key.0)
-                }) else {
+                let Target::Backend(canary) =
+                    self.target(ns, r, &p.backend, a.service_upstream, || {
+                        format!("host {host} path {}", key.0)
+                    })
+                else {
                     continue;
                 };
                 if canary == primary {
