@@ -49,15 +49,9 @@ impl<'a> ServiceIndex<'a> {
     /// Resolves an Ingress backend to a model backend (without balancing settings).
     /// The error is the problem message, naming the Service and port.
     pub(crate) fn resolve(&self, ns: &str, b: &IngressServiceBackend) -> Result<Backend, String> {
-        let (name, service_port, port) = self.port_of(ns, b)?;
-        Ok(Backend {
-            name,
-            service: ResourceRef::new("Service", ns, &b.name),
-            service_port,
-            endpoints: self.endpoints(ns, &b.name, port),
-            balancing: Balancing::default(),
-            cluster_ip: false,
-        })
+        let (name, service_port, port, _) = self.port_of(ns, b, "")?;
+        let endpoints = self.endpoints(ns, &b.name, port);
+        Ok(backend(ns, &b.name, name, service_port, endpoints, false))
     }
 
     /// The backend of `service-upstream`: the Service's ClusterIP and port as its one
@@ -69,11 +63,11 @@ impl<'a> ServiceIndex<'a> {
         ns: &str,
         b: &IngressServiceBackend,
     ) -> Result<Option<Backend>, String> {
-        let (name, service_port, port) = self.port_of(ns, b)?;
-        let ip = self
-            .services
-            .get(&(ns, b.name.as_str()))
-            .and_then(|s| s.spec.as_ref()?.cluster_ip.as_deref())
+        let (name, service_port, port, svc) = self.port_of(ns, b, "_cluster-ip")?;
+        let ip = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.cluster_ip.as_deref())
             .and_then(|ip| ip.parse::<IpAddr>().ok());
         let Some(ip) = ip else {
             return Ok(None);
@@ -87,33 +81,28 @@ impl<'a> ServiceIndex<'a> {
                     b.name
                 )
             })?;
-        let name = format!("{name}_cluster-ip");
-        if !balancer_name_ok(&name) {
-            return Err(format!(
-                "backend Service {ns}/{} port {service_port}: the backend name {name:?} is \
-                 not valid for the balancer (at most {MAX_BACKEND_NAME} bytes)",
-                b.name
-            ));
-        }
-        Ok(Some(Backend {
+        let endpoints = vec![Endpoint {
+            address: ip.to_string(),
+            port: number,
+        }];
+        Ok(Some(backend(
+            ns,
+            &b.name,
             name,
-            service: ResourceRef::new("Service", ns, &b.name),
             service_port,
-            endpoints: vec![Endpoint {
-                address: ip.to_string(),
-                port: number,
-            }],
-            balancing: Balancing::default(),
-            cluster_ip: true,
-        }))
+            endpoints,
+            true,
+        )))
     }
 
-    /// The backend's name, its Service port as the Ingress names it, and that port.
+    /// The backend's name (the Service's, port and `suffix`), its Service port as the
+    /// Ingress names it, that port and the Service.
     fn port_of(
         &self,
         ns: &str,
         b: &IngressServiceBackend,
-    ) -> Result<(String, String, &'a ServicePort), String> {
+        suffix: &str,
+    ) -> Result<(String, String, &'a ServicePort, &'a Service), String> {
         let port_ref = match &b.port {
             Some(p) => match (&p.name, p.number) {
                 (Some(name), _) if !name.is_empty() => PortRef::Name(name),
@@ -123,7 +112,7 @@ impl<'a> ServiceIndex<'a> {
             None => return Err(format!("backend Service {ns}/{} has no port", b.name)),
         };
         let service_port = port_ref.to_string();
-        let name = backend_name(ns, &b.name, &service_port);
+        let name = backend_name(ns, &b.name, &service_port) + suffix;
         // The API server's name rules keep names far inside the balancer's, but a
         // manifests directory is not checked: a name the balancer API would refuse
         // must not reach it (the whole backend would be refused).
@@ -149,7 +138,7 @@ impl<'a> ServiceIndex<'a> {
             .and_then(|s| s.ports.as_ref())
             .and_then(|ports| ports.iter().find(|p| port_ref.matches(p)))
             .ok_or_else(|| format!("Service {ns}/{} has no port {port_ref}", b.name))?;
-        Ok((name, service_port, port))
+        Ok((name, service_port, port, svc))
     }
 
     /// The endpoints of a backend resolved before (`service_port` as in
@@ -263,6 +252,25 @@ impl std::fmt::Display for PortRef<'_> {
             PortRef::Name(n) => f.write_str(n),
             PortRef::Number(n) => write!(f, "{n}"),
         }
+    }
+}
+
+/// A backend without balancing settings (set by the Ingress that routes to it).
+fn backend(
+    ns: &str,
+    svc: &str,
+    name: String,
+    service_port: String,
+    endpoints: Vec<Endpoint>,
+    cluster_ip: bool,
+) -> Backend {
+    Backend {
+        name,
+        service: ResourceRef::new("Service", ns, svc),
+        service_port,
+        endpoints,
+        balancing: Balancing::default(),
+        cluster_ip,
     }
 }
 
