@@ -368,15 +368,8 @@ fn balancer_view(newest: &Arc<Model>, running: &Model, posted: Option<&Model>) -
         return newest.clone();
     }
     let mut missing: Vec<&String> = running
-        .servers
-        .iter()
-        .flat_map(|s| &s.locations)
-        .map(|l| &l.target)
-        .chain([&running.default_backend])
-        .filter_map(|t| match t {
-            ferrule_model::Target::Backend(n) if !newest.backends.contains_key(n) => Some(n),
-            _ => None,
-        })
+        .routed_backends()
+        .filter(|n| !newest.backends.contains_key(*n))
         .collect();
     if missing.is_empty() {
         return newest.clone();

@@ -83,7 +83,7 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
             continue;
         }
         if routed
-            .get_or_insert_with(|| routed_backends(new))
+            .get_or_insert_with(|| new.routed_backends().map(String::as_str).collect())
             .contains(name.as_str())
         {
             reasons.push(format!("load-balance:{}", n.name));
@@ -104,20 +104,6 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
             tls_hosts,
         }
     }
-}
-
-/// The backends some location (or the default backend) routes to.
-fn routed_backends(m: &Model) -> std::collections::HashSet<&str> {
-    m.servers
-        .iter()
-        .flat_map(|s| &s.locations)
-        .map(|l| &l.target)
-        .chain([&m.default_backend])
-        .filter_map(|t| match t {
-            crate::model::Target::Backend(b) => Some(b.as_str()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Whether two versions of a server differ in their TLS settings only.

@@ -306,7 +306,29 @@ pub struct Global {
     pub location_snippet: Option<String>,
 }
 
+/// The backends `servers`' locations and `default_backend` route to, with repeats
+/// (canaries not included).
+pub fn routed_backends<'a>(
+    servers: &'a [Server],
+    default_backend: &'a Target,
+) -> impl Iterator<Item = &'a String> {
+    servers
+        .iter()
+        .flat_map(|s| &s.locations)
+        .map(|l| &l.target)
+        .chain([default_backend])
+        .filter_map(|t| match t {
+            Target::Backend(b) => Some(b),
+            Target::Status(_) => None,
+        })
+}
+
 impl Model {
+    /// The backends its locations and its default backend route to, with repeats.
+    pub fn routed_backends(&self) -> impl Iterator<Item = &String> {
+        routed_backends(&self.servers, &self.default_backend)
+    }
+
     /// The blake3 hash of the model's canonical encoding, as 64 hex digits. Computed
     /// once per model (80 ms at 10k Ingresses), though the sync loop asks several
     /// times per change.

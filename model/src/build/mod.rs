@@ -541,15 +541,10 @@ impl Builder<'_> {
             None => self.default_backend_flag(),
         };
         // Backends only referenced by skipped rules must not survive.
-        let mut used: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        for l in servers.iter().flat_map(|s| &s.locations) {
-            if let Target::Backend(n) = &l.target {
-                used.insert(n);
-            }
-        }
-        if let Target::Backend(n) = &default_backend {
-            used.insert(n);
-        }
+        let used: std::collections::HashSet<&str> =
+            crate::model::routed_backends(&servers, &default_backend)
+                .map(String::as_str)
+                .collect();
         let canaries: Vec<String> = used
             .iter()
             .filter_map(|n| {
