@@ -558,12 +558,6 @@ impl Builder<'_> {
             .collect();
         let mut backends = std::mem::take(&mut self.backends);
         backends.retain(|n, _| used.contains(n.as_str()) || canaries.contains(n));
-        // No Ingress set these (--default-backend-service): the ConfigMap's default.
-        for (name, b) in backends.iter_mut() {
-            if !self.balancing_set.contains(name) {
-                b.balancing.load_balance = self.global.load_balance;
-            }
-        }
 
         self.problems.sort();
         self.problems.dedup();
@@ -702,9 +696,15 @@ impl Builder<'_> {
             }),
             resource: None,
         };
-        self.target(ns, &r, &backend, false, || {
+        let target = self.target(ns, &r, &backend, false, || {
             "--default-backend-service".to_owned()
-        })
+        });
+        // No annotations: the ConfigMap's defaults, unless an Ingress routes to it.
+        if let Target::Backend(name) = &target {
+            let defaults = balancing_of(&IngressAnnotations::default(), &self.global);
+            self.set_balancing(name, &defaults);
+        }
+        target
     }
 }
 
