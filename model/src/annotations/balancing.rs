@@ -59,20 +59,13 @@ fn samesite(v: &str) -> Result<SameSite, String> {
     }
 }
 
-/// A cookie `Domain`: a host name, optionally with a leading dot.
+/// A cookie `Domain`: a host name as an Ingress rule takes it (no wildcard),
+/// optionally with a leading dot.
 fn cookie_domain(v: &str) -> Result<String, String> {
-    let name = v.strip_prefix('.').unwrap_or(v);
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if name.len() <= 253 && name.split('.').all(label_ok) {
-        Ok(v.to_ascii_lowercase())
-    } else {
-        Err("expected a domain name such as \"example.com\" or \".example.com\"".to_owned())
+    let (dot, name) = v.strip_prefix('.').map_or(("", v), |name| (".", name));
+    match crate::build::hosts::host(name) {
+        Ok(host) if !host.starts_with('*') => Ok(format!("{dot}{host}")),
+        _ => Err("expected a domain name such as \"example.com\" or \".example.com\"".to_owned()),
     }
 }
 

@@ -9,7 +9,7 @@ mod backends;
 mod classes;
 mod config;
 mod endpoints;
-mod hosts;
+pub(crate) mod hosts;
 mod tls;
 
 use std::collections::{BTreeMap, HashMap};
