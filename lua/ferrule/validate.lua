@@ -150,24 +150,6 @@ local function endpoint(v, where)
     return { address = address, port = v.port }
 end
 
--- A cookie Domain: dot-separated labels of letters, digits and inner hyphens,
--- optionally after one leading dot.
-function _M.cookie_domain(s)
-    if type(s) ~= "string" or #s > 254 then
-        return false
-    end
-    local name = s:sub(1, 1) == "." and s:sub(2) or s
-    if name == "" then
-        return false
-    end
-    for label in (name .. "."):gmatch("([^.]*)%.") do
-        if label == "" or #label > 63 or find(label, "[^%w%-]")
-            or label:sub(1, 1) == "-" or label:sub(-1) == "-" then
-            return false
-        end
-    end
-    return true
-end
 
 local function affinity(v, where)
     if is_null(v) then
@@ -214,7 +196,9 @@ local function affinity(v, where)
         out.expires = v.expires
     end
     if not is_null(v.domain) then
-        if not _M.cookie_domain(v.domain) then
+        -- a host name as certificates take it, no wildcard, perhaps after one dot
+        local d = type(v.domain) == "string" and v.domain:gsub("^%.", "", 1)
+        if not d or not _M.host(d) or find(d, "*", 1, true) then
             return err(where, "domain must be a domain name, optionally with a leading dot")
         end
         out.domain = v.domain

@@ -190,24 +190,14 @@ function affinity(v, where) {
         out.expires = v.expires;
     }
     if (!isNull(v.domain)) {
-        if (!cookieDomainOk(v.domain)) {
+        // a host name as certificates take it, no wildcard, perhaps after one dot
+        var d = typeof v.domain === 'string' ? v.domain.replace(/^\./, '') : null;
+        if (d === null || !host(d) || d.indexOf('*') >= 0) {
             return fail(where, 'domain must be a domain name, optionally with a leading dot');
         }
         out.domain = v.domain;
     }
     return {ok: out};
-}
-
-// A cookie Domain: dot-separated labels of letters, digits and inner hyphens,
-// optionally after one leading dot.
-function cookieDomainOk(s) {
-    if (typeof s !== 'string' || s.length > 254) {
-        return false;
-    }
-    var name = s.charAt(0) === '.' ? s.slice(1) : s;
-    return name.length > 0 && name.split('.').every(function (l) {
-        return /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/.test(l);
-    });
 }
 
 function canary(v, where, selfName) {
