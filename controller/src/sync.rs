@@ -176,8 +176,8 @@ async fn model_task(
             Some(a) => {
                 let near = base.map(|b| (ferrule_model::diff(&b, &model), b));
                 match near {
-                    // Gaining a canary or affinity is a reload only against what NGINX
-                    // runs (the base may have lost one NGINX still has): ask it.
+                    // A reload is decided against what NGINX runs, not the base: when
+                    // the base says one is needed, ask (and report) NGINX's own model.
                     Some((d, b)) if !matches!(d, Diff::Reload { .. }) => (Some(d), Some(b)),
                     _ => (Some(ferrule_model::diff(a, &model)), Some(a.clone())),
                 }

@@ -565,7 +565,7 @@ fn location_view(
 fn default_location(model: &Model) -> LocationView {
     let (backend, status, include) =
         target_view(model, &model.default_backend, BackendProtocol::Http);
-    // The default backend may be a rule's backend too, with its canary or affinity.
+    // The default backend may be a rule's backend too: EWMA and affinity apply.
     let ewma = feeds_ewma(model, &model.default_backend);
     LocationView {
         source: "Controller/default-backend/".to_owned(),
