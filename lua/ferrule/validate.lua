@@ -151,6 +151,42 @@ local function endpoint(v, where)
 end
 
 
+-- Copies the optional fields of `v` listed in `fields` ({ name, ok, what it must
+-- be }) to `out` when `ok` takes them; the first it refuses is the error, naming it.
+local function optional(v, out, fields, where)
+    for _, f in ipairs(fields) do
+        local name, ok, must = f[1], f[2], f[3]
+        local x = v[name]
+        if not is_null(x) then
+            if not ok(x) then
+                return err(where, "%s must be %s", name, must)
+            end
+            out[name] = x
+        end
+    end
+    return out
+end
+
+local function is_bool(x)
+    return type(x) == "boolean"
+end
+
+local AFFINITY_FIELDS = {
+    { "max_age", function(x) return is_int(x, 0, 2^31 - 1) end, "a non-negative integer or null" },
+    { "path", path_ok, "a string without ';' or control characters" },
+    { "secure", is_bool, "true, false or null" },
+    { "samesite", function(x) return x == "None" or x == "Lax" or x == "Strict" end,
+      "\"None\", \"Lax\", \"Strict\" or null" },
+    { "expires", function(x) return is_int(x, 1, 2^31 - 1) end,
+      "a positive integer (seconds) or null" },
+    -- a host name as certificates take it, no wildcard, perhaps after one dot
+    { "domain", function(x)
+        local d = type(x) == "string" and x:gsub("^%.", "", 1)
+        return d and _M.host(d) and not find(d, "*", 1, true)
+    end, "a domain name, optionally with a leading dot" },
+    { "change_on_failure", is_bool, "true, false or null" },
+}
+
 local function affinity(v, where)
     if is_null(v) then
         return nil
@@ -164,53 +200,17 @@ local function affinity(v, where)
     if not cookie_name_ok(v.cookie_name) then
         return err(where, "cookie_name must be a valid cookie name")
     end
-    local out = { mode = "cookie", cookie_name = v.cookie_name }
-    if not is_null(v.max_age) then
-        if not is_int(v.max_age, 0, 2^31 - 1) then
-            return err(where, "max_age must be a non-negative integer or null")
-        end
-        out.max_age = v.max_age
-    end
-    if not is_null(v.path) then
-        if not path_ok(v.path) then
-            return err(where, "path must be a string without ';' or control characters")
-        end
-        out.path = v.path
-    end
-    if not is_null(v.secure) then
-        if type(v.secure) ~= "boolean" then
-            return err(where, "secure must be true, false or null")
-        end
-        out.secure = v.secure
-    end
-    if not is_null(v.samesite) then
-        if v.samesite ~= "None" and v.samesite ~= "Lax" and v.samesite ~= "Strict" then
-            return err(where, "samesite must be \"None\", \"Lax\", \"Strict\" or null")
-        end
-        out.samesite = v.samesite
-    end
-    if not is_null(v.expires) then
-        if not is_int(v.expires, 1, 2^31 - 1) then
-            return err(where, "expires must be a positive integer (seconds) or null")
-        end
-        out.expires = v.expires
-    end
-    if not is_null(v.domain) then
-        -- a host name as certificates take it, no wildcard, perhaps after one dot
-        local d = type(v.domain) == "string" and v.domain:gsub("^%.", "", 1)
-        if not d or not _M.host(d) or find(d, "*", 1, true) then
-            return err(where, "domain must be a domain name, optionally with a leading dot")
-        end
-        out.domain = v.domain
-    end
-    if not is_null(v.change_on_failure) then
-        if type(v.change_on_failure) ~= "boolean" then
-            return err(where, "change_on_failure must be true, false or null")
-        end
-        out.change_on_failure = v.change_on_failure
-    end
-    return out
+    return optional(v, { mode = "cookie", cookie_name = v.cookie_name }, AFFINITY_FIELDS, where)
 end
+
+local CANARY_FIELDS = {
+    { "header", header_name_ok, "a valid HTTP header name" },
+    { "header_value", clean_string, "a non-empty string" },
+    -- compiled by canary.decide (ngx.re): a pattern PCRE refuses never matches
+    { "header_pattern", function(x) return clean_string(x) and #x <= 1024 end,
+      "a non-empty string of at most 1024 bytes" },
+    { "cookie", cookie_name_ok, "a valid cookie name" },
+}
 
 local function canary(v, where, self_name)
     if is_null(v) then
@@ -240,30 +240,9 @@ local function canary(v, where, self_name)
         end
         out.weight = v.weight
     end
-    if not is_null(v.header) then
-        if not header_name_ok(v.header) then
-            return err(where, "header must be a valid HTTP header name")
-        end
-        out.header = v.header
-    end
-    if not is_null(v.header_value) then
-        if not clean_string(v.header_value) then
-            return err(where, "header_value must be a non-empty string")
-        end
-        out.header_value = v.header_value
-    end
-    if not is_null(v.header_pattern) then
-        -- compiled by canary.decide (ngx.re): a pattern PCRE refuses never matches
-        if not clean_string(v.header_pattern) or #v.header_pattern > 1024 then
-            return err(where, "header_pattern must be a non-empty string of at most 1024 bytes")
-        end
-        out.header_pattern = v.header_pattern
-    end
-    if not is_null(v.cookie) then
-        if not cookie_name_ok(v.cookie) then
-            return err(where, "cookie must be a valid cookie name")
-        end
-        out.cookie = v.cookie
+    local _, ferr = optional(v, out, CANARY_FIELDS, where)
+    if ferr then
+        return nil, ferr
     end
     -- whose affinity the canary side uses (affinity-canary-behavior)
     local behavior = v.affinity_behavior
