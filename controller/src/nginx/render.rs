@@ -248,7 +248,9 @@ impl Renderer {
 
     /// Renders every file of the model.
     pub fn render(&self, model: &Model) -> Result<Rendered, RenderError> {
-        let main = self.main_view();
+        let mut main = self.main_view();
+        main.server_names_bucket =
+            server_names_bucket(model.servers.iter().map(|s| s.host.as_str()));
         let mut out = BTreeMap::new();
         let mut ctx = tera::Context::new();
         ctx.insert("main", &main);
@@ -296,7 +298,6 @@ impl Renderer {
         digest.update(render_main(&ctx)?.as_bytes());
         let version = digest.finalize().to_hex()[..32].to_owned();
         // Rendered again rather than substituted: a snippet may hold any text.
-        let mut main = main;
         main.config_version = version.clone();
         ctx.insert("main", &main);
         out.insert(
@@ -350,6 +351,7 @@ impl Renderer {
             redirect_peer_lua: lua_quote(&self.unix(process::REDIRECT_SOCKET)),
             config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
+            server_names_bucket: 128,
         }
     }
 
@@ -478,13 +480,35 @@ fn literal_in_variables(value: &str) -> String {
     value.replace('$', "${ferrule_dollar}")
 }
 
+/// The longest host spelled out in its server's file name: a DNS name may have 253
+/// bytes, a file name 255, and the temporary file adds a dot and `.tmp-<pid>`.
+const HOST_IN_FILE_NAME: usize = 200;
+
 /// The file of a server: hosts are validated DNS names, `*` becomes `_wildcard_`.
+/// A longer name is cut and followed by its digest, after a `+` that no DNS name
+/// holds: it cannot collide with the file of another host, however that is chosen.
 pub fn server_file(host: &str) -> String {
     if host == DEFAULT_SERVER {
-        "conf/servers/default.conf".to_owned()
-    } else {
-        format!("conf/servers/host_{}.conf", host.replace('*', "_wildcard_"))
+        return "conf/servers/default.conf".to_owned();
     }
+    let name = host.replace('*', "_wildcard_");
+    if name.len() <= HOST_IN_FILE_NAME {
+        return format!("conf/servers/host_{name}.conf");
+    }
+    let cut: String = name.chars().take(HOST_IN_FILE_NAME - 40).collect();
+    let digest = blake3::hash(host.as_bytes()).to_hex();
+    format!("conf/servers/host+{cut}+{}.conf", &digest[..32])
+}
+
+/// `server_names_hash_bucket_size`: NGINX does not start when one exact name does not
+/// fit in a bucket (a pointer, the name and two bytes aligned to a pointer, and the
+/// bucket's end marker), and a DNS name may have 253 bytes. Bigger buckets hold more
+/// names per lookup, so only a configuration with such a name gets them.
+fn server_names_bucket<'a>(hosts: impl Iterator<Item = &'a str>) -> usize {
+    const POINTER: usize = std::mem::size_of::<usize>();
+    let longest = hosts.map(str::len).max().unwrap_or(0);
+    let need = POINTER + (longest + 2).next_multiple_of(POINTER) + POINTER;
+    need.next_multiple_of(64).max(128)
 }
 
 /// NGINX `server_name`: exact names as they are; a wildcard becomes a regular
@@ -706,6 +730,7 @@ struct MainView {
     redirect_peer_lua: String,
     config_version: String,
     configmap: String,
+    server_names_bucket: usize,
 }
 
 #[derive(Serialize)]

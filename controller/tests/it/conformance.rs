@@ -130,9 +130,25 @@ async fn host_rules_exact_wildcard_case_and_unknown() {
             .rule("*.foo.test", &[("/", "Prefix", "wild")])
             .yaml(),
     );
+    // The longest names DNS allows (253 bytes), exact and wildcard: too long for a
+    // file name and for NGINX's default hash buckets.
+    let long = format!("{0}.{0}.{0}.{0}.example12", "l".repeat(60));
+    let long_base = format!("{}.{}", "m".repeat(58), &long[61..]);
+    let long_wild = format!("*.{long_base}");
+    let under_long_wild = format!("x.{long_base}");
+    assert_eq!((long.len(), long_wild.len()), (253, 253));
+    m.write(
+        "long.yaml",
+        &Ing::new("demo", "long", T1)
+            .rule(&long, &[("/", "Prefix", "exact")])
+            .rule(&long_wild, &[("/", "Prefix", "wild")])
+            .yaml(),
+    );
     let f = Ferrule::start(m.path(), &[]).await;
     let (e, w) = (exact.addr.to_string(), wild.addr.to_string());
     let cases: &[(&str, Option<&str>)] = &[
+        (&long, Some(&e)),
+        (&under_long_wild, Some(&w)),
         ("exact.foo.test", Some(&e)),
         ("EXACT.Foo.TEST", Some(&e)),
         ("exact.foo.test:1234", Some(&e)),

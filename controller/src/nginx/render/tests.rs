@@ -988,3 +988,33 @@ async fn nginx_test(
         .test()
         .await
 }
+
+#[test]
+fn the_longest_dns_names_get_files_and_buckets_nginx_accepts() {
+    // 253 bytes, the most a DNS name may have.
+    let long = format!("{0}.{0}.{0}.{0}.example12", "a".repeat(60));
+    assert_eq!(long.len(), 253);
+    let wild = format!("*.{}", &long[2..]);
+    let files: Vec<String> = [long.as_str(), wild.as_str(), "a.example.com"]
+        .into_iter()
+        .map(server_file)
+        .collect();
+    for f in &files {
+        let name = f.rsplit('/').next().unwrap();
+        // the temporary file of the write adds a dot and `.tmp-<pid>`
+        assert!(name.len() + 16 <= 255, "{f} is too long for a file name");
+        assert!(name.ends_with(".conf"), "{f} must match the include glob");
+    }
+    assert_eq!(files[2], "conf/servers/host_a.example.com.conf");
+    assert_ne!(files[0], files[1]);
+    // a short host spelled like a cut long one never shares its file
+    let cut = files[0]
+        .trim_start_matches("conf/servers/host+")
+        .trim_end_matches(".conf");
+    assert_ne!(server_file(&cut.replace('+', "-")), files[0]);
+
+    assert_eq!(server_names_bucket(["a.example.com"].into_iter()), 128);
+    assert_eq!(server_names_bucket(std::iter::empty()), 128);
+    // NGINX: pointer + align(253 + 2) + end marker = 272, aligned to a cache line
+    assert_eq!(server_names_bucket([long.as_str()].into_iter()), 320);
+}
