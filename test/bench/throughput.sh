@@ -26,6 +26,9 @@
 # rounds. Besides req/s, the CPU time of the proxy's workers per request (utime+stime
 # from /proc) is reported: on a shared machine it is far less noisy than req/s.
 # The goal is ferrule >= 0.95 x static.
+# PERF=1 also samples each target's workers with `perf record` during every round and
+# prints the samples per request by library (kernel, nginx, Lua, libc, libcrypto): which
+# part of a target's cost differs from static (perf itself slows every target alike).
 source "$(dirname "$0")/lib.sh"
 
 DURATION=${DURATION:-10s}
@@ -40,6 +43,10 @@ OUT=${OUT:-}
 # (shared, virtual) CPU hit both alike. sequential: one target after the other.
 MODE=${MODE:-paired}
 
+if [ "${PERF:-0}" = 1 ] && ! command -v perf > /dev/null; then
+    echo "PERF=1 needs perf: apt-get install linux-perf" >&2
+    exit 1
+fi
 build_ferrule
 WORK=$(mktemp -d /tmp/ferrule-bench.XXXXXX)
 cleanup() {
@@ -206,12 +213,23 @@ measure() {
     shift
     declare -A c0
     for name; do c0[$name]=$(worker_ticks "$name"); done
+    local perfpids=()
+    if [ "${PERF:-0}" = 1 ] && [ "$key" != 0 ]; then
+        # a sampling profile of each target's workers during its run (PERF=1 below)
+        for name; do
+            perf record -q -e cpu-clock -F 4999 -o "$WORK/perf.$key.$name.data" \
+                -p "$(ps -o pid= --ppid "$(cat "${MASTER[$name]}")" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')" \
+                > /dev/null 2>&1 &
+            perfpids+=($!)
+        done
+    fi
     for name; do
         "${WRK[@]}" -t"$THREADS" -c"$CONNS" -d"${RUN_FOR:-$DURATION}" -H 'Host: bench.test' \
             "http://127.0.0.1:${PORT[$name]}/" > "$WORK/wrk.$name" &
         pids+=($!)
     done
     wait "${pids[@]}"
+    [ ${#perfpids[@]} = 0 ] || { kill -INT "${perfpids[@]}"; wait "${perfpids[@]}" || true; }
     for name; do
         if grep -qE 'Non-2xx|Socket errors' "$WORK/wrk.$name"; then
             echo "$name: errors during the run:" >&2
@@ -219,6 +237,7 @@ measure() {
             exit 1
         fi
         n=$(awk '/requests in/{print $1}' "$WORK/wrk.$name")
+        [ ${#perfpids[@]} = 0 ] || echo "$n" > "$WORK/perf.$key.$name.requests"
         rps=$(awk '/^Requests\/sec:/{print $2}' "$WORK/wrk.$name")
         us=$(awk -v c=$(($(worker_ticks "$name") - c0[$name])) -v n="$n" -v hz="$HZ" \
             'BEGIN{printf "%.1f", c / hz * 1e6 / n}')
@@ -261,6 +280,38 @@ verdict = "goal met" if min(r, c) >= 0.95 else ("GOAL MISSED" if max(r, c) < 0.9
 print(f"  ferrule / static: req/s x{r:.3f}, by CPU per request x{c:.3f} ({verdict}, goal >= 0.95)")
 PY
 )
+if [ "${PERF:-0}" = 1 ]; then
+    # Where each target's worker time goes: perf samples per request, by library,
+    # summed over rounds (kernel time is mostly loopback TCP, the same work for all).
+    for f in "$WORK"/perf.*.data; do
+        perf report -i "$f" --no-children --sort dso -q -g none -n 2>/dev/null |
+            awk -v f="$(basename "$f" .data)" 'NF >= 3 {print f, $2, $3}'
+    done > "$WORK/perf.dso"
+    summary+=$'\n'$(python3 - "$WORK" <<'PY'
+import collections, glob, os, sys
+work = sys.argv[1]
+reqs, samples = collections.Counter(), collections.defaultdict(collections.Counter)
+for f in glob.glob(f"{work}/perf.*.requests"):
+    key, name = os.path.basename(f)[5:-9].split(".", 1)
+    reqs[name] += int(open(f).read())
+def part(dso):
+    if dso.startswith("[kernel"): return "kernel"
+    if dso.startswith("[JIT]") or "luajit" in dso or "lua_module" in dso: return "lua"
+    return {"nginx": "nginx", "libc.so.6": "libc", "libcrypto.so.3": "crypto"}.get(dso, "other")
+for line in open(f"{work}/perf.dso"):
+    f, n, dso = line.split(None, 2)
+    name = f[5:].split(".", 1)[1]
+    samples[name][part(dso.strip())] += int(n)
+parts = ["kernel", "nginx", "lua", "libc", "crypto", "other"]
+print("worker CPU per request by library, us (perf cpu-clock samples at 4999 Hz):")
+print("  " + f"{'target':<15}" + "".join(f"{p:>8}" for p in parts) + f"{'total':>8}")
+for name in ["static", "balancer-floor", "lua-floor", "ferrule", "static-bare"]:
+    if reqs[name]:
+        per = {p: samples[name][p] / 4999 * 1e6 / reqs[name] for p in parts}
+        print("  " + f"{name:<15}" + "".join(f"{per[p]:8.3f}" for p in parts) + f"{sum(per.values()):8.3f}")
+PY
+)
+fi
 echo "$summary"
 [ -n "$OUT" ] && echo "$summary" >> "$OUT"
 exit 0
