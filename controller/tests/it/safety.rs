@@ -649,3 +649,75 @@ async fn a_shared_configuration_broken_from_outside_falls_back_to_one_by_one() {
     }
     assert!(f.logs().contains("one by one"), "the fallback ran");
 }
+
+/// A regex path reaches NGINX as a `location ~*` and a `rewrite`: a named group would
+/// be a variable each match sets (here the balancer's `$ferrule_backend`, so that the
+/// URI picked any backend of the cluster), a nested repetition would let one URI hold
+/// a worker. Both paths are refused, named in the status; the rest keeps serving.
+#[tokio::test]
+async fn a_regex_path_can_neither_choose_the_backend_nor_backtrack_for_ever() {
+    let alpha = Echo::start("127.0.0.2").await;
+    let beta = Echo::start("127.0.0.3").await;
+    let m = Manifests::new();
+    m.write("alpha-svc.yaml", &service("demo", "alpha", &[alpha.addr]));
+    m.write("beta-svc.yaml", &service("demo", "beta", &[beta.addr]));
+    m.write(
+        "alpha.yaml",
+        &ingress(
+            "demo",
+            "alpha",
+            T0,
+            "alpha.test",
+            &[("/", "Prefix", "alpha")],
+            &[],
+        ),
+    );
+    let paths = [
+        (
+            "/(?<ferrule_backend>[^/]+)",
+            "ImplementationSpecific",
+            "beta",
+        ),
+        ("/slow/(a|aa)+$", "ImplementationSpecific", "beta"),
+        ("/ok(/|$)(.*)", "ImplementationSpecific", "beta"),
+    ];
+    m.write(
+        "beta.yaml",
+        &ingress(
+            "demo",
+            "beta",
+            T1,
+            "beta.test",
+            &paths,
+            &[("rewrite-target", "/$2")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let message = state(&f, "Ingress", "beta").await.1;
+    assert!(
+        message.contains("named group \"ferrule_backend\""),
+        "{message}"
+    );
+    assert!(message.contains("exponential"), "{message}");
+    assert_eq!(
+        f.backend("beta.test", "/ok/x").await,
+        (200, beta.addr.to_string())
+    );
+    for uri in [
+        "/demo_alpha_80",
+        "/demo_alpha_http",
+        "/slow/aaaaaaaaaaaaaaaaaaaaaaaaab",
+    ] {
+        let (s, backend) = f.backend("beta.test", uri).await;
+        assert_ne!(
+            backend,
+            alpha.addr.to_string(),
+            "{uri} reached another tenant"
+        );
+        assert_eq!(s, 404, "{uri}: no location");
+    }
+    assert_eq!(
+        f.backend("alpha.test", "/").await,
+        (200, alpha.addr.to_string())
+    );
+}

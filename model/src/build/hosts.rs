@@ -22,7 +22,8 @@ pub(crate) fn host(raw: &str) -> Result<String, String> {
     }
 }
 
-/// Validates a path: absolute, printable, no whitespace.
+/// Validates a path: absolute, printable, no whitespace; a regex also passes
+/// [`super::path_regex::check`].
 pub(crate) fn path(raw: &str, regex: bool) -> Result<&str, String> {
     if !regex && !raw.starts_with('/') {
         return Err(format!("path {raw:?} must start with \"/\""));
@@ -37,6 +38,9 @@ pub(crate) fn path(raw: &str, regex: bool) -> Result<&str, String> {
         return Err(format!(
             "path {raw:?} contains a character not allowed in a path"
         ));
+    }
+    if regex {
+        super::path_regex::check(raw).map_err(|e| format!("path {raw:?}: {e}"))?;
     }
     Ok(raw)
 }

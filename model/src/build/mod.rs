@@ -10,6 +10,7 @@ mod classes;
 mod config;
 mod endpoints;
 pub(crate) mod hosts;
+mod path_regex;
 mod tls;
 
 use std::collections::{BTreeMap, HashMap};

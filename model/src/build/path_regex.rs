@@ -1,0 +1,227 @@
+//! Checks on the regular expression of a regex path (`use-regex`, `rewrite-target`),
+//! which NGINX compiles with PCRE into a `location ~*` and a `rewrite`.
+//!
+//! `nginx -t` already refuses what PCRE cannot compile (and config safety names the
+//! Ingress); two things it accepts would hurt other tenants, so they are refused here:
+//!
+//! - a named group (`(?<name>…)`, `(?P<name>…)`, `(?'name'…)`): NGINX turns it into a
+//!   variable set by every match, so a path could set `$ferrule_backend` after the
+//!   location's own `set` and route the request to any backend of the cluster;
+//! - a repeated group that can itself match in more than one way (`(a+)+`, `(a|aa)*`,
+//!   `(a?b?)+`): PCRE backtracks exponentially on a crafted URI, and NGINX sets no
+//!   match limit for locations, so one request could hold a worker for seconds.
+//!
+//! The scan reads PCRE's syntax itself (escapes, `\Q…\E`, classes, look-around) rather
+//! than a stricter parser's, so that every path PCRE reads stays usable.
+
+/// The error for `path`, if it must be refused.
+pub(crate) fn check(path: &str) -> Result<(), String> {
+    let b = path.as_bytes();
+    // One entry per open group: whether something in it can match in more than one way.
+    let mut groups: Vec<bool> = Vec::new();
+    // Whether the atom just read is a group that can match in more than one way.
+    let mut last_ambiguous = false;
+    let mut i = 0;
+    while i < b.len() {
+        let mut ambiguous_group = false;
+        match b[i] {
+            // literal text up to \E (or the end)
+            b'\\' if b.get(i + 1) == Some(&b'Q') => {
+                i = find(b, i + 2, b"\\E").map_or(b.len(), |e| e + 2);
+            }
+            b'\\' => i += 2,
+            b'[' => i = class_end(b, i),
+            b'(' => {
+                if let Some(name) = group_name(&b[i + 1..]) {
+                    return Err(format!(
+                        "the named group {name:?} is not allowed in a regex path: NGINX would \
+                         turn it into a variable that each match sets (use a numbered group, \
+                         $1, in rewrite-target)"
+                    ));
+                }
+                groups.push(false);
+                i += 1;
+            }
+            b')' => {
+                ambiguous_group = groups.pop().unwrap_or(false);
+                if let Some(outer) = groups.last_mut() {
+                    *outer |= ambiguous_group;
+                }
+                i += 1;
+            }
+            b'|' => {
+                if let Some(g) = groups.last_mut() {
+                    *g = true;
+                }
+                i += 1;
+            }
+            b'*' | b'+' | b'?' | b'{' => match quantifier(&b[i..]) {
+                // a `{` that opens no quantifier is a literal
+                None => i += 1,
+                Some((repeats, len)) => {
+                    if repeats && last_ambiguous {
+                        return Err("a repeated group must not itself repeat, be optional or \
+                                    alternate (e.g. \"(a+)+\", \"(a?b)*\" or \"(a|b)*\"): it \
+                                    can take exponential time to match"
+                            .to_owned());
+                    }
+                    if let Some(g) = groups.last_mut() {
+                        *g = true;
+                    }
+                    i += len;
+                    // a lazy or possessive suffix belongs to the quantifier
+                    if matches!(b.get(i), Some(b'?' | b'+')) {
+                        i += 1;
+                    }
+                }
+            },
+            _ => i += 1,
+        }
+        last_ambiguous = ambiguous_group;
+    }
+    Ok(())
+}
+
+fn find(b: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    (from..b.len().saturating_sub(needle.len() - 1)).find(|&j| b[j..].starts_with(needle))
+}
+
+/// The index after the class opening at `start`: `]` first in the class is literal,
+/// escapes are skipped, `[:alpha:]` is one item.
+fn class_end(b: &[u8], start: usize) -> usize {
+    let mut i = start + 1;
+    if b.get(i) == Some(&b'^') {
+        i += 1;
+    }
+    if b.get(i) == Some(&b']') {
+        i += 1;
+    }
+    while i < b.len() {
+        match b[i] {
+            b'\\' => i += 2,
+            b'[' if b.get(i + 1) == Some(&b':') => {
+                i = find(b, i + 2, b":]").map_or(i + 1, |e| e + 2);
+            }
+            b']' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    b.len()
+}
+
+/// The name of a named group whose `(` precedes `rest`.
+fn group_name(rest: &[u8]) -> Option<String> {
+    let after = if let Some(r) = rest.strip_prefix(b"?P<") {
+        r
+    } else if let Some(r) = rest.strip_prefix(b"?<") {
+        // look-behind, not a name
+        if matches!(r.first(), Some(b'=') | Some(b'!')) {
+            return None;
+        }
+        r
+    } else {
+        rest.strip_prefix(b"?'")?
+    };
+    let name: Vec<u8> = after
+        .iter()
+        .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+        .copied()
+        .collect();
+    Some(String::from_utf8_lossy(&name).into_owned())
+}
+
+/// The quantifier at the start of `b`: whether it allows more than one repetition,
+/// and its length. None: a `{` that PCRE reads as a literal.
+fn quantifier(b: &[u8]) -> Option<(bool, usize)> {
+    match b[0] {
+        b'*' | b'+' => Some((true, 1)),
+        b'?' => Some((false, 1)),
+        _ => {
+            let end = b.iter().position(|&c| c == b'}')?;
+            let body = std::str::from_utf8(&b[1..end]).unwrap_or("");
+            let (lo, hi) = body.split_once(',').unwrap_or((body, body));
+            let number = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
+            if !number(lo) || !(hi.is_empty() || number(hi)) {
+                return None;
+            }
+            let max = if hi.is_empty() {
+                u64::MAX
+            } else {
+                hi.parse().unwrap_or(u64::MAX)
+            };
+            Some((max > 1, end + 1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check as check_path;
+
+    /// `expected`: "ok", or a word the error must contain.
+    fn check(path: &str, expected: &str) {
+        match (check_path(path), expected) {
+            (Ok(()), "ok") => {}
+            (Ok(()), want) => panic!("{path:?} was accepted, expected an error about {want:?}"),
+            (Err(e), "ok") => panic!("{path:?} was refused: {e}"),
+            (Err(e), want) => assert!(e.contains(want), "{path:?}: {e:?} lacks {want:?}"),
+        }
+    }
+
+    #[test]
+    fn paths_users_write_are_accepted() {
+        for p in [
+            "/",
+            "/api(/|$)(.*)",
+            "/something(/|$)(.*)",
+            "/(.*)",
+            "/.well-known/acme-challenge/.*",
+            "/v1/(?!internal)(.*)",
+            "/(?<=x)y",
+            "/(?<!x)y",
+            "/(?i)foo",
+            "/users/[0-9]+/(profile|settings)",
+            "/(/[a-z]+)?",
+            "/a{2}",
+            "/(ab){1}",
+            "/(a|b){0,1}",
+            "/x{",
+            "/x{a}",
+            "/[(?<n>]+",
+            "/\\(?<n>",
+            "/\\Q(?<n>x)\\E+",
+            "/[]a]+",
+            "/[[:alpha:]]+",
+            "/(a)*",
+            "/(abc)+",
+        ] {
+            check(p, "ok");
+        }
+    }
+
+    #[test]
+    fn named_groups_are_refused() {
+        check("/(?<ferrule_backend>[^/]+)", "ferrule_backend");
+        check("/(?P<x>.*)", "named group \"x\"");
+        check("/(?'host'a)", "host");
+        check("/[a](?<b>c)", "named group");
+        check("/\\Q(\\E(?<b>c)", "named group");
+    }
+
+    #[test]
+    fn exponential_repetitions_are_refused() {
+        for p in [
+            "/(a|aa)+$",
+            "/(a+)+",
+            "/(a*)*",
+            "/(a?b?)+",
+            "/((ab)*c)+",
+            "/(?:a|b)*",
+            "/(x+){2,}",
+            "/(x+){1,5}",
+            "/(?:(a|b))+",
+        ] {
+            check(p, "exponential");
+        }
+    }
+}
