@@ -450,6 +450,10 @@ fn expected(w: &World) -> Expected {
             let secret = format!("{}/{}", NAMESPACES[ing.ns], SECRET_REFS[*secret]);
             for h in hosts {
                 let host = TLS_HOSTS[*h].to_ascii_lowercase();
+                // only the hosts of the Ingress's own rules
+                if !ing.rules.iter().any(|r| host_key(HOSTS[r.host]) == host) {
+                    continue;
+                }
                 match e.tls.get(&host) {
                     Some((winner, s)) if *s != secret => e.tls_losers.push((i, *winner)),
                     Some(_) => {}

@@ -242,6 +242,48 @@ fn missing_or_malformed_secret() {
     }
 }
 
+/// NGINX loads the whole chain: a broken intermediate is reported on the Ingress
+/// rather than found at handshake time; an oversized chain cannot fill the store.
+#[test]
+fn broken_or_oversized_chains() {
+    let broken = format!(
+        "{}-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n",
+        fixture("a.crt")
+    );
+    let huge = fixture("a.crt").repeat(64 * 1024 / fixture("a.crt").len() + 1);
+    let with_ca = format!("{}{}", fixture("a.crt"), fixture("ca.crt"));
+    let with_secret = |pem: &str| {
+        let yaml = docs![
+            app("default/web", "10.0.0.1"),
+            tls_secret_pem("default/s", pem, &fixture("a.key")),
+            tls_ingress("default/i", 1, "a.example.com", "s"),
+        ];
+        check(&yaml, &[])
+    };
+    let m = with_secret(&broken);
+    assert_eq!(served(&m, "a.example.com"), None);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "Secret default/s: tls.crt: certificate 2 of the chain is invalid",
+        )],
+    );
+    let m = with_secret(&huge);
+    assert_eq!(served(&m, "a.example.com"), None);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "Secret default/s: tls.crt: |a certificate chain may have",
+        )],
+    );
+    // the same leaf with a valid CA certificate after it is fine
+    let m = with_secret(&with_ca);
+    assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/s"));
+    expect_no_problems_on(&m, "Ingress default/i");
+}
+
 #[test]
 fn oldest_ingress_wins_a_hosts_tls() {
     let yaml = docs![
@@ -298,6 +340,40 @@ fn tls_host_without_rule_adds_nothing() {
     assert!(m.server("a.example.com").is_none());
     assert!(m.server("other.example.com").unwrap().tls.is_none());
     assert!(m.certificates.is_empty());
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "spec.tls: host a.example.com has no rule in this Ingress; its certificate is ignored",
+        )],
+    );
+}
+
+/// An older Ingress listing another tenant's host in `spec.tls` (without a rule for
+/// it) does not take that host's certificate: creationTimestamp never changes, so it
+/// could do so at any time.
+#[test]
+fn an_older_ingress_cannot_take_the_certificate_of_a_host_it_has_no_rule_for() {
+    let yaml = docs![
+        app("alpha/web", "10.0.0.1"),
+        app("beta/web", "10.0.0.2"),
+        tls_secret("alpha/a", "a.crt", "a.key"),
+        tls_secret("beta/fake", "a.crt", "a-pkcs8.key"),
+        Ing::new("beta/old", 1)
+            .rule("b.example.com", &[("/", "Prefix", "web", "80")])
+            .tls(&["a.example.com", "b.example.com"], "fake"),
+        tls_ingress("alpha/a", 5, "a.example.com", "a"),
+    ];
+    let m = check(&yaml, &[("a.example.com", "/", "alpha_web_80")]);
+    assert_eq!(served(&m, "a.example.com").as_deref(), Some("alpha/a"));
+    expect_no_problems_on(&m, "Ingress alpha/a");
+    expect_problems(
+        &m,
+        &[(
+            "Ingress beta/old",
+            "host a.example.com has no rule in this Ingress",
+        )],
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ pub(crate) mod hosts;
 mod path_regex;
 mod tls;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
@@ -176,6 +176,8 @@ impl Builder<'_> {
             }
         }
 
+        // The hosts this Ingress's `spec.tls` may give a certificate to (below).
+        let mut rule_hosts = HashSet::new();
         for rule in spec.rules.iter().flatten() {
             let host = match rule.host.as_deref().filter(|h| !h.is_empty()) {
                 None => DEFAULT_SERVER.to_owned(),
@@ -187,6 +189,7 @@ impl Builder<'_> {
                     }
                 },
             };
+            rule_hosts.insert(host.clone());
             for p in rule.http.iter().flat_map(|h| &h.paths) {
                 let regex = a.use_regex || a.rewrite_target.is_some();
                 let (path_match, raw) = match p.path_type.as_str() {
@@ -261,6 +264,15 @@ impl Builder<'_> {
                     );
                     continue;
                 };
+                // As ingress-nginx: a certificate for a host the Ingress has no rule for
+                // would let an old Ingress take the TLS of anyone's host at any time.
+                if !rule_hosts.contains(&host) {
+                    let msg = format!(
+                        "spec.tls: host {host} has no rule in this Ingress; its certificate is ignored"
+                    );
+                    self.problem(r, Severity::Warning, msg);
+                    continue;
+                }
                 let secret = tls
                     .secret_name
                     .as_deref()

@@ -7,6 +7,9 @@ use x509_parser::prelude::*;
 
 use crate::model::{Certificate, ResourceRef};
 
+/// The largest `tls.crt` accepted, in bytes (a leaf and intermediates are a few KB).
+pub(crate) const MAX_CHAIN_PEM: usize = 64 * 1024;
+
 /// Reads and checks a `kubernetes.io/tls` Secret. Errors name the field.
 pub(crate) fn certificate(secret: &Secret, now: i64) -> Result<Certificate, String> {
     let ns = secret.metadata.namespace.as_deref().unwrap_or_default();
@@ -14,13 +17,28 @@ pub(crate) fn certificate(secret: &Secret, now: i64) -> Result<Certificate, Stri
     let cert_pem = field(secret, "tls.crt")?;
     let key_pem = field(secret, "tls.key")?;
 
+    // Each host's copy is kept in NGINX's shared memory: a chain is a few KB, and a
+    // bound keeps one Secret from filling the store that every tenant's TLS uses.
+    if cert_pem.len() > MAX_CHAIN_PEM {
+        return Err(format!(
+            "tls.crt: {} bytes, more than the {MAX_CHAIN_PEM} a certificate chain may have",
+            cert_pem.len()
+        ));
+    }
     let blocks = ::pem::parse_many(&cert_pem).map_err(|e| format!("tls.crt: invalid PEM: {e}"))?;
-    let leaf = blocks
-        .iter()
-        .find(|b| b.tag() == "CERTIFICATE")
-        .ok_or("tls.crt: no CERTIFICATE block")?;
+    let chain: Vec<&::pem::Pem> = blocks.iter().filter(|b| b.tag() == "CERTIFICATE").collect();
+    let leaf = chain.first().ok_or("tls.crt: no CERTIFICATE block")?;
     let (_, cert) = X509Certificate::from_der(leaf.contents())
         .map_err(|e| format!("tls.crt: invalid certificate: {e}"))?;
+    // NGINX reads the whole chain: a broken intermediate fails the handshake setup.
+    for (i, b) in chain.iter().enumerate().skip(1) {
+        X509Certificate::from_der(b.contents()).map_err(|e| {
+            format!(
+                "tls.crt: certificate {} of the chain is invalid: {e}",
+                i + 1
+            )
+        })?;
+    }
     let key = ::pem::parse(&key_pem).map_err(|e| format!("tls.key: invalid PEM: {e}"))?;
     let spki = cert.public_key().subject_public_key.data.as_ref();
     if !key_matches(key.tag(), key.contents(), spki)? {
