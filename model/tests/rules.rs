@@ -1441,6 +1441,56 @@ fn canary_oldest_wins_a_primary() {
     }
 }
 
+/// Any namespace may add a canary to a host + path (as in ingress-nginx); the owner
+/// of the primary sees it in its status. A canary from its own namespace is silent.
+#[test]
+fn a_canary_from_another_namespace_is_reported_on_the_primary() {
+    let yaml = docs![
+        app("alpha/web", "10.0.0.1"),
+        app("alpha/next", "10.0.0.2"),
+        app("beta/web", "10.0.0.3"),
+        ingress("alpha/main", 1, "a.test", &[("/", "Prefix", "web", "80")]),
+        ingress(
+            "alpha/api",
+            1,
+            "a.test",
+            &[("/api", "Prefix", "next", "80")]
+        ),
+        Ing::new("beta/canary", 2)
+            .ann("canary", "true")
+            .ann("canary-weight", "100")
+            .rule("a.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("alpha/own-canary", 3)
+            .ann("canary", "true")
+            .ann("canary-weight", "10")
+            .rule("a.test", &[("/api", "Prefix", "web", "80")]),
+    ];
+    let m = check(&yaml, &[("a.test", "/", "alpha_web_80")]);
+    let canary = m.backends["alpha_web_80"]
+        .balancing
+        .canary
+        .as_ref()
+        .unwrap();
+    assert_eq!(canary.backend, "beta_web_80");
+    expect_problems(
+        &m,
+        &[(
+            "Ingress alpha/main",
+            "canary: Ingress beta/canary (another namespace) receives part of the traffic of backend alpha_web_80 (host a.test path /), routed to beta_web_80",
+        )],
+    );
+    assert_eq!(
+        m.backends["alpha_next_80"]
+            .balancing
+            .canary
+            .as_ref()
+            .unwrap()
+            .backend,
+        "alpha_web_80"
+    );
+    expect_no_problems_on(&m, "Ingress alpha/api");
+}
+
 #[test]
 fn canary_on_the_primarys_own_service_is_a_problem_on_the_canary() {
     let self_canary = Ing::new("default/self-canary", 2)

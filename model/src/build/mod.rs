@@ -460,11 +460,9 @@ impl Builder<'_> {
                     _ if regex => (raw, PathMatch::Regex),
                     _ => (hosts::prefix(&raw), PathMatch::Prefix),
                 };
-                let primary = self
-                    .servers
-                    .get(&host)
-                    .and_then(|s| s.locations.get(&key))
-                    .map(|l| l.target.clone());
+                let location = self.servers.get(&host).and_then(|s| s.locations.get(&key));
+                let primary_owner = location.map(|l| l.owner.clone());
+                let primary = location.map(|l| l.target.clone());
                 let Some(Target::Backend(primary)) = primary else {
                     let msg = format!(
                         "canary: no primary Ingress with a resolvable backend serves host {host} path {}; canary ignored",
@@ -509,9 +507,18 @@ impl Builder<'_> {
                             .get_mut(&primary)
                             .expect("primary backend exists");
                         b.balancing.canary = Some(CanaryRoute {
-                            backend: canary,
+                            backend: canary.clone(),
                             rules: rules.clone(),
-                        })
+                        });
+                        // As in ingress-nginx, any namespace may add a canary to a
+                        // host + path; the primary's owner at least sees it in its status.
+                        if let Some(owner) = primary_owner.filter(|o| o.namespace != r.namespace) {
+                            let msg = format!(
+                                "canary: {r} (another namespace) receives part of the traffic of backend {primary} (host {host} path {}), routed to {canary}",
+                                key.0
+                            );
+                            self.problem(&owner, Severity::Warning, msg);
+                        }
                     }
                 }
             }
