@@ -39,8 +39,14 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
                          $1, in rewrite-target)"
                     ));
                 }
-                groups.push(false);
-                i += 1;
+                match group_prefix(&b[i + 1..]) {
+                    Prefix::Group(len) => {
+                        groups.push(false);
+                        i += 1 + len;
+                    }
+                    // `(?i)`, `(*UTF)`, `(?#...)`: no group, nothing to repeat
+                    Prefix::Other(len) => i += 1 + len,
+                }
             }
             b')' => {
                 ambiguous_group = groups.pop().unwrap_or(false);
@@ -58,15 +64,20 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
             b'*' | b'+' | b'?' | b'{' => match quantifier(&b[i..]) {
                 // a `{` that opens no quantifier is a literal
                 None => i += 1,
-                Some((repeats, len)) => {
+                Some(Quantifier {
+                    repeats,
+                    variable,
+                    len,
+                }) => {
                     if repeats && last_ambiguous {
                         return Err("a repeated group must not itself repeat, be optional or \
                                     alternate (e.g. \"(a+)+\", \"(a?b)*\" or \"(a|b)*\"): it \
                                     can take exponential time to match"
                             .to_owned());
                     }
+                    // `{3}` matches one way; `?`, `*`, `{2,5}` choose how often
                     if let Some(g) = groups.last_mut() {
-                        *g = true;
+                        *g |= variable;
                     }
                     i += len;
                     // a lazy or possessive suffix belongs to the quantifier
@@ -109,6 +120,42 @@ fn class_end(b: &[u8], start: usize) -> usize {
     b.len()
 }
 
+enum Prefix {
+    /// A group opens; its `?…` prefix has this length.
+    Group(usize),
+    /// An option setting, verb or comment of this length (with its `)`).
+    Other(usize),
+}
+
+/// What the `(` before `rest` opens: the `?:`, `?=`, `?<!`, `?i:` of a group are no
+/// quantifiers.
+fn group_prefix(rest: &[u8]) -> Prefix {
+    let to_close = || {
+        rest.iter()
+            .position(|&c| c == b')')
+            .map_or(rest.len(), |e| e + 1)
+    };
+    match rest {
+        [b'*', ..] | [b'?', b'#', ..] => Prefix::Other(to_close()),
+        [b'?', b'<', b'=' | b'!', ..] => Prefix::Group(3),
+        [b'?', b':' | b'=' | b'!' | b'>' | b'|', ..] => Prefix::Group(2),
+        [b'?', flags @ ..] => {
+            let n = flags
+                .iter()
+                .take_while(|c| c.is_ascii_alphabetic() || matches!(c, b'-' | b'^'))
+                .count();
+            match flags.get(n) {
+                Some(b')') if n > 0 => Prefix::Other(n + 2),
+                Some(b':') if n > 0 => Prefix::Group(n + 2),
+                // recursion, subroutine calls, conditionals: a group, as PCRE reads
+                // it or refuses it (nginx -t)
+                _ => Prefix::Group(1),
+            }
+        }
+        _ => Prefix::Group(0),
+    }
+}
+
 /// The name of a named group whose `(` precedes `rest`.
 fn group_name(rest: &[u8]) -> Option<String> {
     let after = if let Some(r) = rest.strip_prefix(b"?P<") {
@@ -130,12 +177,19 @@ fn group_name(rest: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&name).into_owned())
 }
 
-/// The quantifier at the start of `b`: whether it allows more than one repetition,
-/// and its length. None: a `{` that PCRE reads as a literal.
-fn quantifier(b: &[u8]) -> Option<(bool, usize)> {
-    match b[0] {
-        b'*' | b'+' => Some((true, 1)),
-        b'?' => Some((false, 1)),
+struct Quantifier {
+    /// It allows more than one repetition.
+    repeats: bool,
+    /// It allows more than one count (all but `{n}`).
+    variable: bool,
+    len: usize,
+}
+
+/// The quantifier at the start of `b`. None: a `{` that PCRE reads as a literal.
+fn quantifier(b: &[u8]) -> Option<Quantifier> {
+    let (repeats, variable, len) = match b[0] {
+        b'*' | b'+' => (true, true, 1),
+        b'?' => (false, true, 1),
         _ => {
             let end = b.iter().position(|&c| c == b'}')?;
             let body = std::str::from_utf8(&b[1..end]).unwrap_or("");
@@ -144,14 +198,20 @@ fn quantifier(b: &[u8]) -> Option<(bool, usize)> {
             if !number(lo) || !(hi.is_empty() || number(hi)) {
                 return None;
             }
+            let min: u64 = lo.parse().unwrap_or(u64::MAX);
             let max = if hi.is_empty() {
                 u64::MAX
             } else {
                 hi.parse().unwrap_or(u64::MAX)
             };
-            Some((max > 1, end + 1))
+            (max > 1, min != max, end + 1)
         }
-    }
+    };
+    Some(Quantifier {
+        repeats,
+        variable,
+        len,
+    })
 }
 
 #[cfg(test)]
@@ -194,6 +254,14 @@ mod tests {
             "/[[:alpha:]]+",
             "/(a)*",
             "/(abc)+",
+            "/(?:[a-z]{2}/)*page",
+            "/(?i)a+",
+            "/(*UTF)x",
+            "/(?#a comment (a|aa)+)x",
+            "/(?=a)(b)+",
+            "/(?i:ab)+",
+            "/(?<=a)(b)+",
+            "/(x{3})+",
         ] {
             check(p, "ok");
         }
@@ -220,6 +288,9 @@ mod tests {
             "/(x+){2,}",
             "/(x+){1,5}",
             "/(?:(a|b))+",
+            "/(a+){30}",
+            "/(?i:a|b)*",
+            "/(a{2,3})+",
         ] {
             check(p, "exponential");
         }
