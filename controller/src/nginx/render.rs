@@ -122,6 +122,10 @@ pub struct RenderOptions {
     pub configmap: Option<String>,
     /// The balancer inside NGINX.
     pub balancer: Balancer,
+    /// MiB of shared memory for the balancer's certificates (Lua): every TLS host's
+    /// chain and key, a few KB each in whole 4 KB pages. Fixed: a new size is a new,
+    /// empty zone at the next reload. Pages are committed as they are used.
+    pub certificate_store_mib: u32,
 }
 
 /// A rendered file and its source map.
@@ -251,7 +255,6 @@ impl Renderer {
         let mut main = self.main_view();
         main.server_names_bucket =
             server_names_bucket(model.servers.iter().map(|s| s.host.as_str()));
-        main.certificates_dict = certificates_dict(model);
         let mut out = BTreeMap::new();
         let mut ctx = tera::Context::new();
         ctx.insert("main", &main);
@@ -334,7 +337,7 @@ impl Renderer {
             worker_shutdown_timeout: "240s".to_owned(),
             lua_path: format!("{}/?.lua;;", self.path("lua")),
             backends_dict: "128m".to_owned(),
-            certificates_dict: "32m".to_owned(),
+            certificates_dict: format!("{}m", self.opts.certificate_store_mib),
             token_file_lua: lua_quote(&self.path("conf/balancer.token")),
             njs: self.opts.balancer == Balancer::Njs,
             njs_dir: self.path(NJS_DIR),
@@ -499,28 +502,6 @@ pub fn server_file(host: &str) -> String {
     let cut: String = name.chars().take(HOST_IN_FILE_NAME - 40).collect();
     let digest = blake3::hash(host.as_bytes()).to_hex();
     format!("conf/servers/host+{cut}+{}.conf", &digest[..32])
-}
-
-/// The size of `lua_shared_dict ferrule_certificates`, where the balancer keeps each
-/// TLS host's certificate and key (an entry over 2 KB takes whole 4 KB pages of
-/// NGINX's slab allocator). 32 MB holds a few thousand hosts; a bigger model gets the
-/// next power of two above its need and a quarter: a full store would leave hosts
-/// without their certificate, and each new size is a new zone (filled again by the
-/// full post that follows every reload), so sizes move in large steps.
-fn certificates_dict(model: &Model) -> String {
-    const PAGE: usize = 4096;
-    let need: usize = model
-        .servers
-        .iter()
-        .filter_map(|s| s.tls.as_ref()?.certificate.as_deref())
-        .filter_map(|c| model.certificates.get(c))
-        .map(|c| (c.cert_pem.len() + c.key_pem.len() + 256).next_multiple_of(PAGE) + PAGE)
-        .sum();
-    let mb = (need + need / 4)
-        .div_ceil(1 << 20)
-        .max(32)
-        .next_power_of_two();
-    format!("{mb}m")
 }
 
 /// `server_names_hash_bucket_size`: NGINX does not start when one exact name does not

@@ -61,6 +61,7 @@ fn opts(prefix: &str) -> RenderOptions {
         modules: Vec::new(),
         configmap: Some(format!("{}/{}", CONFIGMAP.0, CONFIGMAP.1)),
         balancer: Balancer::Lua,
+        certificate_store_mib: 256,
     }
 }
 
@@ -1017,35 +1018,4 @@ fn the_longest_dns_names_get_files_and_buckets_nginx_accepts() {
     assert_eq!(server_names_bucket(std::iter::empty()), 128);
     // NGINX: pointer + align(253 + 2) + end marker = 272, aligned to a cache line
     assert_eq!(server_names_bucket([long.as_str()].into_iter()), 320);
-}
-
-#[test]
-fn the_certificate_store_grows_with_the_tls_hosts() {
-    let empty = model("", Settings::default());
-    assert_eq!(certificates_dict(&empty), "32m");
-    // 5,000 TLS hosts of a 5 KB certificate and key: three pages each (the entry and
-    // its keys), and a quarter to spare, is 73 MiB: the next power of two.
-    let mut m = empty.clone();
-    let cert = ferrule_model::Certificate {
-        secret: ResourceRef::new("Secret", "demo", "c"),
-        cert_pem: "c".repeat(3500),
-        key_pem: "k".repeat(1500),
-        names: Vec::new(),
-        not_after: 0,
-    };
-    m.certificates = std::sync::Arc::new([("demo/c".to_owned(), cert)].into());
-    m.servers = std::sync::Arc::new(
-        (0..5_000)
-            .map(|i| Server {
-                host: format!("h{i}.example.com"),
-                tls: Some(ferrule_model::ServerTls {
-                    certificate: Some("demo/c".to_owned()),
-                }),
-                owner: None,
-                server_snippet: None,
-                locations: Vec::new(),
-            })
-            .collect(),
-    );
-    assert_eq!(certificates_dict(&m), "128m");
 }
