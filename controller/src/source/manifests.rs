@@ -31,9 +31,19 @@ pub enum ManifestError {
 }
 
 /// Files of a manifests directory, sorted (`*.yaml`, `*.yml`, `*.json`, recursively).
+/// Names starting with a dot are skipped, directories too: a mounted ConfigMap keeps
+/// each file in `..data/` (and the previous version in `..<timestamp>/` while it
+/// swaps) behind a visible symlink, which alone is read.
 pub fn files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
     let mut out = Vec::new();
-    for entry in walkdir::WalkDir::new(dir).follow_links(true) {
+    let visible = |e: &walkdir::DirEntry| {
+        e.depth() == 0 || !e.file_name().to_str().is_some_and(|n| n.starts_with('.'))
+    };
+    for entry in walkdir::WalkDir::new(dir)
+        .follow_links(true)
+        .into_iter()
+        .filter_entry(visible)
+    {
         let entry = entry.map_err(|e| ManifestError::Io {
             path: e.path().unwrap_or(dir).to_owned(),
             source: e
@@ -41,12 +51,8 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
                 .unwrap_or_else(|| std::io::Error::other("walk error")),
         })?;
         let p = entry.path();
-        let hidden = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with('.'));
         let ext = p.extension().and_then(|e| e.to_str()).unwrap_or_default();
-        if entry.file_type().is_file() && !hidden && matches!(ext, "yaml" | "yml" | "json") {
+        if entry.file_type().is_file() && matches!(ext, "yaml" | "yml" | "json") {
             out.push(p.to_owned());
         }
     }
@@ -329,5 +335,25 @@ mod tests {
         assert!(err.to_string().contains("c.yaml"), "{err}");
         write("c.yaml", "c");
         assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
+    }
+
+    /// A ConfigMap volume: the files live in `..<timestamp>/`, `..data` links to the
+    /// current one and each visible name links into `..data`. Each object is read once,
+    /// from the visible link, also while an old version's directory is still there.
+    #[test]
+    fn a_mounted_configmap_is_read_through_its_visible_links_only() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for (version, name) in [("..2026_01_01", "old"), ("..2026_01_02", "new")] {
+            std::fs::create_dir(d.join(version)).unwrap();
+            std::fs::write(d.join(version).join("svc.yaml"), SVC.replace("NAME", name)).unwrap();
+        }
+        symlink("..2026_01_02", d.join("..data")).unwrap();
+        symlink("..data/svc.yaml", d.join("svc.yaml")).unwrap();
+        std::fs::write(d.join(".hidden.yaml"), SVC.replace("NAME", "hidden")).unwrap();
+        assert_eq!(files(d).unwrap(), [d.join("svc.yaml")]);
+        let snap = load(d, Settings::default(), None).unwrap();
+        assert_eq!(services(&snap), ["new"]);
     }
 }
