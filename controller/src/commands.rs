@@ -28,6 +28,7 @@ pub struct RunArgs {
     pub status: SocketAddr,
     pub coalesce: Duration,
     pub min_reload_interval: Duration,
+    pub shutdown_grace_period: Duration,
     pub render: RenderOptions,
     pub nginx_binary: PathBuf,
     pub settings: Settings,
@@ -105,6 +106,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let opts = SyncOptions {
         coalesce: args.coalesce,
         min_reload_interval: args.min_reload_interval,
+        shutdown_grace_period: args.shutdown_grace_period,
+        drain_timeout: ferrule::nginx::render::WORKER_SHUTDOWN_TIMEOUT,
     };
     sync::run(rx, dataplane, shared, opts, applied_tx, shutdown_signal()).await
 }

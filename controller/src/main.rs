@@ -237,6 +237,12 @@ enum Command {
         /// Minimum milliseconds between two reloads, enforced by a rate limiter (endpoint changes are never limited).
         #[arg(long, default_value_t = 0)]
         min_reload_interval_ms: u64,
+        /// Seconds NGINX keeps accepting new connections after SIGTERM while the pod
+        /// reports not Ready (as ingress-nginx's --shutdown-grace-period), before it
+        /// drains: give endpoints and load balancers time to stop sending traffic.
+        /// The pod's terminationGracePeriodSeconds must cover it plus the drain (240 s).
+        #[arg(long, default_value_t = 0)]
+        shutdown_grace_period: u64,
         #[command(flatten)]
         nginx: NginxFlags,
         #[command(flatten)]
@@ -310,6 +316,7 @@ async fn main() -> Result<()> {
             status_address,
             coalesce_ms,
             min_reload_interval_ms,
+            shutdown_grace_period,
             nginx,
             flags,
         } => {
@@ -319,6 +326,7 @@ async fn main() -> Result<()> {
                 status: std::net::SocketAddr::new(status_address, status_port),
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
+                shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
                 render: nginx.render_options(flags.config_map_ref()),
                 nginx_binary: nginx.nginx_binary.clone(),
                 settings: flags.settings(),

@@ -43,18 +43,28 @@ pub struct ResourceStatus {
 #[derive(Default)]
 pub struct Shared {
     ready: AtomicBool,
+    /// Set once at SIGTERM: readiness stays false from then on.
+    stopping: AtomicBool,
     resources: RwLock<Vec<ResourceStatus>>,
     /// Metrics.
     pub metrics: Metrics,
 }
 
 impl Shared {
-    /// Sets readiness.
+    /// Sets readiness (false for good once [`Shared::stop`] was called).
     pub fn set_ready(&self, ready: bool) {
+        let ready = ready && !self.stopping.load(Ordering::SeqCst);
         let was = self.ready.swap(ready, Ordering::SeqCst);
         if was != ready {
             tracing::info!(ready, "readiness changed");
         }
+    }
+
+    /// The pod is shutting down: not Ready any more, so that load balancers stop
+    /// sending new connections while NGINX still accepts them.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.set_ready(false);
     }
 
     /// Readiness.

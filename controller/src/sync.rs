@@ -34,6 +34,12 @@ pub struct SyncOptions {
     pub coalesce: Duration,
     /// Minimum time between two reloads (endpoint changes are never limited).
     pub min_reload_interval: Duration,
+    /// After SIGTERM: how long NGINX keeps accepting new connections while the pod
+    /// reports not Ready (endpoints and load balancers take a while to notice).
+    pub shutdown_grace_period: Duration,
+    /// Then, how long NGINX's workers may finish the requests in flight before they
+    /// are killed (NGINX's own `worker_shutdown_timeout` is the same).
+    pub drain_timeout: Duration,
 }
 
 /// The balancer client and the last view posted through it.
@@ -98,8 +104,17 @@ pub async fn run(
         opts.clone(),
         stop_rx,
     ));
+    let grace = opts.shutdown_grace_period;
     let model = tokio::spawn(model_task(snapshots, reload_tx, common.clone(), opts));
     shutdown.await;
+    common.shared.stop();
+    if !grace.is_zero() {
+        tracing::info!(
+            ?grace,
+            "shutting down: not Ready; NGINX accepts new connections until the grace period ends"
+        );
+        tokio::time::sleep(grace).await;
+    }
     tracing::info!("shutting down: no more changes, draining NGINX");
     model.abort();
     let _ = stop_tx.send(true);
@@ -525,7 +540,9 @@ async fn reload_task(
             }
         }
     }
-    dataplane.nginx().quit(Duration::from_secs(30)).await;
+    // A little longer than NGINX's own limit, so that NGINX ends its workers itself.
+    let drain = opts.drain_timeout + Duration::from_secs(5);
+    dataplane.nginx().quit(drain).await;
 }
 
 /// Ready: NGINX serves and the balancer is synced, and not every Ingress is

@@ -334,7 +334,7 @@ impl Renderer {
             access_log: self.path("logs/access.log"),
             mime_types: "/etc/nginx/mime.types".to_owned(),
             tmp: self.path("tmp"),
-            worker_shutdown_timeout: "240s".to_owned(),
+            worker_shutdown_timeout: format!("{}s", WORKER_SHUTDOWN_TIMEOUT.as_secs()),
             lua_path: format!("{}/?.lua;;", self.path("lua")),
             backends_dict: "128m".to_owned(),
             certificates_dict: format!("{}m", self.opts.certificate_store_mib),
@@ -473,6 +473,10 @@ impl Renderer {
         }
     }
 }
+
+/// How long old workers may finish their requests after a reload or at shutdown
+/// (ingress-nginx's default `worker-shutdown-timeout`).
+pub const WORKER_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(240);
 
 /// The default certificate's file (certificate and key in one PEM, mode 0600).
 pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";

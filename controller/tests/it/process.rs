@@ -242,6 +242,53 @@ async fn sigterm_stops_nginx_and_exits_zero() {
     assert!(refused.is_err(), "port still served after exit");
 }
 
+/// A rolling update must not drop traffic: at SIGTERM the pod stops being Ready at
+/// once, NGINX accepts new connections for the grace period (while endpoints and load
+/// balancers catch up), then stops accepting and lets the requests in flight finish.
+#[tokio::test]
+async fn sigterm_keeps_serving_for_the_grace_period_and_drains_requests_in_flight() {
+    let (a, _m, mut f) = echo_web("127.0.0.2", &["--shutdown-grace-period", "2"]).await;
+    assert_eq!(f.get_status("/readyz").await.0, 200);
+    let url = format!("http://127.0.0.1:{}/slow", f.http);
+    let slow = tokio::spawn(async move {
+        let r = client()
+            .get(url)
+            .header("Host", "web.test")
+            .header("x-echo-delay-ms", "3500")
+            .send()
+            .await?;
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await?;
+        Ok::<_, reqwest::Error>((status, body["backend"].as_str().unwrap_or("").to_owned()))
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    f.terminate();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        f.get_status("/readyz").await.0,
+        503,
+        "not Ready from SIGTERM on"
+    );
+    assert_eq!(
+        f.backend("web.test", "/new").await,
+        (200, a.addr.to_string()),
+        "a new connection during the grace period is served"
+    );
+    let (status, backend) = slow
+        .await
+        .unwrap()
+        .expect("the request in flight completes");
+    assert_eq!((status, backend), (200, a.addr.to_string()));
+    let exit = f.child.wait().unwrap();
+    assert!(exit.success(), "exit {exit:?}; log:\n{}", f.logs());
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+}
+
 #[tokio::test]
 async fn ingress_edits_are_picked_up_within_a_second() {
     let a = Echo::start("127.0.0.2").await;

@@ -448,8 +448,13 @@ impl Ferrule {
 
     /// Sends SIGTERM and waits for exit; returns the exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
-        let _ = nix_kill(self.child.id(), "TERM");
+        self.terminate();
         self.child.wait().unwrap()
+    }
+
+    /// Sends SIGTERM without waiting for the exit.
+    pub fn terminate(&self) {
+        let _ = nix_kill(self.child.id(), "TERM");
     }
 }
 
