@@ -1317,6 +1317,51 @@ fn canary_pairs_with_its_primary_by_host_and_path() {
     expect_no_problems_on(&m, "Ingress default/main-canary");
 }
 
+/// Several Ingresses routing to one Service port share its balancing settings: as in
+/// ingress-nginx, the oldest Ingress that sets a setting decides it, setting by
+/// setting; one without annotations decides nothing, and a younger different value
+/// is reported where it is ignored.
+#[test]
+fn balancing_settings_of_a_shared_service_port_are_decided_setting_by_setting() {
+    use ferrule_model::annotations::LoadBalance;
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        ingress(
+            "default/plain",
+            1,
+            "a.test",
+            &[("/", "Prefix", "web", "80")]
+        ),
+        Ing::new("default/sticky", 2)
+            .ann("affinity", "cookie")
+            .ann("session-cookie-name", "stk")
+            .rule("b.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/ewma", 3)
+            .ann("load-balance", "ewma")
+            .ann("affinity", "cookie")
+            .ann("session-cookie-name", "other")
+            .rule("c.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/same", 4)
+            .ann("affinity", "cookie")
+            .ann("session-cookie-name", "stk")
+            .rule("d.test", &[("/", "Prefix", "web", "80")]),
+    ];
+    let m = check(&yaml, &[("a.test", "/", "default_web_80")]);
+    let b = &m.backends["default_web_80"].balancing;
+    assert_eq!(b.affinity.as_ref().unwrap().cookie_name, "stk");
+    assert_eq!(b.load_balance, LoadBalance::Ewma);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/ewma",
+            "backend default_web_80: the affinity annotations are ignored: Ingress default/sticky is older and sets them for this Service port",
+        )],
+    );
+    for quiet in ["default/plain", "default/sticky", "default/same"] {
+        expect_no_problems_on(&m, &format!("Ingress {quiet}"));
+    }
+}
+
 /// ingress-nginx ignores a canary Ingress's annotations except the canary rules,
 /// `load-balance`, `upstream-hash-by` and session affinity: those give the canary
 /// backend its settings, unless an Ingress routing to that Service directly set them.

@@ -48,7 +48,7 @@ pub fn build(snap: &Snapshot) -> Model {
         backends: BTreeMap::new(),
         resolved: HashMap::new(),
         key_buf: String::new(),
-        balancing_set: std::collections::HashSet::new(),
+        balancing: HashMap::new(),
         canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
         checked_secrets: HashMap::new(),
@@ -88,13 +88,14 @@ pub fn build(snap: &Snapshot) -> Model {
 /// The balancing settings an Ingress's annotations give the backends it routes to
 /// (a canary route is attached later, by `add_canary`); the ConfigMap's
 /// `load-balance` where the Ingress has none.
-fn balancing_of(a: &IngressAnnotations, global: &Global) -> Balancing {
-    Balancing {
-        load_balance: a.load_balance.unwrap_or(global.load_balance),
-        upstream_hash_by: a.upstream_hash_by.clone(),
-        affinity: a.affinity.clone(),
-        canary: None,
-    }
+/// Which Ingress set each balancing setting of a backend: several Ingresses may
+/// route to one Service port, and as in ingress-nginx the oldest that sets a setting
+/// decides it, setting by setting (one without annotations decides nothing).
+#[derive(Default)]
+struct BalancingOwners {
+    load_balance: Option<ResourceRef>,
+    upstream_hash_by: Option<ResourceRef>,
+    affinity: Option<ResourceRef>,
 }
 
 /// A host's TLS claim: the oldest Ingress listing the host in `spec.tls` wins.
@@ -124,8 +125,8 @@ struct Builder<'a> {
     resolved: HashMap<String, Result<String, String>>,
     /// Scratch buffer for `resolved` keys.
     key_buf: String,
-    /// Backends whose balancing settings were set (by the oldest Ingress using them).
-    balancing_set: std::collections::HashSet<String>,
+    /// Who set each balancing setting of a backend (see [`BalancingOwners`]).
+    balancing: HashMap<String, BalancingOwners>,
     /// The canary Ingress attached to each primary backend (the oldest wins).
     canary_owners: HashMap<String, ResourceRef>,
     tls_claims: HashMap<String, TlsClaim>,
@@ -151,7 +152,6 @@ impl Builder<'_> {
         };
         let ns = r.namespace.as_str();
         let settings = self.location_settings(r, a);
-        let balancing = balancing_of(a, &self.global);
         let server_snippet = if self.global.allow_snippet_annotations {
             a.server_snippet.clone()
         } else {
@@ -163,7 +163,7 @@ impl Builder<'_> {
                 "spec.defaultBackend".to_owned()
             });
             if let Target::Backend(name) = &target {
-                self.set_balancing(name, &balancing);
+                self.set_balancing(name, Some(r), a);
             }
             match &self.catch_all {
                 None => self.catch_all = Some((r.clone(), target)),
@@ -232,7 +232,7 @@ impl Builder<'_> {
                     format!("host {host} path {path}")
                 });
                 if let Target::Backend(name) = &target {
-                    self.set_balancing(name, &balancing);
+                    self.set_balancing(name, Some(r), a);
                 }
                 if !self.servers.contains_key(&host) {
                     let acc = ServerAcc {
@@ -414,15 +414,65 @@ impl Builder<'_> {
         }
     }
 
-    /// Gives `backend` these balancing settings unless an older Ingress (or one
-    /// routing to it directly, for a canary's) already did.
-    fn set_balancing(&mut self, backend: &str, balancing: &Balancing) {
-        if self.balancing_set.contains(backend) {
+    /// Gives `backend` the balancing settings `r`'s annotations set and no older
+    /// Ingress set before (the ConfigMap's `load-balance` where none does); a setting
+    /// that differs from the older one is reported on `r`.
+    fn set_balancing(&mut self, backend: &str, r: Option<&ResourceRef>, a: &IngressAnnotations) {
+        let Some(b) = self.backends.get_mut(backend) else {
             return;
+        };
+        let owners = self.balancing.entry(backend.to_owned()).or_insert_with(|| {
+            b.balancing.load_balance = self.global.load_balance;
+            BalancingOwners::default()
+        });
+        let Some(r) = r else {
+            return;
+        };
+        let mut ignored = Vec::new();
+        let mut claim =
+            |owner: &mut Option<ResourceRef>, same: bool, name: &'static str| match owner {
+                None => {
+                    *owner = Some(r.clone());
+                    true
+                }
+                Some(o) if o != r && !same => {
+                    ignored.push((name, o.clone()));
+                    false
+                }
+                Some(_) => false,
+            };
+        if let Some(lb) = a.load_balance
+            && claim(
+                &mut owners.load_balance,
+                b.balancing.load_balance == lb,
+                "load-balance",
+            )
+        {
+            b.balancing.load_balance = lb;
         }
-        self.balancing_set.insert(backend.to_owned());
-        if let Some(b) = self.backends.get_mut(backend) {
-            b.balancing = balancing.clone();
+        if let Some(h) = &a.upstream_hash_by
+            && claim(
+                &mut owners.upstream_hash_by,
+                b.balancing.upstream_hash_by.as_ref() == Some(h),
+                "upstream-hash-by",
+            )
+        {
+            b.balancing.upstream_hash_by = Some(h.clone());
+        }
+        if let Some(aff) = &a.affinity
+            && claim(
+                &mut owners.affinity,
+                b.balancing.affinity.as_ref() == Some(aff),
+                "affinity",
+            )
+        {
+            b.balancing.affinity = Some(aff.clone());
+        }
+        for (name, owner) in ignored {
+            let msg = format!(
+                "backend {backend}: the {name} annotations are ignored: {owner} is older and sets them for this Service port"
+            );
+            self.problem(r, Severity::Warning, msg);
         }
     }
 
@@ -501,7 +551,7 @@ impl Builder<'_> {
                         // ingress-nginx keeps a canary Ingress's load-balance,
                         // upstream-hash-by and affinity annotations (it ignores the
                         // others); Ingresses routing to the Service directly come first.
-                        self.set_balancing(&canary, &balancing_of(a, &self.global));
+                        self.set_balancing(&canary, Some(r), a);
                         let b = self
                             .backends
                             .get_mut(&primary)
@@ -721,8 +771,7 @@ impl Builder<'_> {
         });
         // No annotations: the ConfigMap's defaults, unless an Ingress routes to it.
         if let Target::Backend(name) = &target {
-            let defaults = balancing_of(&IngressAnnotations::default(), &self.global);
-            self.set_balancing(name, &defaults);
+            self.set_balancing(name, None, &IngressAnnotations::default());
         }
         target
     }
