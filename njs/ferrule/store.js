@@ -115,6 +115,29 @@ function ensureDirs(dir) {
     fs.mkdirSync(dir + '/c', {recursive: true, mode: 0o700});
 }
 
+// Whether the lock at `path` names a process that no longer exists (or this one,
+// which holds no lock between two handlers).
+function ownerGone(path) {
+    var pid;
+    try {
+        pid = parseInt(fs.readFileSync(path, 'utf8'), 10);
+    } catch (e) {
+        return false; // just released, or being written: try again
+    }
+    if (!(pid > 0)) {
+        return false;
+    }
+    if (pid === process.pid) {
+        return true;
+    }
+    try {
+        fs.accessSync('/proc/' + pid);
+        return false;
+    } catch (e) {
+        return e.code === 'ENOENT';
+    }
+}
+
 // Non-blocking attempt; the handler retries with setTimeout.
 function tryLock(dir) {
     var path = dir + '/lock';
@@ -127,10 +150,11 @@ function tryLock(dir) {
                 throw e;
             }
         }
-        // a writer holds the lock only during synchronous file writes, so an
-        // old lock file was left by a worker that crashed mid-write
+        // A writer holds the lock only during synchronous file writes: a lock
+        // whose worker is gone (killed mid-write) is broken at once, and any lock
+        // after LOCK_STALE_MS (its pid may have been reused).
         try {
-            if (Date.now() - fs.statSync(path).mtimeMs < LOCK_STALE_MS) {
+            if (!ownerGone(path) && Date.now() - fs.statSync(path).mtimeMs < LOCK_STALE_MS) {
                 return false;
             }
             fs.unlinkSync(path);

@@ -180,6 +180,18 @@ check "  ... all 20 backends stored, no temp files or lock left" \
     [ "$(ls "$WORK/run/ferrule-state/b" | grep -c '\.json$')" = 29 -a \
       -z "$(find "$WORK/run/ferrule-state" -name '*.tmp.*' -o -name lock)" ]
 
+section "a lock left by a worker killed mid-write"
+# a pid that does not exist (above pid_max): the next writer breaks the lock at once
+echo 4194304 > "$WORK/run/ferrule-state/lock"
+S=$(api POST /configuration/backends "{\"version\":200,\"backends\":[{\"name\":\"after-crash\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}")
+check "a POST after a dead writer's lock -> 201 at once" [ "$S" = 201 ]
+check "  ... and no lock left" [ ! -e "$WORK/run/ferrule-state/lock" ]
+# a live process's lock (this shell's) is respected
+echo $$ > "$WORK/run/ferrule-state/lock"
+S=$(api POST /configuration/backends "{\"version\":201,\"backends\":[{\"name\":\"held\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}")
+check "a live writer's lock is waited for, then 503" [ "$S" = 503 ]
+rm -f "$WORK/run/ferrule-state/lock"
+
 section "503 for unknown backends and backends without endpoints"
 check "unknown backend -> 503" [ "$(status "$PROXY/unknown/")" = 503 ]
 check "backend with no endpoints -> 503" [ "$(status "$PROXY/empty/")" = 503 ]
