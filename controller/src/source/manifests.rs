@@ -61,14 +61,19 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>, ManifestError> {
 }
 
 /// Loads every object of `dir` into a snapshot. Unknown kinds are skipped with a
-/// warning; an invalid document fails the whole load, naming file and document.
+/// warning; an invalid document fails the whole load, naming file and document (the
+/// offline commands: a pipeline must see it).
 pub fn load(
     dir: &Path,
     settings: Settings,
     config_map: Option<(&str, &str)>,
 ) -> Result<Snapshot, ManifestError> {
     let files = fingerprint(dir)?;
-    load_cached(&files, settings, config_map, &mut Cache::default())
+    let (snap, mut errors) = load_cached(&files, settings, config_map, &mut Cache::default());
+    match errors.is_empty() {
+        true => Ok(snap),
+        false => Err(errors.swap_remove(0)),
+    }
 }
 
 /// The objects of each file, decoded, valid while the file's (size, mtime, inode) is
@@ -81,12 +86,16 @@ struct Cache(HashMap<PathBuf, (FileStamp, Snapshot)>);
 /// What identifies a version of a file: size, modification time (ns) and inode.
 type FileStamp = (u64, i128, u64);
 
+/// The snapshot of `files`, and the errors of those that do not decode: such a file
+/// keeps its last version that did (none at first), so that one broken file holds
+/// back only its own objects' changes.
 fn load_cached(
     files: &[(PathBuf, FileStamp)],
     settings: Settings,
     config_map: Option<(&str, &str)>,
     cache: &mut Cache,
-) -> Result<Snapshot, ManifestError> {
+) -> (Snapshot, Vec<ManifestError>) {
+    let mut errors = Vec::new();
     let mut snap = Snapshot {
         settings,
         ..Snapshot::default()
@@ -97,15 +106,23 @@ fn load_cached(
     for (path, stamp) in files {
         let part = match cache.0.get(path) {
             Some((s, part)) if s == stamp => part,
-            _ => {
-                let part = decode_file(path, config_map)?;
-                &cache
-                    .0
-                    .entry(path.clone())
-                    .insert_entry((*stamp, part))
-                    .into_mut()
-                    .1
-            }
+            _ => match decode_file(path, config_map) {
+                Ok(part) => {
+                    &cache
+                        .0
+                        .entry(path.clone())
+                        .insert_entry((*stamp, part))
+                        .into_mut()
+                        .1
+                }
+                Err(e) => {
+                    errors.push(e);
+                    match cache.0.get(path) {
+                        Some((_, previous)) => previous,
+                        None => continue,
+                    }
+                }
+            },
         };
         snap.ingresses.extend(part.ingresses.iter().cloned());
         snap.ingress_classes
@@ -118,7 +135,7 @@ fn load_cached(
             snap.config_map.clone_from(&part.config_map);
         }
     }
-    Ok(snap)
+    (snap, errors)
 }
 
 /// The objects of one file as a snapshot of its own. Unknown kinds are skipped with a
@@ -188,15 +205,12 @@ pub async fn watch(
             let mut settings = settings.clone();
             settings.now = now();
             let files = fp.as_deref().unwrap_or_default();
-            match load_cached(files, settings, cm, &mut cache) {
-                Ok(snap) => {
-                    tracing::debug!(dir = %dir.display(), "manifests changed");
-                    tx.send_replace(Some(std::sync::Arc::new(snap)));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "manifests not loaded; keeping the previous state")
-                }
+            let (snap, errors) = load_cached(files, settings, cm, &mut cache);
+            for e in errors {
+                tracing::error!(error = %e, "manifest file not loaded; its last version that loaded (if any) stays in use, every other file is current");
             }
+            tracing::debug!(dir = %dir.display(), "manifests changed");
+            tx.send_replace(Some(std::sync::Arc::new(snap)));
             last_fingerprint = fp;
         }
         tokio::select! {
@@ -305,7 +319,9 @@ mod tests {
         let mut cache = Cache::default();
         let load = |cache: &mut Cache| {
             let files = fingerprint(dir.path()).unwrap();
-            load_cached(&files, Settings::default(), None, cache).unwrap()
+            let (snap, errors) = load_cached(&files, Settings::default(), None, cache);
+            assert!(errors.is_empty(), "{errors:?}");
+            snap
         };
         write("a.yaml", "a");
         write("b.yaml", "b");
@@ -328,13 +344,28 @@ mod tests {
         std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
         assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
         assert_eq!(cache.0.len(), 2, "deleted files leave the cache");
-        // A file that stops parsing fails the load, naming it; the next good version loads.
+        // A file that stops parsing is reported, naming it, and keeps its last good
+        // version while the other files stay current; its next good version loads.
         std::fs::write(dir.path().join("c.yaml"), "kind: [").unwrap();
+        write("b.yaml", "b2");
         let files = fingerprint(dir.path()).unwrap();
-        let err = load_cached(&files, Settings::default(), None, &mut cache).unwrap_err();
-        assert!(err.to_string().contains("c.yaml"), "{err}");
-        write("c.yaml", "c");
-        assert_eq!(services(&load(&mut cache)), ["bee", "c"]);
+        let (snap, errors) = load_cached(&files, Settings::default(), None, &mut cache);
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].to_string().contains("c.yaml"), "{}", errors[0]);
+        assert_eq!(services(&snap), ["b2", "c"]);
+        // A new file that never parsed adds nothing.
+        std::fs::write(dir.path().join("d.yaml"), "metadata: {name: x").unwrap();
+        let files = fingerprint(dir.path()).unwrap();
+        let (snap, errors) = load_cached(&files, Settings::default(), None, &mut cache);
+        assert_eq!(errors.len(), 2);
+        assert_eq!(services(&snap), ["b2", "c"]);
+        std::fs::remove_file(dir.path().join("d.yaml")).unwrap();
+        write("c.yaml", "c2");
+        assert_eq!(services(&load(&mut cache)), ["b2", "c2"]);
+        // The offline load still fails on any broken file.
+        std::fs::write(dir.path().join("e.yaml"), "kind: [").unwrap();
+        let err = super::load(dir.path(), Settings::default(), None).unwrap_err();
+        assert!(err.to_string().contains("e.yaml"), "{err}");
     }
 
     /// A ConfigMap volume: the files live in `..<timestamp>/`, `..data` links to the

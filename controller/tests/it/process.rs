@@ -289,6 +289,31 @@ async fn sigterm_keeps_serving_for_the_grace_period_and_drains_requests_in_fligh
     );
 }
 
+/// One manifest file that does not parse holds back only its own objects: at start
+/// the others are served, and later changes to them still apply.
+#[tokio::test]
+async fn a_broken_manifest_file_holds_back_only_its_own_objects() {
+    let a = Echo::start("127.0.0.2").await;
+    let b = Echo::start("127.0.0.3").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("ing.yaml", &web(&[("/", "Prefix", "echo")]));
+    m.write("broken.yaml", "metadata: {name: x, namespace: demo\n");
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    m.write("svc.yaml", &service("demo", "echo", &[b.addr]));
+    let moved = wait_until(Duration::from_secs(5), || async {
+        f.backend("web.test", "/").await.1 == b.addr.to_string()
+    })
+    .await;
+    assert!(
+        moved,
+        "the endpoint change was held back; log:\n{}",
+        f.logs()
+    );
+    assert!(f.logs().contains("broken.yaml"), "{}", f.logs());
+}
+
 #[tokio::test]
 async fn ingress_edits_are_picked_up_within_a_second() {
     let a = Echo::start("127.0.0.2").await;
