@@ -1536,6 +1536,34 @@ fn a_canary_from_another_namespace_is_reported_on_the_primary() {
     expect_no_problems_on(&m, "Ingress alpha/api");
 }
 
+/// A canary Service without ready endpoints takes no share: the primary serves
+/// every request (the balancer falls back), and the warning says so.
+#[test]
+fn a_canary_without_endpoints_leaves_its_share_to_the_primary() {
+    let yaml = docs![
+        app("default/stable", "10.0.0.1"),
+        service("default/next", &[("http", 80, "web")]),
+        ingress(
+            "default/main",
+            1,
+            "shop.test",
+            &[("/", "Prefix", "stable", "80")]
+        ),
+        Ing::new("default/canary", 2)
+            .ann("canary", "true")
+            .ann("canary-weight", "50")
+            .rule("shop.test", &[("/", "Prefix", "next", "80")]),
+    ];
+    let m = check(&yaml, &[("shop.test", "/", "default_stable_80")]);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/canary",
+            "Service default/next port 80 has no ready endpoints; the primary serves the canary's share",
+        )],
+    );
+}
+
 #[test]
 fn canary_on_the_primarys_own_service_is_a_problem_on_the_canary() {
     let self_canary = Ing::new("default/self-canary", 2)

@@ -159,7 +159,7 @@ impl Builder<'_> {
         };
 
         if let Some(default) = &spec.default_backend {
-            let target = self.target(ns, r, default, a.service_upstream, || {
+            let target = self.target(ns, r, default, (a.service_upstream, false), || {
                 "spec.defaultBackend".to_owned()
             });
             if let Target::Backend(name) = &target {
@@ -228,7 +228,7 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, msg);
                     continue;
                 }
-                let target = self.target(ns, r, &p.backend, a.service_upstream, || {
+                let target = self.target(ns, r, &p.backend, (a.service_upstream, false), || {
                     format!("host {host} path {path}")
                 });
                 if let Target::Backend(name) = &target {
@@ -329,13 +329,14 @@ impl Builder<'_> {
     /// `what` describes the reference for problem messages (built only when needed).
     /// The target of an Ingress backend: its model backend (the Service's endpoints,
     /// or with `cluster_ip` (`service-upstream`) its ClusterIP), or the status to
-    /// answer when it cannot be resolved. Problems name `what`.
+    /// answer when it cannot be resolved. Problems name `what`; a `canary` backend
+    /// without endpoints leaves its share to the primary rather than answering 503.
     fn target(
         &mut self,
         ns: &str,
         r: &ResourceRef,
         backend: &IngressBackend,
-        cluster_ip: bool,
+        (cluster_ip, canary): (bool, bool),
         what: impl Fn() -> String,
     ) -> Target {
         let Some(svc) = backend.service.as_ref() else {
@@ -396,8 +397,12 @@ impl Builder<'_> {
                     self.problem(r, Severity::Warning, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
+                    let outcome = match canary {
+                        true => "the primary serves the canary's share",
+                        false => "answering 503",
+                    };
                     let msg = format!(
-                        "{}: Service {ns}/{} port {} has no ready endpoints; answering 503",
+                        "{}: Service {ns}/{} port {} has no ready endpoints; {outcome}",
                         what(),
                         svc.name,
                         self.backends[&name].service_port
@@ -522,7 +527,7 @@ impl Builder<'_> {
                     continue;
                 };
                 let Target::Backend(canary) =
-                    self.target(ns, r, &p.backend, a.service_upstream, || {
+                    self.target(ns, r, &p.backend, (a.service_upstream, true), || {
                         format!("host {host} path {}", key.0)
                     })
                 else {
@@ -766,7 +771,7 @@ impl Builder<'_> {
             }),
             resource: None,
         };
-        let target = self.target(ns, &r, &backend, false, || {
+        let target = self.target(ns, &r, &backend, (false, false), || {
             "--default-backend-service".to_owned()
         });
         // No annotations: the ConfigMap's defaults, unless an Ingress routes to it.
