@@ -82,10 +82,14 @@ async fn default_backend_gets_every_method_with_path_query_and_headers() {
     assert_eq!(h["x-echo-method"], "HEAD");
     assert_eq!(h["x-echo-backend"], a.addr.to_string().as_str());
 
-    // Forwarded headers, Host with its port, a generated request id.
-    let (s, _, v) = send(&f, "GET", "Anything.test:8080", "/h", &[], None).await;
+    // Forwarded headers, Host with its port, a generated request id; a client's
+    // Proxy header (httpoxy) and X-Scheme do not reach the backend as sent.
+    let spoof = [("Proxy", "http://evil.test:3128"), ("X-Scheme", "https")];
+    let (s, _, v) = send(&f, "GET", "Anything.test:8080", "/h", &spoof, None).await;
     assert_eq!(s, 200);
     let h = &v["headers"];
+    assert!(h.get("proxy").is_none(), "Proxy header passed: {h}");
+    assert_eq!(h["x-scheme"], "http");
     assert_eq!(h["host"], "Anything.test:8080", "Host preserved as sent");
     assert_eq!(h["x-forwarded-for"], "127.0.0.1");
     assert_eq!(h["x-forwarded-proto"], "http");
@@ -440,6 +444,11 @@ async fn tls_with_sni_and_ssl_redirects() {
             .yaml(),
     );
     let f = Ferrule::start(m.path(), &[]).await;
+    // TLS 1.2 offers forward-secret AEAD suites only (as ingress-nginx)
+    assert!(f.tls12_handshake("a.example.com", "ECDHE+AESGCM"));
+    for weak in ["AES128-SHA", "AES256-SHA256", "CAMELLIA128-SHA"] {
+        assert!(!f.tls12_handshake("a.example.com", weak), "{weak} accepted");
+    }
 
     // The right certificate for the SNI name, verified against the test CA, over h2.
     let c = tls_client(&f, &["a.example.com", "other.example.com"]);

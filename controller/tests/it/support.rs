@@ -705,6 +705,20 @@ impl Ferrule {
         self.metric("ferrule_reloads_total", "").await
     }
 
+    /// Whether a TLS 1.2 handshake offering only the OpenSSL `ciphers` succeeds.
+    pub fn tls12_handshake(&self, sni: &str, ciphers: &str) -> bool {
+        Command::new("openssl")
+            .args(["s_client", "-tls1_2", "-cipher", ciphers, "-connect"])
+            .arg(format!("127.0.0.1:{}", self.https))
+            .args(["-servername", sni])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("openssl s_client")
+            .success()
+    }
+
     /// SHA-256 fingerprint of the certificate served on the HTTPS port for `sni`.
     pub fn served_fingerprint(&self, sni: &str) -> String {
         let out = Command::new("openssl")
