@@ -46,8 +46,11 @@ pub fn server_for<'m>(model: &'m Model, host: &str) -> Option<&'m Server> {
     model.server(DEFAULT_SERVER)
 }
 
-/// The location for a path: exact first, then regular expressions in model order,
-/// then the longest element-wise prefix.
+/// The location for a path: an exact one first; then the prefix and regex locations
+/// in [`precedence`] order (the longest path first), the first that matches. Without
+/// regexes that is the longest element-wise prefix; with them it is ingress-nginx's
+/// order (it makes every path of such a host a regex, sorted longest first), so a
+/// short pattern from one Ingress cannot take the longer paths of another.
 pub fn location_for<'s>(server: &'s Server, path: &str) -> Option<&'s Location> {
     let locs = &server.locations;
     if let Some(l) = locs
@@ -56,16 +59,26 @@ pub fn location_for<'s>(server: &'s Server, path: &str) -> Option<&'s Location> 
     {
         return Some(l);
     }
-    let regex = locs.iter().find(|l| {
-        l.path_match == PathMatch::Regex
-            && regex::Regex::new(&format!("^{}", l.path)).is_ok_and(|re| re.is_match(path))
-    });
-    if regex.is_some() {
-        return regex;
-    }
     locs.iter()
-        .filter(|l| l.path_match == PathMatch::Prefix && prefix_matches(&l.path, path))
-        .max_by_key(|l| l.path.len())
+        .filter(|l| match l.path_match {
+            PathMatch::Exact => false,
+            PathMatch::Prefix => prefix_matches(&l.path, path),
+            PathMatch::Regex => {
+                regex::Regex::new(&format!("^{}", l.path)).is_ok_and(|re| re.is_match(path))
+            }
+        })
+        .min_by_key(|l| precedence(l))
+}
+
+/// The order in which prefix and regex locations are tried: the longest path first,
+/// a prefix before a regex of the same length (a literal path is the more specific),
+/// then by path.
+pub fn precedence(l: &Location) -> (std::cmp::Reverse<usize>, bool, &str) {
+    (
+        std::cmp::Reverse(l.path.len()),
+        l.path_match == PathMatch::Regex,
+        l.path.as_str(),
+    )
 }
 
 /// Element-wise prefix match: `/foo` matches `/foo` and `/foo/bar`, not `/foobar`.

@@ -1317,6 +1317,40 @@ fn canary_pairs_with_its_primary_by_host_and_path() {
     expect_no_problems_on(&m, "Ingress default/main-canary");
 }
 
+/// A host with a regex path tries its prefix and regex paths longest first (as
+/// ingress-nginx, which makes them all regexes): a short pattern does not take a
+/// longer literal path, and a literal path beats a pattern of the same length.
+#[test]
+fn regex_and_prefix_paths_of_a_host_are_tried_longest_first() {
+    let yaml = docs![
+        app("a/web", "10.0.0.1"),
+        app("c/web", "10.0.0.2"),
+        ingress(
+            "a/tenant",
+            1,
+            "s.test",
+            &[
+                ("/public", "Prefix", "web", "80"),
+                ("/", "Prefix", "web", "80")
+            ]
+        ),
+        Ing::new("c/other", 2).ann("use-regex", "true").rule(
+            "s.test",
+            &[("/p", "Prefix", "web", "80"), ("/", "Prefix", "web", "80")]
+        ),
+    ];
+    check(
+        &yaml,
+        &[
+            ("s.test", "/public", "a_web_80"),
+            ("s.test", "/public/x", "a_web_80"),
+            ("s.test", "/publicity", "c_web_80"),
+            ("s.test", "/pzz", "c_web_80"),
+            ("s.test", "/other", "a_web_80"),
+        ],
+    );
+}
+
 /// Several Ingresses routing to one Service port share its balancing settings: as in
 /// ingress-nginx, the oldest Ingress that sets a setting decides it, setting by
 /// setting; one without annotations decides nothing, and a younger different value

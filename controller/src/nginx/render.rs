@@ -374,7 +374,34 @@ impl Renderer {
             .map(|l| l.path.as_str())
             .collect();
         let mut has_root = false;
-        for l in &s.locations {
+        // A host with a regex path: NGINX tries regex locations in the order written
+        // and prefers any of them to a prefix location, so every prefix path is
+        // written as a regex too, all in the model's precedence (route.rs).
+        let regex_mode = s.locations.iter().any(|l| l.path_match == PathMatch::Regex);
+        if regex_mode {
+            let (exact_locations, mut ordered): (Vec<&Location>, Vec<&Location>) = s
+                .locations
+                .iter()
+                .partition(|l| l.path_match == PathMatch::Exact);
+            for l in exact_locations {
+                locations.push(location_view(model, l, "=", &l.path, tls_host));
+            }
+            ordered.sort_by(|a, b| route::precedence(a).cmp(&route::precedence(b)));
+            for l in ordered {
+                let regex = match l.path_match {
+                    PathMatch::Exact => unreachable!("partitioned out above"),
+                    PathMatch::Regex => format!("^{}", l.path),
+                    PathMatch::Prefix if l.path == "/" => {
+                        has_root = true;
+                        "^/".to_owned()
+                    }
+                    PathMatch::Prefix => format!("^{}(?:/|$)", regex_escape(&l.path)),
+                };
+                locations.push(location_view(model, l, "~", &regex, tls_host));
+            }
+        }
+        let plain: &[Location] = if regex_mode { &[] } else { &s.locations };
+        for l in plain {
             match l.path_match {
                 PathMatch::Exact => locations.push(location_view(model, l, "=", &l.path, tls_host)),
                 PathMatch::Regex => locations.push(location_view(

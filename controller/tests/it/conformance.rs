@@ -288,6 +288,51 @@ async fn path_rules_follow_the_kubernetes_table() {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
+/// On a host with a regex path (use-regex, rewrite-target) every path is tried in
+/// ingress-nginx's order, the longest first: a younger Ingress's short pattern does
+/// not take an older one's longer Prefix paths, and a literal path beats a pattern
+/// of the same length. NGINX alone would prefer any regex to any prefix.
+#[tokio::test]
+async fn regex_paths_do_not_take_longer_prefix_paths_of_the_host() {
+    let a = Echo::start("127.0.0.2").await;
+    let c = Echo::start("127.0.0.3").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service_of("a", "web", &[&a]));
+    m.write("svc-c.yaml", &service_of("c", "web", &[&c]));
+    m.write(
+        "a.yaml",
+        &Ing::new("a", "tenant", T0)
+            .rule(
+                "s.test",
+                &[("/public", "Prefix", "web"), ("/", "Prefix", "web")],
+            )
+            .yaml(),
+    );
+    m.write(
+        "c.yaml",
+        &Ing::new("c", "other", T1)
+            .annotation("nginx.ingress.kubernetes.io/rewrite-target", "/")
+            .rule("s.test", &[("/p", "Prefix", "web"), ("/", "Prefix", "web")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let (a, c) = (a.addr.to_string(), c.addr.to_string());
+    for (path, want) in [
+        ("/public", &a),
+        ("/public/x", &a),
+        ("/p", &c),
+        ("/pzz", &c),
+        ("/publicity", &c),
+        ("/other", &a),
+    ] {
+        assert_eq!(
+            f.backend("s.test", path).await,
+            (200, want.clone()),
+            "{path}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn load_balancing_reaches_every_endpoint() {
     let echoes = echo_group(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]).await;
