@@ -304,6 +304,10 @@ pub struct Global {
     pub server_snippet: Option<String>,
     /// ConfigMap `location-snippet` (administrator-owned, every location).
     pub location_snippet: Option<String>,
+    /// The `Strict-Transport-Security` value sent on HTTPS responses of named hosts
+    /// (ConfigMap `hsts`, `hsts-max-age`, `hsts-include-subdomains`, `hsts-preload`);
+    /// `None` when `hsts` is false.
+    pub hsts: Option<String>,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

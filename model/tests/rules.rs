@@ -1166,6 +1166,37 @@ fn annotation_load_balance_default_from_the_configmap() {
     );
 }
 
+/// HSTS: ingress-nginx's defaults (a year, subdomains), and the ConfigMap's keys.
+#[test]
+fn configmap_hsts_keys() {
+    fn check(data: &[(&str, &str)], want: Option<&str>) {
+        let m = ferrule_model::build(&snapshot(&docs![config_map(data)]));
+        assert_eq!(m.global.hsts.as_deref(), want, "{data:?}");
+    }
+    check(&[], Some("max-age=31536000; includeSubDomains"));
+    check(&[("hsts", "false")], None);
+    check(
+        &[
+            ("hsts-max-age", "600"),
+            ("hsts-include-subdomains", "false"),
+            ("hsts-preload", "true"),
+        ],
+        Some("max-age=600; preload"),
+    );
+    let m = ferrule_model::build(&snapshot(&docs![config_map(&[("hsts-max-age", "1y")])]));
+    assert_eq!(
+        m.global.hsts.as_deref(),
+        Some("max-age=31536000; includeSubDomains")
+    );
+    expect_problems(
+        &m,
+        &[(
+            "ConfigMap ingress-nginx/ferrule",
+            "key hsts-max-age: invalid value \"1y\"",
+        )],
+    );
+}
+
 /// `service-upstream`: the Ingress proxies to the Service's ClusterIP and port (a
 /// backend of its own, untouched by EndpointSlices), other Ingresses to the same
 /// Service to its endpoints; a headless Service keeps its endpoints, with a warning.

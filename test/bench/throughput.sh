@@ -10,7 +10,8 @@
 #
 # Two baselines, same NGINX binary, same worker count, `upstream { server ..; keepalive 64; }`:
 #   static        the same directives as Ferrule's locations (proxy-http.conf without the
-#                 Lua lines, same maps, access log to a file): isolates the balancer's cost;
+#                 Lua lines, same maps, access log to a file, the server's HSTS header):
+#                 isolates the balancer's cost;
 #   static-bare   proxy_pass + HTTP/1.1 keepalive only, no access log.
 #   lua-floor     like static, but through the same Lua phases as Ferrule with empty
 #                 bodies: `rewrite_by_lua_block {}` and an upstream
@@ -97,6 +98,7 @@ http {
     map \$http_upgrade \$ferrule_connection { default upgrade; "" ""; }
     map \$http_host \$ferrule_host { "" \$host; default \$http_host; }
     map \$http_x_request_id \$ferrule_request_id { "" \$request_id; default \$http_x_request_id; }
+    map \$https \$ferrule_hsts { on "max-age=31536000; includeSubDomains"; default ""; }
     upstream backend {
         server $BACKEND_IP:$BPORT;
         keepalive 64;
@@ -109,6 +111,7 @@ http {
     server {
         listen 127.0.0.1:$port;
         server_name bench.test;
+        add_header Strict-Transport-Security \$ferrule_hsts always;
         location / { $body }
     }
 }

@@ -504,6 +504,13 @@ async fn tls_with_sni_and_ssl_redirects() {
         .unwrap_or_else(|e| panic!("TLS to a.example.com: {e:?}; log:\n{}", f.logs()));
     assert_eq!(r.status(), 200);
     assert_eq!(r.version(), reqwest::Version::HTTP_2, "HTTP/2 on TLS");
+    // HSTS on HTTPS, as ingress-nginx by default
+    assert_eq!(
+        r.headers()
+            .get("strict-transport-security")
+            .and_then(|h| h.to_str().ok()),
+        Some("max-age=31536000; includeSubDomains")
+    );
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["backend"], a.addr.to_string());
     assert_eq!(v["path"], "/tls?x=1");
@@ -544,7 +551,12 @@ async fn tls_with_sni_and_ssl_redirects() {
     assert_eq!(h["location"], "https://forced.test/x");
     // A plain host is served over HTTP, and over HTTPS (h2) with the default
     // certificate: hosts without TLS share the default server's TLS context.
-    assert_eq!(f.get("plain.test", "/").await.0, 200);
+    let (s, h, _) = send(&f, "GET", "plain.test", "/", &[], None).await;
+    assert_eq!(s, 200);
+    assert!(
+        h.get("strict-transport-security").is_none(),
+        "no HSTS over HTTP"
+    );
     let insecure = reqwest::Client::builder()
         .danger_accept_invalid_certs(true)
         .use_rustls_tls()

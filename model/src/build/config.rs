@@ -21,6 +21,21 @@ pub(crate) fn global(
         proxy_send_timeout: 60,
         ..Global::default()
     };
+    // ingress-nginx's defaults: a year, subdomains included, no preload.
+    let (mut hsts, mut max_age, mut subdomains, mut preload) = (true, 31_536_000u32, true, false);
+    let hsts_value = |on: bool, max_age: u32, subdomains: bool, preload: bool| {
+        on.then(|| {
+            let mut v = format!("max-age={max_age}");
+            if subdomains {
+                v.push_str("; includeSubDomains");
+            }
+            if preload {
+                v.push_str("; preload");
+            }
+            v
+        })
+    };
+    g.hsts = hsts_value(hsts, max_age, subdomains, preload);
     let Some(cm) = cm else { return g };
     let r = ResourceRef::new(
         "ConfigMap",
@@ -64,11 +79,22 @@ pub(crate) fn global(
                     Err(e) => bad(key, v, e),
                 }
             }
+            "hsts" | "hsts-include-subdomains" | "hsts-preload" => match value::boolean(v.trim()) {
+                Ok(b) if key == "hsts" => hsts = b,
+                Ok(b) if key == "hsts-preload" => preload = b,
+                Ok(b) => subdomains = b,
+                Err(e) => bad(key, v, e),
+            },
+            "hsts-max-age" => match value::integer(v.trim(), 0, i32::MAX as u32) {
+                Ok(n) => max_age = n,
+                Err(e) => bad(key, v, e),
+            },
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
             "server-snippet" => g.server_snippet = Some(v.to_owned()),
             "location-snippet" => g.location_snippet = Some(v.to_owned()),
             _ => {}
         }
     }
+    g.hsts = hsts_value(hsts, max_age, subdomains, preload);
     g
 }
