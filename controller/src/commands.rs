@@ -74,6 +74,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 args.config_map.clone(),
                 Duration::from_millis(200),
                 tx,
+                shared.metrics.manifest_errors.clone(),
             ));
             tracing::info!(manifests = %dir.display(), prefix = %args.render.prefix.display(), "ferrule running in standalone mode");
         }

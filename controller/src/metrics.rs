@@ -61,6 +61,9 @@ pub struct Metrics {
     pub nginx_restarts: Counter,
     /// `nginx -t` runs.
     pub config_tests: Counter,
+    /// Manifest files (standalone mode) that do not load: each keeps its last
+    /// version that did.
+    pub manifest_errors: Gauge,
 }
 
 impl Default for Metrics {
@@ -114,6 +117,12 @@ impl Default for Metrics {
         );
         let config_tests = Counter::default();
         registry.register("config_tests", "nginx -t runs", config_tests.clone());
+        let manifest_errors = Gauge::default();
+        registry.register(
+            "manifest_errors",
+            "Manifest files that do not load (standalone mode)",
+            manifest_errors.clone(),
+        );
         Self {
             registry,
             reloads,
@@ -126,6 +135,7 @@ impl Default for Metrics {
             dynamic_latency,
             nginx_restarts,
             config_tests,
+            manifest_errors,
         }
     }
 }

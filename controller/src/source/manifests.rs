@@ -191,6 +191,7 @@ pub async fn watch(
     config_map: Option<(String, String)>,
     interval: std::time::Duration,
     tx: tokio::sync::watch::Sender<Option<std::sync::Arc<Snapshot>>>,
+    failing_files: prometheus_client::metrics::gauge::Gauge,
 ) {
     let wake = std::sync::Arc::new(tokio::sync::Notify::new());
     if let Err(e) = notify_on_change(&dir, wake.clone()) {
@@ -206,6 +207,7 @@ pub async fn watch(
             settings.now = now();
             let files = fp.as_deref().unwrap_or_default();
             let (snap, errors) = load_cached(files, settings, cm, &mut cache);
+            failing_files.set(errors.len() as i64);
             for e in errors {
                 tracing::error!(error = %e, "manifest file not loaded; its last version that loaded (if any) stays in use, every other file is current");
             }

@@ -312,6 +312,13 @@ async fn a_broken_manifest_file_holds_back_only_its_own_objects() {
         f.logs()
     );
     assert!(f.logs().contains("broken.yaml"), "{}", f.logs());
+    assert_eq!(f.metric("ferrule_manifest_errors", "").await, 1.0);
+    m.write("broken.yaml", &service("demo", "other", &[a.addr]));
+    let fixed = wait_until(Duration::from_secs(5), || async {
+        f.metric("ferrule_manifest_errors", "").await == 0.0
+    })
+    .await;
+    assert!(fixed, "the fixed file still counts as failing");
 }
 
 #[tokio::test]
