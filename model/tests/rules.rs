@@ -1447,7 +1447,7 @@ fn canary_ingress_balancing_settings_reach_the_canary_backend() {
             ]
         ),
         // a younger Ingress routing to "shared" directly: its settings still win
-        // over the canary's, which only fill in for a canary-only Service
+        // over the canary's, which only fill in what no direct Ingress sets
         Ing::new("default/direct", 5)
             .ann("load-balance", "round_robin")
             .rule("shared.test", &[("/", "Prefix", "shared", "80")]),
