@@ -161,6 +161,16 @@ async fn model_task(
         let Some(snap) = snapshots.borrow_and_update().clone() else {
             continue;
         };
+        // A Secret's new version that is not valid keeps serving its last valid
+        // certificate (Snapshot::previous_certificates): from the last model, in the
+        // snapshot both tasks build from.
+        let snap = match last.as_ref().map(|(_, m)| &m.certificates) {
+            Some(prev) if !prev.is_empty() => Arc::new(Snapshot {
+                previous_certificates: prev.clone(),
+                ..(*snap).clone()
+            }),
+            _ => snap,
+        };
         let started = Instant::now();
         // Refreshed against this snapshot, so that an edited excluded resource is
         // built again (and its change triggers a reload that retries it), and a

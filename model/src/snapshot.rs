@@ -63,6 +63,11 @@ pub struct Snapshot {
     pub config_map: Option<Arc<ConfigMap>>,
     /// Controller settings.
     pub settings: Settings,
+    /// The certificates the previous model served, by `namespace/name` of their
+    /// Secret: a Secret whose new version is not valid (a key of another
+    /// certificate, a broken chain, expired) keeps serving its last valid one, as a
+    /// bad edit of an Ingress keeps its last good version. Empty at start.
+    pub previous_certificates: Arc<std::collections::BTreeMap<String, crate::model::Certificate>>,
     /// When the source first saw a change this snapshot is the first to hold (the
     /// start of "time from change to applied"), if it knows. Not an input of the model.
     pub observed: Option<std::time::Instant>,

@@ -284,6 +284,59 @@ fn broken_or_oversized_chains() {
     expect_no_problems_on(&m, "Ingress default/i");
 }
 
+/// A Secret whose new version is not valid keeps serving the certificate the
+/// previous model served (Snapshot::previous_certificates), reported on the Ingress;
+/// a deleted Secret, or an expired last version, falls back to the default.
+#[test]
+fn an_invalid_new_version_of_a_secret_keeps_its_last_valid_certificate() {
+    let with = |key: &str| {
+        snapshot(&docs![
+            our_class(),
+            app("default/web", "10.0.0.1"),
+            tls_secret("default/a", "a.crt", key),
+            tls_ingress("default/i", 1, "a.example.com", "a"),
+        ])
+    };
+    let good = ferrule_model::build(&with("a.key"));
+    assert_eq!(served(&good, "a.example.com").as_deref(), Some("default/a"));
+    let mut bad = with("ec.key");
+    bad.previous_certificates = good.certificates.clone();
+    let m = ferrule_model::build(&bad);
+    assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/a"));
+    assert_eq!(m.certificates["default/a"], good.certificates["default/a"]);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "Secret default/a: tls.key does not match the certificate in tls.crt; serving the Secret's last valid version",
+        )],
+    );
+    // and it carries on while the Secret stays invalid
+    let mut again = with("ec.key");
+    again.previous_certificates = m.certificates.clone();
+    assert_eq!(
+        served(&ferrule_model::build(&again), "a.example.com").as_deref(),
+        Some("default/a")
+    );
+
+    let mut gone = snapshot(&docs![
+        our_class(),
+        app("default/web", "10.0.0.1"),
+        tls_ingress("default/i", 1, "a.example.com", "a"),
+    ]);
+    gone.previous_certificates = good.certificates.clone();
+    assert_eq!(served(&ferrule_model::build(&gone), "a.example.com"), None);
+
+    let mut expired = with("ec.key");
+    let mut old = good.certificates.as_ref().clone();
+    old.get_mut("default/a").unwrap().not_after = NOW - 1;
+    expired.previous_certificates = std::sync::Arc::new(old);
+    assert_eq!(
+        served(&ferrule_model::build(&expired), "a.example.com"),
+        None
+    );
+}
+
 #[test]
 fn oldest_ingress_wins_a_hosts_tls() {
     let yaml = docs![

@@ -89,13 +89,9 @@ pub fn start(
         ),
         services: reflect(svc_api, watcher::Config::default(), strip_service, &dirty),
         slices: reflect(slice_api, watcher::Config::default(), strip_slice, &dirty),
-        // Only TLS Secrets matter; the field selector keeps the rest out of memory.
-        secrets: reflect(
-            secret_api,
-            watcher::Config::default().fields("type=kubernetes.io/tls"),
-            strip_secret,
-            &dirty,
-        ),
+        // Any type: ingress-nginx serves an Opaque Secret holding tls.crt and tls.key
+        // too. strip_secret keeps only those keys, so other Secrets cost their name.
+        secrets: reflect(secret_api, watcher::Config::default(), strip_secret, &dirty),
         config_maps: opts.config_map.as_ref().map(|(ns, name)| {
             let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
             reflect(
@@ -315,6 +311,7 @@ fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant
             .and_then(|c| c.state().into_iter().next()),
         settings,
         observed,
+        ..Snapshot::default()
     }
 }
 
@@ -431,6 +428,7 @@ mod tests {
             config_map: None,
             settings: Settings::default(),
             observed: None,
+            ..Snapshot::default()
         }
     }
 

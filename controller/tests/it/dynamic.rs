@@ -827,6 +827,42 @@ async fn certificate_rotation_is_served_without_reload() {
     let v = https_get(&f, "secure.test", "/tls").await;
     assert_eq!(v["backend"], a.addr.to_string(), "proxied over TLS: {v}");
     before.check(&f, "certificate rotation").await;
+
+    // A broken rotation (cert A with B's key) keeps serving B, the last valid
+    // version, and says so on the Ingress.
+    m.write(
+        "secret.yaml",
+        &tls_secret("demo", "secure-tls", &cert_a, &key_b),
+    );
+    let reported = wait_until(Duration::from_secs(5), || async {
+        f.resource("Ingress", "demo", "secure")
+            .await
+            .is_some_and(|r| {
+                r["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("serving the Secret's last valid version"))
+            })
+    })
+    .await;
+    assert!(reported, "{:?}", f.resources().await);
+    assert!(
+        f.resource("Ingress", "demo", "secure").await.unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("tls.key does not match the certificate"),
+    );
+    assert_eq!(
+        f.served_fingerprint("secure.test"),
+        fp_b,
+        "the last valid certificate"
+    );
+    // A deleted Secret is no rotation: the default certificate.
+    m.remove("secret.yaml");
+    let fell_back = wait_until(Duration::from_secs(5), || async {
+        f.served_fingerprint("secure.test") == default_fp
+    })
+    .await;
+    assert!(fell_back, "default certificate once the Secret is gone");
 }
 
 /// A plain-HTTP GET: (status, Location header).

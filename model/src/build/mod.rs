@@ -52,6 +52,7 @@ pub fn build(snap: &Snapshot) -> Model {
         canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
         checked_secrets: HashMap::new(),
+        stale_secrets: HashMap::new(),
         valid_until: None,
         catch_all: None,
     };
@@ -132,6 +133,9 @@ struct Builder<'a> {
     tls_claims: HashMap<String, TlsClaim>,
     /// Each TLS Secret checked once per build, by `namespace/name`.
     checked_secrets: HashMap<String, Result<Certificate, String>>,
+    /// Secrets served from `Snapshot::previous_certificates`, with why the new
+    /// version was refused.
+    stale_secrets: HashMap<String, String>,
     /// The earliest expiry of the certificates found valid (Model::certificates_valid_until).
     valid_until: Option<i64>,
     catch_all: Option<(ResourceRef, Target)>,
@@ -676,10 +680,21 @@ impl Builder<'_> {
             Some(c) => c.clone(),
             None => {
                 let key = secret.split_once('/').expect("claims hold namespace/name");
+                let now = self.snap.settings.now;
                 let c = match self.secrets.get(&key) {
                     None => Err(format!("Secret {name} not found")),
-                    Some(s) => tls::certificate(s, self.snap.settings.now)
-                        .map_err(|e| format!("Secret {name}: {e}")),
+                    Some(s) => tls::certificate(s, now).map_err(|e| format!("Secret {name}: {e}")),
+                };
+                // A Secret that exists but whose new version is not valid keeps its
+                // last valid version while that is not expired (a deleted one does not).
+                let c = match (c, self.snap.previous_certificates.get(&name)) {
+                    (Err(e), Some(prev))
+                        if self.secrets.contains_key(&key) && prev.not_after >= now =>
+                    {
+                        self.stale_secrets.insert(name.clone(), e);
+                        Ok(prev.clone())
+                    }
+                    (c, _) => c,
                 };
                 self.note_validity(&c);
                 self.checked_secrets.insert(name.clone(), c.clone());
@@ -698,6 +713,12 @@ impl Builder<'_> {
         });
         match checked {
             Ok(cert) => {
+                if let Some(e) = self.stale_secrets.get(&name) {
+                    let msg = format!(
+                        "spec.tls host {host}: {e}; serving the Secret's last valid version"
+                    );
+                    self.problem(&claim.owner.clone(), Severity::Error, msg);
+                }
                 certs.insert(name.clone(), cert);
                 ServerTls {
                     certificate: Some(name),
