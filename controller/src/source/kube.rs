@@ -132,7 +132,7 @@ where
 {
     let (reader, writer) = reflector::store::<K>();
     let stream = watcher(api, cfg)
-        .default_backoff()
+        .backoff(WatchBackoff::default())
         .modify(move |o: &mut K| {
             o.managed_fields_mut().clear();
             strip(o);
@@ -140,6 +140,45 @@ where
         .reflect(writer);
     tokio::spawn(drive(stream, dirty.clone()));
     reader
+}
+
+/// Retries of a failing watch: 0.5 s doubling to 5 s, with jitter, from the first
+/// success on again. kube-rs's default goes up to 30 s, which after an API outage
+/// left one kind (Secrets: TLS hosts on the default certificate) a minute behind the
+/// others.
+struct WatchBackoff {
+    next: Duration,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(500);
+    const MAX: Duration = Duration::from_secs(5);
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        Self { next: Self::FIRST }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (d * 2).min(Self::MAX);
+        // up to a fifth more, so that replicas do not retry in step
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.subsec_nanos());
+        Some(d + d.mul_f64(f64::from(nanos % 1000) / 5000.0))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
 }
 
 /// Annotations of an Ingress the model reads: ours and the legacy class.
@@ -335,6 +374,19 @@ pub fn describe<K: ResourceExt>(o: &K) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn watch_retries_double_to_five_seconds_and_start_over() {
+        use kube::runtime::utils::Backoff;
+        let mut b = super::WatchBackoff::default();
+        let first: Vec<f64> = b.by_ref().take(6).map(|d| d.as_secs_f64()).collect();
+        let base = [0.5, 1.0, 2.0, 4.0, 5.0, 5.0];
+        for (got, want) in first.iter().zip(base) {
+            assert!(*got >= want && *got <= want * 1.2, "{first:?}");
+        }
+        b.reset();
+        assert!(b.next().unwrap() < std::time::Duration::from_millis(600));
+    }
+
     use super::*;
     use serde_json::json;
 
