@@ -1,7 +1,8 @@
 //! `status.loadBalancer` of the Ingresses Ferrule serves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 
@@ -77,45 +78,118 @@ fn entry(addr: &str) -> IngressLoadBalancerIngress {
 /// (one round trip each) took minutes; unbounded ones would flood the API server.
 const CONCURRENT_WRITES: usize = 32;
 
-/// Writes `want` into the status of every Ingress in `owned` whose status differs.
-/// Returns how many were patched. `owned` holds each Ingress as last seen.
+/// What the status writer remembers between passes.
+#[derive(Default)]
+pub struct Writes {
+    /// Ingresses that showed our address while ours: when one stops being ours
+    /// (another class, the default class changed) its address is taken back, and
+    /// only then (another controller may publish the same address on its own).
+    written: HashSet<(String, String)>,
+    /// Ingresses whose last write failed: when to try again and the delay after that
+    /// (a missing RBAC rule on 10k Ingresses must not become 2,000 requests a second).
+    failing: HashMap<(String, String), (Instant, Duration)>,
+}
+
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// Writes `want` into the status of every Ingress in `owned` whose status differs,
+/// and clears it on the Ingresses of `all` this process wrote that are no longer
+/// owned. Returns how many were patched. `owned` holds each Ingress as last seen.
 pub async fn write(
     client: &Client,
     owned: &BTreeMap<(String, String), Arc<Ingress>>,
+    all: &BTreeMap<(String, String), Arc<Ingress>>,
     want: &[IngressLoadBalancerIngress],
+    state: &mut Writes,
 ) -> usize {
-    let stale: Vec<(String, String)> = owned
+    let now = Instant::now();
+    let have = |ing: &Ingress| -> Vec<IngressLoadBalancerIngress> {
+        ing.status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.clone())
+            .unwrap_or_default()
+    };
+    // (Ingress, addresses to write: empty takes ours back)
+    let mut todo: Vec<((String, String), bool)> = owned
         .iter()
-        .filter(|(_, ing)| {
-            let have = ing
-                .status
-                .as_ref()
-                .and_then(|s| s.load_balancer.as_ref())
-                .and_then(|l| l.ingress.as_deref())
-                .unwrap_or_default();
-            have != want
-        })
-        .map(|(k, _)| k.clone())
+        .filter(|(_, ing)| have(ing) != want)
+        .map(|(k, _)| (k.clone(), false))
         .collect();
-    let patch = json!({"status": {"loadBalancer": {"ingress": want}}});
-    futures::stream::iter(stale)
-        .map(|(ns, name)| patch_one(client.clone(), ns, name, patch.clone()))
+    state.written.retain(|k| all.contains_key(k));
+    // An owned Ingress that already shows our address (written before a restart or
+    // by the previous leader) is ours to take back too.
+    state.written.extend(
+        owned
+            .iter()
+            .filter(|(_, ing)| have(ing) == want)
+            .map(|(k, _)| k.clone()),
+    );
+    todo.extend(
+        all.iter()
+            .filter(|(k, ing)| {
+                !owned.contains_key(*k) && state.written.contains(*k) && !have(ing).is_empty()
+            })
+            .map(|(k, _)| (k.clone(), true)),
+    );
+    state.failing.retain(|k, _| all.contains_key(k));
+    todo.retain(|(k, _)| state.failing.get(k).is_none_or(|(at, _)| *at <= now));
+    let set = json!({"status": {"loadBalancer": {"ingress": want}}});
+    let clear = json!({"status": {"loadBalancer": {"ingress": []}}});
+    let results: Vec<((String, String), bool, Option<String>)> = futures::stream::iter(todo)
+        .map(|(k, cleared)| {
+            let client = client.clone();
+            let patch = if cleared { clear.clone() } else { set.clone() };
+            async move {
+                let r = patch_one(client, k.0.clone(), k.1.clone(), patch).await;
+                (k, cleared, r.err())
+            }
+        })
         .buffer_unordered(CONCURRENT_WRITES)
-        .filter(|ok| std::future::ready(*ok))
-        .count()
-        .await
-}
-
-async fn patch_one(client: Client, ns: String, name: String, patch: serde_json::Value) -> bool {
-    let api = Api::<Ingress>::namespaced(client, &ns);
-    match api
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => true,
-        Err(e) => {
-            tracing::warn!(namespace = %ns, name = %name, error = %e, "writing Ingress status failed");
-            false
+        .collect()
+        .await;
+    let mut done = 0;
+    let mut failed = 0;
+    for (k, cleared, err) in results {
+        match err {
+            None => {
+                done += 1;
+                state.failing.remove(&k);
+                if cleared {
+                    state.written.remove(&k);
+                } else {
+                    state.written.insert(k);
+                }
+            }
+            Some(e) => {
+                failed += 1;
+                let delay = match state.failing.get(&k) {
+                    Some((_, d)) => (*d * 2).min(RETRY_MAX),
+                    None => {
+                        tracing::warn!(namespace = %k.0, name = %k.1, error = %e, "writing Ingress status failed; retrying with backoff");
+                        RETRY_FIRST
+                    }
+                };
+                state.failing.insert(k, (now + delay, delay));
+            }
         }
     }
+    if failed > 0 {
+        tracing::debug!(failed, "Ingress status writes failed this pass");
+    }
+    done
+}
+
+async fn patch_one(
+    client: Client,
+    ns: String,
+    name: String,
+    patch: serde_json::Value,
+) -> Result<(), String> {
+    Api::<Ingress>::namespaced(client, &ns)
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }

@@ -29,6 +29,7 @@ pub async fn run(
     shared: Arc<Shared>,
 ) {
     let mut events = Events::new(client.clone(), identity);
+    let mut writes = status::Writes::default();
     let mut tick = tokio::time::interval(Duration::from_secs(5));
     loop {
         tokio::select! {
@@ -47,22 +48,28 @@ pub async fn run(
         }
         let owned: std::collections::BTreeSet<_> =
             ferrule_model::owned_ingresses(&snap).into_iter().collect();
-        let ingresses: BTreeMap<(String, String), Arc<Ingress>> = snap
+        let all: BTreeMap<(String, String), Arc<Ingress>> = snap
             .ingresses
             .iter()
-            .map(|i| (crate::nginx::safety::ingress_ref(i), i))
-            .filter(|(r, _)| owned.contains(r))
-            .map(|(r, i)| {
+            .map(|i| {
+                let r = crate::nginx::safety::ingress_ref(i);
                 let latest = current
                     .get(&ObjectRef::new(&r.name).within(&r.namespace))
                     .unwrap_or_else(|| i.clone());
                 ((r.namespace, r.name), latest)
             })
             .collect();
+        let ingresses: BTreeMap<(String, String), Arc<Ingress>> = all
+            .iter()
+            .filter(|((ns, name), _)| {
+                owned.contains(&ferrule_model::ResourceRef::new("Ingress", ns, name))
+            })
+            .map(|(k, i)| (k.clone(), i.clone()))
+            .collect();
         if let Some(p) = &publish {
             match status::addresses(&client, p).await {
                 Ok(want) => {
-                    let n = status::write(&client, &ingresses, &want).await;
+                    let n = status::write(&client, &ingresses, &all, &want, &mut writes).await;
                     if n > 0 {
                         tracing::info!(ingresses = n, "Ingress status updated");
                     }

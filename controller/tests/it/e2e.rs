@@ -377,6 +377,77 @@ async fn status_and_events_are_written() {
         "the invalid Ingress is not served"
     );
     assert_eq!(f.get("good.e2e", "/").await.0, 200);
+
+    // An Opaque Secret holding tls.crt and tls.key serves its certificate (as in
+    // ingress-nginx), not the default one.
+    let fixtures = c.root.join("model/tests/fixtures");
+    c.kubectl(
+        &[
+            "delete",
+            "secret",
+            "-n",
+            ns,
+            "opaque-tls",
+            "--ignore-not-found",
+        ],
+        None,
+    );
+    let (ok, text) = c.kubectl(
+        &[
+            "create",
+            "secret",
+            "generic",
+            "opaque-tls",
+            "-n",
+            ns,
+            &format!("--from-file=tls.crt={}", fixtures.join("a.crt").display()),
+            &format!("--from-file=tls.key={}", fixtures.join("a.key").display()),
+        ],
+        None,
+    );
+    assert!(ok, "kubectl create secret: {text}");
+    let tls = k8s_ingress(ns, "tls", "a.example.com", &[("/", "Prefix", "echo")], &[])
+        + "  tls:\n  - hosts: [a.example.com]\n    secretName: opaque-tls\n";
+    c.apply(&tls);
+    let default_fp = f.served_fingerprint("unknown.e2e");
+    let served = wait_until(Duration::from_secs(15), || async {
+        let fp = f.served_fingerprint("a.example.com");
+        !fp.is_empty() && fp != default_fp
+    })
+    .await;
+    assert!(
+        served,
+        "the Opaque Secret's certificate; resources {:?}",
+        f.resources().await
+    );
+
+    // An Ingress that stops being ours (another class) gets its address taken back.
+    let (ok, text) = c.kubectl(
+        &[
+            "patch",
+            "ingress",
+            "-n",
+            ns,
+            "good",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"ingressClassName":"someone-else"}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "kubectl patch: {text}");
+    let cleared = wait_until(Duration::from_secs(15), || async {
+        let ing = c.json(&["get", "ingress", "-n", ns, "good"]);
+        ing["status"]["loadBalancer"]["ingress"]
+            .as_array()
+            .is_none_or(|a| a.is_empty())
+    })
+    .await;
+    assert!(
+        cleared,
+        "status of an Ingress no longer ours; log:\n{}",
+        f.logs()
+    );
 }
 
 #[tokio::test]
