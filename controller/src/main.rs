@@ -161,9 +161,11 @@ struct KubeFlags {
     /// Addresses published in Ingress status (comma separated), instead of a Service.
     #[arg(long, value_delimiter = ',')]
     publish_status_address: Vec<String>,
-    /// Name of the leader-election Lease.
-    #[arg(long, default_value = "ferrule-leader")]
-    election_id: String,
+    /// Name of the leader-election Lease (default: `ferrule-leader`, followed by the
+    /// controller class when it is not Ferrule's default, so that two installs with
+    /// different classes in one namespace do not share a leader).
+    #[arg(long)]
+    election_id: Option<String>,
     /// Namespace of the Lease (default: $POD_NAMESPACE, else `default`).
     #[arg(long)]
     lease_namespace: Option<String>,
@@ -172,8 +174,23 @@ struct KubeFlags {
     lease_duration_seconds: u64,
 }
 
+/// The default Lease name for a controller class.
+fn election_id(controller_class: &str) -> String {
+    if controller_class == ferrule_model::snapshot::DEFAULT_CONTROLLER {
+        return "ferrule-leader".to_owned();
+    }
+    // A DNS label: lower case, digits and dashes.
+    let mut name: String = controller_class
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    name.truncate(40);
+    format!("ferrule-leader-{}", name.trim_matches('-'))
+}
+
 impl KubeFlags {
-    fn options(&self) -> Result<commands::KubeArgs> {
+    fn options(&self, controller_class: &str) -> Result<commands::KubeArgs> {
         let publish = match (
             &self.publish_service,
             self.publish_status_address.is_empty(),
@@ -206,7 +223,10 @@ impl KubeFlags {
                     .clone()
                     .or_else(|| std::env::var("POD_NAMESPACE").ok())
                     .unwrap_or_else(|| "default".to_owned()),
-                name: self.election_id.clone(),
+                name: self
+                    .election_id
+                    .clone()
+                    .unwrap_or_else(|| election_id(controller_class)),
                 identity,
                 duration: self.lease_duration_seconds,
                 grace: (self.lease_duration_seconds / 3).max(1),
@@ -322,7 +342,7 @@ async fn main() -> Result<()> {
         } => {
             commands::run(commands::RunArgs {
                 manifests,
-                kube: kube.options()?,
+                kube: kube.options(&flags.controller_class)?,
                 status: std::net::SocketAddr::new(status_address, status_port),
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
@@ -409,4 +429,22 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_lease_name_follows_the_controller_class() {
+        let id = super::election_id;
+        assert_eq!(
+            id(ferrule_model::snapshot::DEFAULT_CONTROLLER),
+            "ferrule-leader"
+        );
+        assert_eq!(
+            id("example.com/Edge_Ingress"),
+            "ferrule-leader-example-com-edge-ingress"
+        );
+        assert_ne!(id("a.dev/one"), id("a.dev/two"));
+        assert!(id(&"x".repeat(300)).len() <= 63);
+    }
 }
