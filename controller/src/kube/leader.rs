@@ -29,7 +29,16 @@ pub async fn elect(client: Client, opts: LeaseOptions) -> anyhow::Result<watch::
         .with_grace(opts.grace)
         .with_field_manager("ferrule")
         .build()
-        .await?;
+        .await
+        .map_err(|e| {
+            // The lease manager's errors can display as nothing: say what failed.
+            anyhow::anyhow!(
+                "cannot create or read Lease {}/{} ({e:?}); does the namespace exist, and may \
+                 this service account get, create and update leases.coordination.k8s.io there?",
+                opts.namespace,
+                opts.name
+            )
+        })?;
     let (rx, handle) = manager.watch().await;
     // Keep the manager task alive for the life of the process (dropping the handle
     // does not stop it; the receiver does when it is dropped).
