@@ -1,6 +1,6 @@
 //! Kubernetes events about resources: a Warning per problem, a Normal on the first
-//! successful apply. Rate-limited per resource and message, so a flapping resource
-//! cannot storm the API server.
+//! successful apply and when a resource recovers from a Warning. Rate-limited per
+//! resource and message, so a flapping resource cannot storm the API server.
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -13,6 +13,8 @@ use crate::status::{ResourceState, ResourceStatus};
 
 /// How often the same event may be repeated for the same resource.
 const REPEAT_AFTER: Duration = Duration::from_secs(600);
+/// The note of the Normal event of an applied resource.
+const APPLIED_NOTE: &str = "configuration applied";
 /// At most this many events per publishing round (the rest waits for the next round).
 const MAX_PER_ROUND: usize = 50;
 
@@ -20,9 +22,10 @@ const MAX_PER_ROUND: usize = 50;
 pub struct Events {
     recorder: Recorder,
     sent: HashMap<(String, String, String, String), Instant>,
-    /// Resources (kind, namespace, name) any event was published for: a lookup, not
-    /// a scan of `sent`, which at 10k resources made every round quadratic.
-    reported: HashSet<(String, String, String)>,
+    /// Resources (kind, namespace, name) an event was published for, and whether
+    /// the last one was a Warning: a lookup, not a scan of `sent`, which at 10k
+    /// resources made every round quadratic.
+    reported: HashMap<(String, String, String), bool>,
 }
 
 impl Events {
@@ -35,7 +38,7 @@ impl Events {
         Self {
             recorder: Recorder::new(client, reporter),
             sent: HashMap::new(),
-            reported: HashSet::new(),
+            reported: HashMap::new(),
         }
     }
 
@@ -46,17 +49,23 @@ impl Events {
         uid: impl Fn(&ResourceStatus) -> Option<String>,
     ) {
         let mut budget = MAX_PER_ROUND;
+        // Forget what can be said again and resources that are gone.
+        self.sent.retain(|_, t| t.elapsed() < REPEAT_AFTER);
+        let present: HashSet<(&str, &str, &str)> = statuses
+            .iter()
+            .map(|s| (s.kind.as_str(), s.namespace.as_str(), s.name.as_str()))
+            .collect();
+        self.reported
+            .retain(|(k, ns, n), _| present.contains(&(k.as_str(), ns.as_str(), n.as_str())));
         for s in statuses {
             let (type_, reason, note) = match (s.state, s.message.is_empty()) {
                 (ResourceState::Rejected, _) => (EventType::Warning, "Rejected", s.message.clone()),
                 (ResourceState::Applied, false) => {
                     (EventType::Warning, "Problem", s.message.clone())
                 }
-                (ResourceState::Applied, true) => (
-                    EventType::Normal,
-                    "Applied",
-                    "configuration applied".to_owned(),
-                ),
+                (ResourceState::Applied, true) => {
+                    (EventType::Normal, "Applied", APPLIED_NOTE.to_owned())
+                }
             };
             let key = (
                 s.kind.clone(),
@@ -72,8 +81,8 @@ impl Events {
                 continue;
             }
             let resource = (key.0.clone(), key.1.clone(), key.2.clone());
-            if type_ == EventType::Normal && self.reported.contains(&resource) {
-                continue; // only the first successful apply
+            if type_ == EventType::Normal && self.reported.get(&resource) == Some(&false) {
+                continue; // once, and again only after a Warning
             }
             if budget == 0 {
                 break;
@@ -98,8 +107,16 @@ impl Events {
             };
             match self.recorder.publish(&ev, &reference).await {
                 Ok(()) => {
+                    let warned = type_ == EventType::Warning;
+                    if warned {
+                        // the next recovery is news, however soon it comes
+                        let (k, ns, n) = &resource;
+                        let applied = format!("Applied:{APPLIED_NOTE}");
+                        self.sent
+                            .remove(&(k.clone(), ns.clone(), n.clone(), applied));
+                    }
                     self.sent.insert(key, Instant::now());
-                    self.reported.insert(resource);
+                    self.reported.insert(resource, warned);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, kind = %s.kind, name = %s.name, "publishing an event failed")

@@ -378,6 +378,41 @@ async fn status_and_events_are_written() {
     );
     assert_eq!(f.get("good.e2e", "/").await.0, 200);
 
+    // Fixed, it is served and a Normal event says so (the Warning is not the last
+    // word). Events of earlier runs may exist: only one named in a later pass counts.
+    let before: std::collections::HashSet<String> =
+        c.json(&["get", "events.events.k8s.io", "-n", ns])["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+    c.apply(&k8s_ingress(
+        ns,
+        "bad",
+        "bad.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
+    let recovered = wait_until(Duration::from_secs(20), || async {
+        let events = c.json(&["get", "events.events.k8s.io", "-n", ns]);
+        events["items"].as_array().into_iter().flatten().any(|e| {
+            e["type"] == "Normal"
+                && e["reason"] == "Applied"
+                && e["regarding"]["name"] == "bad"
+                && e["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| !before.contains(n))
+        })
+    })
+    .await;
+    assert!(
+        recovered,
+        "a Normal event after the fix; log:\n{}",
+        f.logs()
+    );
+    assert_eq!(f.get("bad.e2e", "/").await.0, 200);
+
     // An Opaque Secret holding tls.crt and tls.key serves its certificate (as in
     // ingress-nginx), not the default one.
     let fixtures = c.root.join("model/tests/fixtures");
