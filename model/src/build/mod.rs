@@ -437,47 +437,50 @@ impl Builder<'_> {
         let Some(r) = r else {
             return;
         };
-        let mut ignored = Vec::new();
-        let mut claim =
-            |owner: &mut Option<ResourceRef>, same: bool, name: &'static str| match owner {
+        // `value`: what `r` sets, if anything; taken when nobody set `field` before.
+        fn claim<T: PartialEq>(
+            field: &mut T,
+            owner: &mut Option<ResourceRef>,
+            value: Option<T>,
+            r: &ResourceRef,
+        ) -> Option<ResourceRef> {
+            let value = value?;
+            match owner {
                 None => {
                     *owner = Some(r.clone());
-                    true
+                    *field = value;
+                    None
                 }
-                Some(o) if o != r && !same => {
-                    ignored.push((name, o.clone()));
-                    false
-                }
-                Some(_) => false,
-            };
-        if let Some(lb) = a.load_balance
-            && claim(
-                &mut owners.load_balance,
-                b.balancing.load_balance == lb,
-                "load-balance",
-            )
-        {
-            b.balancing.load_balance = lb;
+                Some(o) if o != r && *field != value => Some(o.clone()),
+                Some(_) => None,
+            }
         }
-        if let Some(h) = &a.upstream_hash_by
-            && claim(
-                &mut owners.upstream_hash_by,
-                b.balancing.upstream_hash_by.as_ref() == Some(h),
-                "upstream-hash-by",
-            )
-        {
-            b.balancing.upstream_hash_by = Some(h.clone());
-        }
-        if let Some(aff) = &a.affinity
-            && claim(
-                &mut owners.affinity,
-                b.balancing.affinity.as_ref() == Some(aff),
-                "affinity",
-            )
-        {
-            b.balancing.affinity = Some(aff.clone());
-        }
-        for (name, owner) in ignored {
+        let bal = &mut b.balancing;
+        let lb = claim(
+            &mut bal.load_balance,
+            &mut owners.load_balance,
+            a.load_balance,
+            r,
+        );
+        let hash_by = a.upstream_hash_by.clone().map(Some);
+        let hash = claim(
+            &mut bal.upstream_hash_by,
+            &mut owners.upstream_hash_by,
+            hash_by,
+            r,
+        );
+        let aff = claim(
+            &mut bal.affinity,
+            &mut owners.affinity,
+            a.affinity.clone().map(Some),
+            r,
+        );
+        for (name, owner) in [
+            ("load-balance", lb),
+            ("upstream-hash-by", hash),
+            ("affinity", aff),
+        ] {
+            let Some(owner) = owner else { continue };
             let msg = format!(
                 "backend {backend}: the {name} annotations are ignored: {owner} is older and sets them for this Service port"
             );
