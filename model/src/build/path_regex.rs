@@ -11,11 +11,40 @@
 //!   `(a?b?)+`): PCRE backtracks exponentially on a crafted URI, and NGINX sets no
 //!   match limit for locations, so one request could hold a worker for seconds.
 //!
-//! The scan reads PCRE's syntax itself (escapes, `\Q…\E`, classes, look-around) rather
-//! than a stricter parser's, so that every path PCRE reads stays usable.
+//! The scan reads PCRE's syntax itself (escapes, classes, look-around, option groups)
+//! rather than a stricter parser's, so that the paths people write stay usable.
+//! Named groups are looked for in the raw text, and the syntax that could hide
+//! something from the scan (`\Q…\E`, `\c`, `(?#…)`, `(*…)`, the x flag) is refused.
+
+/// Syntax whose reading the scan below would have to get exactly right to see what
+/// follows it (and which paths do not need): refused outright.
+const UNCHECKED: [(&str, &str); 5] = [
+    ("\\Q", "\\Q…\\E quoting"),
+    ("\\E", "\\Q…\\E quoting"),
+    ("\\c", "\\c control escapes"),
+    ("(?#", "(?#…) comments"),
+    ("(*", "(*…) verbs and groups"),
+];
 
 /// The error for `path`, if it must be refused.
 pub(crate) fn check(path: &str) -> Result<(), String> {
+    // Named groups are looked for in the raw text, whatever the context (a class, an
+    // escape): a refused literal is a small price, a missed group routes anywhere.
+    for (i, _) in path.match_indices('(') {
+        if let Some(name) = group_name(&path.as_bytes()[i + 1..]) {
+            return Err(format!(
+                "the named group {name:?} is not allowed in a regex path: NGINX would \
+                 turn it into a variable that each match sets (use a numbered group, \
+                 $1, in rewrite-target)"
+            ));
+        }
+        if extended_mode(&path.as_bytes()[i + 1..]) {
+            return Err("the x flag is not supported in a regex path".to_owned());
+        }
+    }
+    if let Some((_, what)) = UNCHECKED.iter().find(|(text, _)| path.contains(text)) {
+        return Err(format!("{what} are not supported in a regex path"));
+    }
     let b = path.as_bytes();
     // One entry per open group: whether something in it can match in more than one way.
     let mut groups: Vec<bool> = Vec::new();
@@ -25,26 +54,15 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
     while i < b.len() {
         let mut ambiguous_group = false;
         match b[i] {
-            // literal text up to \E (or the end)
-            b'\\' if b.get(i + 1) == Some(&b'Q') => {
-                i = find(b, i + 2, b"\\E").map_or(b.len(), |e| e + 2);
-            }
             b'\\' => i += 2,
             b'[' => i = class_end(b, i),
             b'(' => {
-                if let Some(name) = group_name(&b[i + 1..]) {
-                    return Err(format!(
-                        "the named group {name:?} is not allowed in a regex path: NGINX would \
-                         turn it into a variable that each match sets (use a numbered group, \
-                         $1, in rewrite-target)"
-                    ));
-                }
                 match group_prefix(&b[i + 1..]) {
                     Prefix::Group(len) => {
                         groups.push(false);
                         i += 1 + len;
                     }
-                    // `(?i)`, `(*UTF)`, `(?#...)`: no group, nothing to repeat
+                    // `(?i)`: no group, nothing to repeat
                     Prefix::Other(len) => i += 1 + len,
                 }
             }
@@ -93,10 +111,6 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn find(b: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
-    (from..b.len().saturating_sub(needle.len() - 1)).find(|&j| b[j..].starts_with(needle))
-}
-
 /// The index after the class opening at `start`: `]` first in the class is literal,
 /// escapes are skipped, `[:alpha:]` is one item.
 fn class_end(b: &[u8], start: usize) -> usize {
@@ -110,8 +124,17 @@ fn class_end(b: &[u8], start: usize) -> usize {
     while i < b.len() {
         match b[i] {
             b'\\' => i += 2,
+            // a POSIX class `[:alpha:]`, as PCRE reads one: letters up to `:]`
             b'[' if b.get(i + 1) == Some(&b':') => {
-                i = find(b, i + 2, b":]").map_or(i + 1, |e| e + 2);
+                let name = b[i + 2..]
+                    .iter()
+                    .take_while(|c| c.is_ascii_alphabetic())
+                    .count();
+                i += if b[i + 2 + name..].starts_with(b":]") {
+                    name + 4
+                } else {
+                    1
+                };
             }
             b']' => return i + 1,
             _ => i += 1,
@@ -136,7 +159,7 @@ fn group_prefix(rest: &[u8]) -> Prefix {
             .map_or(rest.len(), |e| e + 1)
     };
     match rest {
-        [b'*', ..] | [b'?', b'#', ..] => Prefix::Other(to_close()),
+        [b'?', b'#', ..] => Prefix::Other(to_close()),
         [b'?', b'<', b'=' | b'!', ..] => Prefix::Group(3),
         [b'?', b':' | b'=' | b'!' | b'>' | b'|', ..] => Prefix::Group(2),
         [b'?', flags @ ..] => {
@@ -154,6 +177,20 @@ fn group_prefix(rest: &[u8]) -> Prefix {
         }
         _ => Prefix::Group(0),
     }
+}
+
+/// Whether the `(` before `rest` sets the x flag (`(?x)`, `(?ix:`): whitespace and
+/// `#` comments would then hide what follows from the scan.
+fn extended_mode(rest: &[u8]) -> bool {
+    let Some(flags) = rest.strip_prefix(b"?") else {
+        return false;
+    };
+    let on: Vec<u8> = flags
+        .iter()
+        .take_while(|c| c.is_ascii_alphabetic() || **c == b'^')
+        .copied()
+        .collect();
+    matches!(flags.get(on.len()), Some(b')' | b':' | b'-')) && on.contains(&b'x')
 }
 
 /// The name of a named group whose `(` precedes `rest`.
@@ -247,17 +284,12 @@ mod tests {
             "/(a|b){0,1}",
             "/x{",
             "/x{a}",
-            "/[(?<n>]+",
-            "/\\(?<n>",
-            "/\\Q(?<n>x)\\E+",
             "/[]a]+",
             "/[[:alpha:]]+",
             "/(a)*",
             "/(abc)+",
             "/(?:[a-z]{2}/)*page",
             "/(?i)a+",
-            "/(*UTF)x",
-            "/(?#a comment (a|aa)+)x",
             "/(?=a)(b)+",
             "/(?i:ab)+",
             "/(?<=a)(b)+",
@@ -274,6 +306,23 @@ mod tests {
         check("/(?'host'a)", "host");
         check("/[a](?<b>c)", "named group");
         check("/\\Q(\\E(?<b>c)", "named group");
+        // wherever they are: in a class, escaped, quoted, after a trap for the scan
+        check("/[(?<n>]+", "named group");
+        check("/\\(?<n>", "named group");
+        check("/[[:](?<ferrule_backend>[^/]+):]", "ferrule_backend");
+        check("/(?:\\c\\Q)?(?<b>x)", "named group");
+        check("/(*pla:(?<b>x))", "named group");
+    }
+
+    #[test]
+    fn syntax_that_could_hide_a_repetition_is_refused() {
+        check("/(a+)\\Q\\E+", "quoting");
+        check("/(a+)\\E+", "quoting");
+        check("/(a+)(?#x)+", "comments");
+        check("/(*pla:(a+)+$)", "verbs");
+        check("/(?:\\c)", "control escapes");
+        check("/(?x)(a+) +", "x flag");
+        check("/(?ix:a)", "x flag");
     }
 
     #[test]
