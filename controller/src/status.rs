@@ -53,8 +53,13 @@ pub struct Shared {
 impl Shared {
     /// Sets readiness (false for good once [`Shared::stop`] was called).
     pub fn set_ready(&self, ready: bool) {
-        let ready = ready && !self.stopping.load(Ordering::SeqCst);
+        let mut ready = ready && !self.stopping.load(Ordering::SeqCst);
         let was = self.ready.swap(ready, Ordering::SeqCst);
+        if ready && self.stopping.load(Ordering::SeqCst) {
+            // stop() ran between the check and the swap: it wins
+            self.ready.store(false, Ordering::SeqCst);
+            ready = false;
+        }
         if was != ready {
             tracing::info!(ready, "readiness changed");
         }

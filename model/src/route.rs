@@ -49,8 +49,9 @@ pub fn server_for<'m>(model: &'m Model, host: &str) -> Option<&'m Server> {
 /// The location for a path: an exact one first; then the prefix and regex locations
 /// in [`precedence`] order (the longest path first), the first that matches. Without
 /// regexes that is the longest element-wise prefix; with them it is ingress-nginx's
-/// order (it makes every path of such a host a regex, sorted longest first), so a
-/// short pattern from one Ingress cannot take the longer paths of another.
+/// order (it makes every path of such a host a regex, sorted longest first): a short
+/// pattern does not take longer literal paths, though a long enough pattern still
+/// can (an Ingress on a shared host is trusted as in ingress-nginx).
 pub fn location_for<'s>(server: &'s Server, path: &str) -> Option<&'s Location> {
     let locs = &server.locations;
     if let Some(l) = locs

@@ -114,13 +114,12 @@ impl Events {
             match self.recorder.publish(&ev, &reference).await {
                 Ok(()) => {
                     let warned = type_ == EventType::Warning;
-                    if warned {
-                        // the next recovery is news, however soon it comes
-                        let (k, ns, n) = &resource;
-                        let applied = format!("Applied:{APPLIED_NOTE}");
-                        self.sent
-                            .remove(&(k.clone(), ns.clone(), n.clone(), applied));
-                    }
+                    // A change of side is news, however soon it comes: a recovery
+                    // after a Warning, the same Warning again after a recovery.
+                    let (k, ns, n) = &resource;
+                    self.sent.retain(|(k2, ns2, n2, said), _| {
+                        (k2, ns2, n2) != (k, ns, n) || said.starts_with("Applied:") != warned
+                    });
                     self.sent.insert(key, Instant::now());
                     self.reported.insert(resource, warned);
                 }

@@ -128,8 +128,9 @@ pub async fn write(
     );
     todo.extend(
         all.iter()
+            // still our address: a new owner may have written its own already
             .filter(|(k, ing)| {
-                !owned.contains_key(*k) && state.written.contains(*k) && !have(ing).is_empty()
+                !owned.contains_key(*k) && state.written.contains(*k) && have(ing) == want
             })
             .map(|(k, _)| (k.clone(), true)),
     );

@@ -80,24 +80,27 @@ pub fn start(
     };
     let (ing_api, svc_api, slice_api, secret_api) = api(&client);
     let stores = Stores {
-        ingresses: reflect(ing_api, watcher::Config::default(), strip_ingress, &dirty),
+        ingresses: reflect(ing_api, every(), strip_ingress, |_| true, &dirty),
         classes: reflect(
             Api::<IngressClass>::all(client.clone()),
-            watcher::Config::default(),
+            every(),
             |_| {},
+            |_| true,
             &dirty,
         ),
-        services: reflect(svc_api, watcher::Config::default(), strip_service, &dirty),
-        slices: reflect(slice_api, watcher::Config::default(), strip_slice, &dirty),
+        services: reflect(svc_api, every(), strip_service, |_| true, &dirty),
+        slices: reflect(slice_api, every(), strip_slice, |_| true, &dirty),
         // Any type: ingress-nginx serves an Opaque Secret holding tls.crt and tls.key
-        // too. strip_secret keeps only those keys, so other Secrets cost their name.
-        secrets: reflect(secret_api, watcher::Config::default(), strip_secret, &dirty),
+        // too. strip_secret keeps only those keys, so other Secrets cost their name,
+        // and their changes (tokens, Helm releases) build no model.
+        secrets: reflect(secret_api, every(), strip_secret, holds_tls, &dirty),
         config_maps: opts.config_map.as_ref().map(|(ns, name)| {
             let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
             reflect(
                 Api::<ConfigMap>::namespaced(client.clone(), ns),
                 cfg,
                 |_| {},
+                |_| true,
                 &dirty,
             )
         }),
@@ -118,7 +121,15 @@ pub fn start(
     ingresses
 }
 
-fn reflect<K>(api: Api<K>, cfg: watcher::Config, strip: fn(&mut K), dirty: &Arc<Notify>) -> Store<K>
+/// A reflector store of `api`, stripped by `strip`; changes to `relevant` objects
+/// mark the snapshot dirty.
+fn reflect<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    strip: fn(&mut K),
+    relevant: fn(&K) -> bool,
+    dirty: &Arc<Notify>,
+) -> Store<K>
 where
     K: Resource
         + Clone
@@ -138,7 +149,7 @@ where
             strip(o);
         })
         .reflect(writer);
-    tokio::spawn(drive(stream, dirty.clone()));
+    tokio::spawn(drive(stream, dirty.clone(), relevant));
     reader
 }
 
@@ -179,6 +190,17 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     fn reset(&mut self) {
         self.next = Self::FIRST;
     }
+}
+
+fn every() -> watcher::Config {
+    watcher::Config::default()
+}
+
+/// Whether a (stripped) Secret can serve TLS.
+fn holds_tls(s: &Secret) -> bool {
+    s.data
+        .as_ref()
+        .is_some_and(|d| d.contains_key("tls.crt") || d.contains_key("tls.key"))
 }
 
 /// Annotations of an Ingress the model reads: ours and the legacy class.
@@ -237,7 +259,7 @@ pub fn strip_secret(o: &mut Secret) {
     }
 }
 
-async fn drive<S, K>(stream: S, dirty: Arc<Notify>)
+async fn drive<S, K>(stream: S, dirty: Arc<Notify>, relevant: fn(&K) -> bool)
 where
     S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
     K: Resource + serde::Serialize,
@@ -247,7 +269,7 @@ where
     while let Some(ev) = stream.next().await {
         match ev {
             Ok(ev) => {
-                if seen.changes(&ev) {
+                if seen.changes(&ev, relevant) {
                     dirty.notify_one();
                 }
             }
@@ -269,23 +291,34 @@ struct Seen {
 }
 
 impl Seen {
+    #[cfg(test)]
+    fn changes_of<K: Resource + serde::Serialize>(&mut self, ev: &watcher::Event<K>) -> bool {
+        self.changes(ev, |_| true)
+    }
+
     /// Records the event; whether it may change the model.
-    fn changes<K: Resource + serde::Serialize>(&mut self, ev: &watcher::Event<K>) -> bool {
+    /// Objects that are not `relevant` (a Secret without TLS keys) change nothing
+    /// unless they were relevant before.
+    fn changes<K: Resource + serde::Serialize>(
+        &mut self,
+        ev: &watcher::Event<K>,
+        relevant: fn(&K) -> bool,
+    ) -> bool {
         match ev {
+            watcher::Event::Apply(o) if !relevant(o) => self.current.remove(&key(o)).is_some(),
             watcher::Event::Apply(o) => {
                 let fp = model_fingerprint(o);
                 self.current.insert(key(o), fp) != Some(fp)
             }
-            watcher::Event::Delete(o) => {
-                self.current.remove(&key(o));
-                true
-            }
+            watcher::Event::Delete(o) => self.current.remove(&key(o)).is_some(),
             watcher::Event::Init => {
                 self.relist.clear();
                 true
             }
             watcher::Event::InitApply(o) => {
-                self.relist.insert(key(o), model_fingerprint(o));
+                if relevant(o) {
+                    self.relist.insert(key(o), model_fingerprint(o));
+                }
                 true
             }
             watcher::Event::InitDone => {
@@ -508,8 +541,11 @@ mod tests {
         let ing = cluster().ingresses[0].clone();
         let mut seen = Seen::default();
         let apply = |o: &Ingress| watcher::Event::Apply(o.clone());
-        assert!(seen.changes(&apply(&ing)), "a new object is a change");
-        assert!(!seen.changes(&apply(&ing)), "the same object again is not");
+        assert!(seen.changes_of(&apply(&ing)), "a new object is a change");
+        assert!(
+            !seen.changes_of(&apply(&ing)),
+            "the same object again is not"
+        );
 
         // Ferrule's own status write, as the watch reports it back.
         let mut written = (*ing).clone();
@@ -518,7 +554,7 @@ mod tests {
             json!({ "loadBalancer": { "ingress": [{ "ip": "192.0.2.9" }] } }),
         ));
         assert!(
-            !seen.changes(&apply(&written)),
+            !seen.changes_of(&apply(&written)),
             "status and resourceVersion only"
         );
 
@@ -532,7 +568,7 @@ mod tests {
                 "false".into(),
             );
         assert!(
-            seen.changes(&apply(&annotated)),
+            seen.changes_of(&apply(&annotated)),
             "an annotation is a change"
         );
 
@@ -540,16 +576,45 @@ mod tests {
         edited.metadata.generation = Some(2);
         edited.spec.as_mut().unwrap().rules.as_mut().unwrap()[0].host =
             Some("other.example".into());
-        assert!(seen.changes(&apply(&edited)), "a spec edit is a change");
+        assert!(seen.changes_of(&apply(&edited)), "a spec edit is a change");
 
-        assert!(seen.changes(&watcher::Event::Delete(edited.clone())));
-        assert!(seen.changes(&apply(&edited)), "re-created after a delete");
+        assert!(seen.changes_of(&watcher::Event::Delete(edited.clone())));
+        assert!(
+            seen.changes_of(&apply(&edited)),
+            "re-created after a delete"
+        );
 
         // A re-list always counts (deletions while disconnected), and forgets what it
         // did not list.
-        assert!(seen.changes(&watcher::Event::<Ingress>::Init));
-        assert!(seen.changes(&watcher::Event::<Ingress>::InitDone));
-        assert!(seen.changes(&apply(&edited)), "forgotten by the re-list");
+        assert!(seen.changes_of(&watcher::Event::<Ingress>::Init));
+        assert!(seen.changes_of(&watcher::Event::<Ingress>::InitDone));
+        assert!(seen.changes_of(&apply(&edited)), "forgotten by the re-list");
+    }
+
+    /// Secrets without TLS keys (tokens, Helm releases) build no model, unless one
+    /// had them before.
+    #[test]
+    fn only_secrets_holding_tls_keys_are_changes() {
+        let tls = (*cluster().secrets[0]).clone();
+        let mut plain = tls.clone();
+        plain.metadata.name = Some("token".into());
+        plain.data = Some([("token".to_owned(), k8s_openapi::ByteString(b"x".to_vec()))].into());
+        strip_secret(&mut plain);
+        let mut seen = Seen::default();
+        let apply = |o: &Secret| watcher::Event::Apply(o.clone());
+        assert!(!seen.changes(&apply(&plain), holds_tls), "a new token");
+        assert!(!seen.changes(&watcher::Event::Delete(plain.clone()), holds_tls));
+        assert!(seen.changes(&apply(&tls), holds_tls), "a TLS Secret");
+        let mut emptied = tls.clone();
+        emptied.data = None;
+        assert!(
+            seen.changes(&apply(&emptied), holds_tls),
+            "it lost its keys"
+        );
+        assert!(
+            !seen.changes(&apply(&emptied), holds_tls),
+            "and stays without"
+        );
     }
 
     #[test]
