@@ -161,22 +161,15 @@ async fn model_task(
         let Some(snap) = snapshots.borrow_and_update().clone() else {
             continue;
         };
-        // A Secret's new version that is not valid keeps serving its last valid
-        // certificate (Snapshot::previous_certificates): from the last model, in the
-        // snapshot both tasks build from.
-        let snap = match last.as_ref().map(|(_, m)| &m.certificates) {
-            Some(prev) if !prev.is_empty() => Arc::new(Snapshot {
-                previous_certificates: prev.clone(),
-                ..(*snap).clone()
-            }),
-            _ => snap,
-        };
         let started = Instant::now();
         // Refreshed against this snapshot, so that an edited excluded resource is
         // built again (and its change triggers a reload that retries it), and a
         // deleted one leaves the status. The reload task refreshes its own copy.
         let mut excl = common.exclusions.read().expect("exclusions lock").clone();
         excl.refresh(&snap);
+        if let Some((_, m)) = &last {
+            excl.certificates = m.certificates.clone();
+        }
         let served = excl.apply(&snap, &Default::default());
         let patched = last
             .as_ref()
@@ -475,11 +468,13 @@ async fn reload_task(
             limiter.until_ready().await;
         }
         rx.borrow_and_update();
-        let Some((snap, _)) = common.latest.lock().expect("latest lock").clone() else {
+        let Some((snap, latest)) = common.latest.lock().expect("latest lock").clone() else {
             continue;
         };
         let started = Instant::now();
         let mut excl = common.exclusions.read().expect("exclusions lock").clone();
+        // The model task's model of this snapshot holds the last valid certificates.
+        excl.certificates = latest.certificates.clone();
         let result = dataplane.apply(&snap, &mut excl).await;
         *common.exclusions.write().expect("exclusions lock") = excl.clone();
         match result {

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ferrule_model::{ResourceRef, Snapshot};
+use ferrule_model::{Certificate, ResourceRef, Snapshot};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
 
@@ -52,6 +52,11 @@ pub struct Exclusions {
     last_applied: Arc<BTreeMap<ResourceRef, Arc<Ingress>>>,
     /// Fingerprint of the ConfigMap the Ingress exclusions were found with.
     configmap_seen: Option<String>,
+    /// The certificates of the newest model, by Secret (`namespace/name`): a Secret
+    /// whose new version is not valid keeps serving its last valid certificate, as
+    /// an Ingress keeps its last accepted version (the model reads them as
+    /// `Snapshot::previous_certificates`).
+    pub certificates: Arc<BTreeMap<String, Certificate>>,
 }
 
 impl Exclusions {
@@ -145,9 +150,10 @@ impl Exclusions {
 
     /// The snapshot without excluded resources (their last accepted version where
     /// they have a fallback), with the last good ConfigMap when the current one is
-    /// held back, and with `extra` Ingresses switched off.
+    /// held back, the last valid certificates, and with `extra` Ingresses switched off.
     pub fn apply(&self, snap: &Snapshot, extra: &BTreeSet<ResourceRef>) -> Snapshot {
         let mut out = snap.clone();
+        out.previous_certificates = self.certificates.clone();
         if let Some(held) = &self.configmap {
             out.config_map = held.last_good.clone();
         }
