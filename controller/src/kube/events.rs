@@ -18,14 +18,20 @@ const APPLIED_NOTE: &str = "configuration applied";
 /// At most this many events per publishing round (the rest waits for the next round).
 const MAX_PER_ROUND: usize = 50;
 
+/// What was told about one resource.
+#[derive(Default)]
+struct Told {
+    /// The last event was a Warning.
+    warned: bool,
+    /// Each `reason:note` published, and when (said again after REPEAT_AFTER).
+    notes: HashMap<String, Instant>,
+}
+
 /// Publishes events for resource states, remembering what it said.
 pub struct Events {
     recorder: Recorder,
-    sent: HashMap<(String, String, String, String), Instant>,
-    /// Resources (kind, namespace, name) an event was published for, and whether
-    /// the last one was a Warning: a lookup, not a scan of `sent`, which at 10k
-    /// resources made every round quadratic.
-    reported: HashMap<(String, String, String), bool>,
+    /// By resource (kind, namespace, name): a lookup per status, never a scan.
+    told: HashMap<(String, String, String), Told>,
 }
 
 impl Events {
@@ -37,8 +43,7 @@ impl Events {
         };
         Self {
             recorder: Recorder::new(client, reporter),
-            sent: HashMap::new(),
-            reported: HashMap::new(),
+            told: HashMap::new(),
         }
     }
 
@@ -49,14 +54,15 @@ impl Events {
         uid: impl Fn(&ResourceStatus) -> Option<String>,
     ) {
         let mut budget = MAX_PER_ROUND;
-        // Forget what can be said again and resources that are gone.
-        self.sent.retain(|_, t| t.elapsed() < REPEAT_AFTER);
+        // Forget resources that are gone and what can be said again.
         let present: HashSet<(&str, &str, &str)> = statuses
             .iter()
             .map(|s| (s.kind.as_str(), s.namespace.as_str(), s.name.as_str()))
             .collect();
-        self.reported
-            .retain(|(k, ns, n), _| present.contains(&(k.as_str(), ns.as_str(), n.as_str())));
+        self.told.retain(|(k, ns, n), told| {
+            told.notes.retain(|_, t| t.elapsed() < REPEAT_AFTER);
+            present.contains(&(k.as_str(), ns.as_str(), n.as_str()))
+        });
         // Problems first: at 10k new resources the budget would otherwise spend
         // minutes on "configuration applied" before a rejection is told.
         let problems_first = statuses
@@ -73,22 +79,14 @@ impl Events {
                     (EventType::Normal, "Applied", APPLIED_NOTE.to_owned())
                 }
             };
-            let key = (
-                s.kind.clone(),
-                s.namespace.clone(),
-                s.name.clone(),
-                format!("{reason}:{note}"),
-            );
-            if self
-                .sent
-                .get(&key)
-                .is_some_and(|t| t.elapsed() < REPEAT_AFTER)
-            {
-                continue;
-            }
-            let resource = (key.0.clone(), key.1.clone(), key.2.clone());
-            if type_ == EventType::Normal && self.reported.get(&resource) == Some(&false) {
-                continue; // once, and again only after a Warning
+            let warned = type_ == EventType::Warning;
+            let said = format!("{reason}:{note}");
+            let resource = (s.kind.clone(), s.namespace.clone(), s.name.clone());
+            if let Some(told) = self.told.get(&resource) {
+                // said lately; or applied, told once and again only after a Warning
+                if told.notes.contains_key(&said) || (!warned && !told.warned) {
+                    continue;
+                }
             }
             if budget == 0 {
                 break;
@@ -103,7 +101,12 @@ impl Events {
                 ..Default::default()
             };
             let mut note = note;
-            note.truncate(1000);
+            // on a character boundary: a message may quote any text
+            let cut = (0..=note.len().min(1000))
+                .rev()
+                .find(|&i| note.is_char_boundary(i))
+                .unwrap_or(0);
+            note.truncate(cut);
             let ev = Event {
                 type_,
                 reason: reason.to_owned(),
@@ -113,15 +116,14 @@ impl Events {
             };
             match self.recorder.publish(&ev, &reference).await {
                 Ok(()) => {
-                    let warned = type_ == EventType::Warning;
+                    let told = self.told.entry(resource).or_default();
                     // A change of side is news, however soon it comes: a recovery
                     // after a Warning, the same Warning again after a recovery.
-                    let (k, ns, n) = &resource;
-                    self.sent.retain(|(k2, ns2, n2, said), _| {
-                        (k2, ns2, n2) != (k, ns, n) || said.starts_with("Applied:") != warned
-                    });
-                    self.sent.insert(key, Instant::now());
-                    self.reported.insert(resource, warned);
+                    if told.warned != warned {
+                        told.notes.clear();
+                    }
+                    told.warned = warned;
+                    told.notes.insert(said, Instant::now());
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, kind = %s.kind, name = %s.name, "publishing an event failed")
