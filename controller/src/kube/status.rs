@@ -104,33 +104,33 @@ pub async fn write(
     state: &mut Writes,
 ) -> usize {
     let now = Instant::now();
-    let have = |ing: &Ingress| -> Vec<IngressLoadBalancerIngress> {
-        ing.status
+    let shows_ours = |ing: &Ingress| -> bool {
+        let addrs = ing
+            .status
             .as_ref()
             .and_then(|s| s.load_balancer.as_ref())
-            .and_then(|l| l.ingress.clone())
-            .unwrap_or_default()
+            .and_then(|l| l.ingress.as_deref())
+            .unwrap_or_default();
+        addrs == want
     };
-    // (Ingress, addresses to write: empty takes ours back)
-    let mut todo: Vec<((String, String), bool)> = owned
-        .iter()
-        .filter(|(_, ing)| have(ing) != want)
-        .map(|(k, _)| (k.clone(), false))
-        .collect();
+    // (Ingress, whether to take our address back rather than write it)
+    let mut todo: Vec<((String, String), bool)> = Vec::new();
     state.written.retain(|k| all.contains_key(k));
-    // An owned Ingress that already shows our address (written before a restart or
-    // by the previous leader) is ours to take back too.
-    state.written.extend(
-        owned
-            .iter()
-            .filter(|(_, ing)| have(ing) == want)
-            .map(|(k, _)| k.clone()),
-    );
+    for (k, ing) in owned {
+        if shows_ours(ing) {
+            // shown before a restart or by the previous leader: ours to take back too
+            if !state.written.contains(k) {
+                state.written.insert(k.clone());
+            }
+        } else {
+            todo.push((k.clone(), false));
+        }
+    }
+    // still our address: a new owner may have written its own already
     todo.extend(
         all.iter()
-            // still our address: a new owner may have written its own already
             .filter(|(k, ing)| {
-                !owned.contains_key(*k) && state.written.contains(*k) && have(ing) == want
+                !owned.contains_key(*k) && state.written.contains(*k) && shows_ours(ing)
             })
             .map(|(k, _)| (k.clone(), true)),
     );

@@ -48,24 +48,18 @@ pub async fn run(
         }
         let owned: std::collections::BTreeSet<_> =
             ferrule_model::owned_ingresses(&snap).into_iter().collect();
-        let all: BTreeMap<(String, String), Arc<Ingress>> = snap
-            .ingresses
-            .iter()
-            .map(|i| {
-                let r = crate::nginx::safety::ingress_ref(i);
-                let latest = current
-                    .get(&ObjectRef::new(&r.name).within(&r.namespace))
-                    .unwrap_or_else(|| i.clone());
-                ((r.namespace, r.name), latest)
-            })
-            .collect();
-        let ingresses: BTreeMap<(String, String), Arc<Ingress>> = all
-            .iter()
-            .filter(|((ns, name), _)| {
-                owned.contains(&ferrule_model::ResourceRef::new("Ingress", ns, name))
-            })
-            .map(|(k, i)| (k.clone(), i.clone()))
-            .collect();
+        let mut all: BTreeMap<(String, String), Arc<Ingress>> = BTreeMap::new();
+        let mut ingresses: BTreeMap<(String, String), Arc<Ingress>> = BTreeMap::new();
+        for i in &snap.ingresses {
+            let r = crate::nginx::safety::ingress_ref(i);
+            let latest = current
+                .get(&ObjectRef::new(&r.name).within(&r.namespace))
+                .unwrap_or_else(|| i.clone());
+            if owned.contains(&r) {
+                ingresses.insert((r.namespace.clone(), r.name.clone()), latest.clone());
+            }
+            all.insert((r.namespace, r.name), latest);
+        }
         if let Some(p) = &publish {
             match status::addresses(&client, p).await {
                 Ok(want) => {
