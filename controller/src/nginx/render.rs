@@ -252,9 +252,7 @@ impl Renderer {
 
     /// Renders every file of the model.
     pub fn render(&self, model: &Model) -> Result<Rendered, RenderError> {
-        let mut main = self.main_view();
-        main.server_names_bucket =
-            server_names_bucket(model.servers.iter().map(|s| s.host.as_str()));
+        let mut main = self.main_view(model);
         let mut out = BTreeMap::new();
         let mut ctx = tera::Context::new();
         ctx.insert("main", &main);
@@ -323,7 +321,7 @@ impl Renderer {
         format!("unix:{}", self.path(rel))
     }
 
-    fn main_view(&self) -> MainView {
+    fn main_view(&self, model: &Model) -> MainView {
         MainView {
             modules: self.opts.modules.clone(),
             user: self.opts.user.clone(),
@@ -355,7 +353,7 @@ impl Renderer {
             redirect_peer_lua: lua_quote(&self.unix(process::REDIRECT_SOCKET)),
             config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
-            server_names_bucket: 128,
+            server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),
         }
     }
 
@@ -376,32 +374,19 @@ impl Renderer {
         let mut has_root = false;
         // A host with a regex path: NGINX tries regex locations in the order written
         // and prefers any of them to a prefix location, so every prefix path is
-        // written as a regex too, all in the model's precedence (route.rs).
+        // written as a regex too, all in the model's precedence (route.rs), after the
+        // exact ones (NGINX tries those first whatever their order).
         let regex_mode = s.locations.iter().any(|l| l.path_match == PathMatch::Regex);
+        let mut ordered: Vec<&Location> = s.locations.iter().collect();
         if regex_mode {
-            let (exact_locations, mut ordered): (Vec<&Location>, Vec<&Location>) = s
-                .locations
+            ordered.sort_by_key(|l| l.path_match != PathMatch::Exact);
+            let exact_count = ordered
                 .iter()
-                .partition(|l| l.path_match == PathMatch::Exact);
-            for l in exact_locations {
-                locations.push(location_view(model, l, "=", &l.path, tls_host));
-            }
-            ordered.sort_by(|a, b| route::precedence(a).cmp(&route::precedence(b)));
-            for l in ordered {
-                let regex = match l.path_match {
-                    PathMatch::Exact => unreachable!("partitioned out above"),
-                    PathMatch::Regex => format!("^{}", l.path),
-                    PathMatch::Prefix if l.path == "/" => {
-                        has_root = true;
-                        "^/".to_owned()
-                    }
-                    PathMatch::Prefix => format!("^{}(?:/|$)", regex_escape(&l.path)),
-                };
-                locations.push(location_view(model, l, "~", &regex, tls_host));
-            }
+                .take_while(|l| l.path_match == PathMatch::Exact)
+                .count();
+            ordered[exact_count..].sort_by(|a, b| route::precedence(a).cmp(&route::precedence(b)));
         }
-        let plain: &[Location] = if regex_mode { &[] } else { &s.locations };
-        for l in plain {
+        for l in ordered {
             match l.path_match {
                 PathMatch::Exact => locations.push(location_view(model, l, "=", &l.path, tls_host)),
                 PathMatch::Regex => locations.push(location_view(
@@ -413,7 +398,12 @@ impl Renderer {
                 )),
                 PathMatch::Prefix if l.path == "/" => {
                     has_root = true;
-                    locations.push(location_view(model, l, "", "/", tls_host));
+                    let (modifier, path) = if regex_mode { ("~", "^/") } else { ("", "/") };
+                    locations.push(location_view(model, l, modifier, path, tls_host));
+                }
+                PathMatch::Prefix if regex_mode => {
+                    let regex = format!("^{}(?:/|$)", regex_escape(&l.path));
+                    locations.push(location_view(model, l, "~", &regex, tls_host));
                 }
                 PathMatch::Prefix => {
                     // Element-wise: `/foo` is `= /foo` plus everything below `/foo/`.
