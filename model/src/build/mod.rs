@@ -52,7 +52,6 @@ pub fn build(snap: &Snapshot) -> Model {
         canary_owners: HashMap::new(),
         tls_claims: HashMap::new(),
         checked_secrets: HashMap::new(),
-        stale_secrets: HashMap::new(),
         valid_until: None,
         catch_all: None,
     };
@@ -86,9 +85,6 @@ pub fn build(snap: &Snapshot) -> Model {
     b.finish()
 }
 
-/// The balancing settings an Ingress's annotations give the backends it routes to
-/// (a canary route is attached later, by `add_canary`); the ConfigMap's
-/// `load-balance` where the Ingress has none.
 /// Which Ingress set each balancing setting of a backend: several Ingresses may
 /// route to one Service port, and as in ingress-nginx the oldest that sets a setting
 /// decides it, setting by setting (one without annotations decides nothing).
@@ -97,6 +93,15 @@ struct BalancingOwners {
     load_balance: Option<ResourceRef>,
     upstream_hash_by: Option<ResourceRef>,
     affinity: Option<ResourceRef>,
+}
+
+/// A TLS Secret as checked: its certificate, or why there is none; `refused` says
+/// why its new version was not taken when `certificate` is its last valid one
+/// (`Snapshot::previous_certificates`).
+#[derive(Clone)]
+struct CheckedSecret {
+    certificate: Result<Certificate, String>,
+    refused: Option<String>,
 }
 
 /// A host's TLS claim: the oldest Ingress listing the host in `spec.tls` wins.
@@ -132,10 +137,7 @@ struct Builder<'a> {
     canary_owners: HashMap<String, ResourceRef>,
     tls_claims: HashMap<String, TlsClaim>,
     /// Each TLS Secret checked once per build, by `namespace/name`.
-    checked_secrets: HashMap<String, Result<Certificate, String>>,
-    /// Secrets served from `Snapshot::previous_certificates`, with why the new
-    /// version was refused.
-    stale_secrets: HashMap<String, String>,
+    checked_secrets: HashMap<String, CheckedSecret>,
     /// The earliest expiry of the certificates found valid (Model::certificates_valid_until).
     valid_until: Option<i64>,
     catch_all: Option<(ResourceRef, Target)>,
@@ -694,17 +696,23 @@ impl Builder<'_> {
                     (Err(e), Some(prev))
                         if self.secrets.contains_key(&key) && prev.not_after >= now =>
                     {
-                        self.stale_secrets.insert(name.clone(), e);
-                        Ok(prev.clone())
+                        CheckedSecret {
+                            certificate: Ok(prev.clone()),
+                            refused: Some(e),
+                        }
                     }
-                    (c, _) => c,
+                    (c, _) => CheckedSecret {
+                        certificate: c,
+                        refused: None,
+                    },
                 };
-                self.note_validity(&c);
+                self.note_validity(&c.certificate);
                 self.checked_secrets.insert(name.clone(), c.clone());
                 c
             }
         };
-        let checked = checked.and_then(|c| {
+        let refused = checked.refused;
+        let checked = checked.certificate.and_then(|c| {
             if tls::covers(&c.names, host) {
                 Ok(c)
             } else {
@@ -716,7 +724,7 @@ impl Builder<'_> {
         });
         match checked {
             Ok(cert) => {
-                if let Some(e) = self.stale_secrets.get(&name) {
+                if let Some(e) = refused {
                     let msg = format!(
                         "spec.tls host {host}: {e}; serving the Secret's last valid version"
                     );
