@@ -44,6 +44,7 @@ OUT=${OUT:-}
 # (shared, virtual) CPU hit both alike. sequential: one target after the other.
 MODE=${MODE:-paired}
 
+PERF_HZ=4999 # perf's sampling rate (PERF=1)
 if [ "${PERF:-0}" = 1 ] && ! command -v perf > /dev/null; then
     echo "PERF=1 needs perf: apt-get install linux-perf" >&2
     exit 1
@@ -181,9 +182,12 @@ PIN=${PIN:-1}
 [ "$(nproc)" -ge 2 ] || PIN=0
 CLIENT_CPUS=1-$(($(nproc) - 1))
 WRK=(wrk)
+workers_of() { # MASTER_PIDFILE: the pids of its workers, one per line
+    ps -o pid= --ppid "$(cat "$1")"
+}
 pin_workers() { # MASTER_PIDFILE CPUS
     local p
-    for p in $(ps -o pid= --ppid "$(cat "$1")"); do taskset -pc "$2" "$p" > /dev/null; done
+    for p in $(workers_of "$1"); do taskset -pc "$2" "$p" > /dev/null; done
 }
 if [ "$PIN" = 1 ]; then
     pin_workers "$F/nginx/run/nginx.pid" 0
@@ -200,7 +204,7 @@ declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [static]="$WORK/static/log
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
 worker_ticks() {
     local t=0 p
-    for p in $(ps -o pid= --ppid "$(cat "${MASTER[$1]}")"); do
+    for p in $(workers_of "${MASTER[$1]}"); do
         t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
     done
     echo "$t"
@@ -220,8 +224,8 @@ measure() {
     if [ "${PERF:-0}" = 1 ] && [ "$key" != 0 ]; then
         # a sampling profile of each target's workers during its run (PERF=1 below)
         for name; do
-            perf record -q -e cpu-clock -F 4999 -o "$WORK/perf.$key.$name.data" \
-                -p "$(ps -o pid= --ppid "$(cat "${MASTER[$name]}")" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')" \
+            perf record -q -e cpu-clock -F "$PERF_HZ" -o "$WORK/perf.$key.$name.data" \
+                -p "$(workers_of "${MASTER[$name]}" | tr -s ' \n' ',' | sed 's/^,//; s/,$//')" \
                 > /dev/null 2>&1 &
             perfpids+=($!)
         done
@@ -290,9 +294,9 @@ if [ "${PERF:-0}" = 1 ]; then
         perf report -i "$f" --no-children --sort dso -q -g none -n 2>/dev/null |
             awk -v f="$(basename "$f" .data)" 'NF >= 3 {print f, $2, $3}'
     done > "$WORK/perf.dso"
-    summary+=$'\n'$(python3 - "$WORK" <<'PY'
+    summary+=$'\n'$(python3 - "$WORK" "$PERF_HZ" <<'PY'
 import collections, glob, os, sys
-work = sys.argv[1]
+work, hz = sys.argv[1], int(sys.argv[2])
 reqs, samples = collections.Counter(), collections.defaultdict(collections.Counter)
 for f in glob.glob(f"{work}/perf.*.requests"):
     key, name = os.path.basename(f)[5:-9].split(".", 1)
@@ -306,11 +310,11 @@ for line in open(f"{work}/perf.dso"):
     name = f[5:].split(".", 1)[1]
     samples[name][part(dso.strip())] += int(n)
 parts = ["kernel", "nginx", "lua", "libc", "crypto", "other"]
-print("worker CPU per request by library, us (perf cpu-clock samples at 4999 Hz):")
+print(f"worker CPU per request by library, us (perf cpu-clock samples at {hz} Hz):")
 print("  " + f"{'target':<15}" + "".join(f"{p:>8}" for p in parts) + f"{'total':>8}")
 for name in ["static", "balancer-floor", "lua-floor", "ferrule", "static-bare"]:
     if reqs[name]:
-        per = {p: samples[name][p] / 4999 * 1e6 / reqs[name] for p in parts}
+        per = {p: samples[name][p] / hz * 1e6 / reqs[name] for p in parts}
         print("  " + f"{name:<15}" + "".join(f"{per[p]:8.3f}" for p in parts) + f"{sum(per.values()):8.3f}")
 PY
 )
