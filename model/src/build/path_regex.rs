@@ -146,20 +146,15 @@ fn class_end(b: &[u8], start: usize) -> usize {
 enum Prefix {
     /// A group opens; its `?…` prefix has this length.
     Group(usize),
-    /// An option setting, verb or comment of this length (with its `)`).
+    /// An option setting (`(?i)`) of this length, with its `)`.
     Other(usize),
 }
 
 /// What the `(` before `rest` opens: the `?:`, `?=`, `?<!`, `?i:` of a group are no
 /// quantifiers.
 fn group_prefix(rest: &[u8]) -> Prefix {
-    let to_close = || {
-        rest.iter()
-            .position(|&c| c == b')')
-            .map_or(rest.len(), |e| e + 1)
-    };
+    // `(?#` and `(*` never get here: check() refuses them.
     match rest {
-        [b'?', b'#', ..] => Prefix::Other(to_close()),
         [b'?', b'<', b'=' | b'!', ..] => Prefix::Group(3),
         [b'?', b':' | b'=' | b'!' | b'>' | b'|', ..] => Prefix::Group(2),
         [b'?', flags @ ..] => {
