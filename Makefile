@@ -2,7 +2,8 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
-	libnginx-mod-http-js openssl curl wrk ca-certificates python3 procps iproute2
+	libnginx-mod-http-js openssl curl wrk ca-certificates python3 procps iproute2 \
+	nginx-dev gcc make libc6-dev libpcre2-dev libssl-dev zlib1g-dev
 
 .PHONY: deps build test lint bench bench-scale run fmt cluster-up cluster-down
 
@@ -16,6 +17,8 @@ deps:
 	@# Debian enables the packaged nginx service on install; Ferrule runs its own.
 	@systemctl disable --now nginx >/dev/null 2>&1 || true
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup" >&2; exit 1; }
+	@# Ferrule's C fast path, built for the installed NGINX (skipped when up to date).
+	@bash nginx-module/build.sh
 
 build:
 	$(CARGO) build --release --bin ferrule
@@ -23,6 +26,7 @@ build:
 test: deps
 	$(CARGO) test --workspace
 	bash lua/test/run.sh
+	FAST=1 bash lua/test/run.sh
 	bash njs/test/run.sh
 
 lint:

@@ -10,6 +10,7 @@ local ssl = require("ngx.ssl")
 local lrucache = require("resty.lrucache")
 local cjson = require("cjson.safe")
 local store = require("ferrule.store")
+local fast = require("ferrule.fast")
 
 local ngx = ngx
 local find = string.find
@@ -203,6 +204,7 @@ function _M.write(payload)
         if not ok then
             return nil, "shared dict " .. _M.DICT .. ": " .. tostring(err) .. " (at " .. c.host .. ")"
         end
+        fast.tls(c.host, true)
     end
     if payload.default then
         local ok, err = put(_M.DEFAULT, payload.default)
@@ -213,6 +215,9 @@ function _M.write(payload)
     for _, h in ipairs(payload.removed) do
         d:delete("v:" .. h) -- readers check v: first
         d:delete("c:" .. h)
+        if h ~= _M.DEFAULT then
+            fast.tls(h, false)
+        end
     end
     d:safe_set("cv", payload.version)
     return d:get("g") or 0

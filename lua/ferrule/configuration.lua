@@ -7,6 +7,7 @@
 --   GET  /configuration/certificates      hosts only, never keys
 --   GET  /configuration/version           versions and generations
 local cjson = require("cjson.safe")
+local fast = require("ferrule.fast")
 local validate = require("ferrule.validate")
 local store = require("ferrule.store")
 local certificate = require("ferrule.certificate")
@@ -133,7 +134,11 @@ local function get_backend(name)
     if not s then
         return fail(404, "no backend named " .. name)
     end
-    return reply(200, '{"generation":' .. tostring(v) .. ',"backend":' .. s .. "}")
+    -- fast_path: the peers the C module balances it over (null: Lua does)
+    local b = cjson.decode(s)
+    local peers = b and fast.peers(name, #(b.endpoints or {}))
+    return reply(200, '{"generation":' .. tostring(v) .. ',"fast_path":'
+        .. util.json_encode(peers or cjson.null) .. ',"backend":' .. s .. "}")
 end
 
 local function post_certificates()

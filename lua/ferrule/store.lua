@@ -15,6 +15,7 @@
 -- backends whose v:<name> differs from what the worker holds.
 local cjson = require("cjson.safe")
 local util = require("ferrule.util")
+local fast = require("ferrule.fast")
 
 local ngx = ngx
 local tostring = tostring
@@ -119,12 +120,15 @@ function _M.write(payload)
             failed = string.format("shared dict %s: %s (at backend %q)", _M.DICT, tostring(err), b.name)
             break
         end
+        -- under the lock, so that the C side sees writes in the store's order
+        fast.put(b)
         names[#names + 1] = b.name
     end
     if not failed then
         for _, name in ipairs(payload.removed) do
             d:delete("b:" .. name)
             d:delete("v:" .. name)
+            fast.remove(name)
             names[#names + 1] = name
         end
         local okl, err = d:safe_set("l:" .. gen, #names > 0 and table.concat(names, "\n") or "\n")

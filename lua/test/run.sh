@@ -21,7 +21,12 @@ TOKEN=$(openssl rand -hex 24)
 echo "  $TOKEN  " > "$WORK/conf/balancer.token"   # surrounding blanks: must be trimmed
 
 common_certs
-render_conf "$HERE/nginx.conf" -e "s#LUA_DIR#$LUA_DIR#g" > "$WORK/conf/nginx.conf"
+# FAST=1: with the C fast path (nginx-module/), which then balances the plain
+# backends of every section below: the same checks hold through it.
+FAST=${FAST:-0}
+fast_sed=()
+[ "$FAST" = 1 ] && fast_sed=(-e 's/^\( *\)#FAST /\1/')
+render_conf "$HERE/nginx.conf" -e "s#LUA_DIR#$LUA_DIR#g" "${fast_sed[@]}" > "$WORK/conf/nginx.conf"
 test_and_start
 
 WORKERS_AT_START=$(workers)
@@ -101,6 +106,21 @@ hits "/?[1-100]"
 check "IPv6 endpoint [::1] receives traffic" [ "$(count "::1:$B")" -ge 10 ]
 check "upstream keepalive: connections to the endpoints are reused" \
     [ "$(awk '$NF > 1' "$WORK/out/hits" | wc -l)" -ge 50 ]
+
+section "the C fast path takes the plain backends only (FAST=$FAST)"
+fast_of() { # NAME: the peers the C module holds for it, as JSON (null: none)
+    api GET "/configuration/backends/$1" > /dev/null
+    python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["fast_path"]))' "$WORK/out/api"
+}
+if [ "$FAST" = 1 ]; then
+    check "plain round robin: its endpoints" \
+        [ "$(fast_of rr)" = "[\"127.0.0.2:$B\", \"127.0.0.3:$B\", \"127.0.0.4:$B\", \"127.0.0.5:$B\"]" ]
+else
+    check "without the module: none" [ "$(fast_of rr)" = null ]
+fi
+for b in main sticky hash ewma; do
+    check "  ... not $b (canary, affinity, hash, EWMA stay on Lua)" [ "$(fast_of $b)" = null ]
+done
 
 section "endpoint change without reload"
 W1=$(workers)

@@ -1,0 +1,103 @@
+-- The C fast path (nginx-module/ngx_http_ferrule_module.c): plain backends are
+-- mirrored into its shared zone so that their requests are balanced without
+-- entering Lua. Everything else stays here. Without the module (or without its
+-- zone) every function is a no-op and balancer_by_lua takes every request.
+local ffi = require("ffi")
+local util = require("ferrule.util")
+
+local ngx = ngx
+local ipairs = ipairs
+local concat = table.concat
+
+local _M = {}
+
+-- A repeated cdef (a module loaded twice in one VM) fails harmlessly.
+pcall(ffi.cdef, [[
+int ngx_http_ferrule_fast_set(const char *name, size_t name_len,
+    const char *peers, size_t peers_len);
+int ngx_http_ferrule_fast_delete(const char *name, size_t name_len);
+int ngx_http_ferrule_fast_get(const char *name, size_t name_len,
+    unsigned char *buf, size_t size);
+int ngx_http_ferrule_fast_tls(const char *host, size_t host_len, int on);
+]])
+
+-- ffi.C resolves through every library loaded with RTLD_GLOBAL, which NGINX's
+-- load_module is.
+local C
+if pcall(function() return ffi.C.ngx_http_ferrule_fast_set end) then
+    C = ffi.C
+end
+
+local OK, NO_ZONE = 0, -1
+local REASONS = { [-2] = "bad input", [-3] = "zone full", [-5] = "buffer too small" }
+
+-- Whether the module and its zone are there (unknown until the first call).
+local zone = C ~= nil
+
+-- Round robin without canary, affinity, hash or EWMA: all the C side knows.
+function _M.plain(b)
+    return b.canary == nil and b.affinity == nil and b.upstream_hash_by == nil
+        and b.load_balance ~= "ewma"
+end
+
+local function checked(rc, name)
+    if rc == NO_ZONE then
+        zone = false
+    elseif rc ~= OK then
+        -- the backend is out of the zone: the Lua balancer serves it, as it can
+        ngx.log(ngx.WARN, "ferrule: fast path: \"", name, "\" stays on Lua: ",
+                REASONS[rc] or rc)
+    end
+end
+
+-- After the store took backend `b` (validated): the zone follows.
+function _M.put(b)
+    if not zone then
+        return
+    end
+    local name = b.name
+    if not _M.plain(b) then
+        return checked(C.ngx_http_ferrule_fast_delete(name, #name), name)
+    end
+    local keys = {}
+    for i, e in ipairs(b.endpoints) do
+        keys[i] = util.endpoint_key(e.address, e.port)
+    end
+    local peers = concat(keys, " ")
+    checked(C.ngx_http_ferrule_fast_set(name, #name, peers, #peers), name)
+end
+
+function _M.remove(name)
+    if zone then
+        checked(C.ngx_http_ferrule_fast_delete(name, #name), name)
+    end
+end
+
+-- After the certificate store took (or dropped) `host`'s certificate: the C side
+-- leaves that host's plain HTTP requests to Lua, whose ssl-redirect applies.
+function _M.tls(host, on)
+    if zone then
+        checked(C.ngx_http_ferrule_fast_tls(host, #host, on and 1 or 0), host)
+    end
+end
+
+-- The peers the C side holds for `name` (debugging): an array of "address:port",
+-- or nil when the Lua balancer serves it.
+function _M.peers(name, n)
+    if not zone then
+        return nil
+    end
+    local size = 64 * (n + 1)
+    local buf = ffi.new("unsigned char[?]", size)
+    local len = C.ngx_http_ferrule_fast_get(name, #name, buf, size)
+    if len < 0 then
+        return nil
+    end
+    local out = util.array()
+    for p in ffi.string(buf, len):gmatch("%S+") do
+        out[#out + 1] = p
+    end
+    return out
+end
+
+return _M

@@ -1,0 +1,900 @@
+/*
+ * ngx_http_ferrule_module: the fast path of Ferrule's balancer.
+ *
+ *   ferrule_fast_zone SIZE;   http: shared memory holding the fast backends
+ *   ferrule_fast;             upstream: after balancer_by_lua_block, before keepalive
+ *
+ * Entering balancer_by_lua costs every request about half a microsecond of Lua
+ * (lua-nginx-module's context, the protected call, the address parsing), about
+ * 7 % of a small proxied request (test/bench/RESULTS.md). Most backends are
+ * plain round robin and need none of the Lua balancer's routing, so:
+ *
+ *   - the Lua configuration API (lua/ferrule/fast.lua) mirrors every plain
+ *     backend (round robin: no canary, affinity, hash or EWMA) into this zone
+ *     through the exported ngx_http_ferrule_fast_* functions, called with LuaJIT's
+ *     FFI right after it writes the backend to its own store;
+ *   - this module wraps the upstream's peer initialisation: a request whose
+ *     $ferrule_backend is in the zone with at least one endpoint, and which cannot
+ *     be an ssl-redirect (HTTPS, or $ferrule_redirect_host empty or without
+ *     a certificate: the API mirrors the certificates' hosts too), gets its peers
+ *     here; every other request (canary, affinity, 503, redirect, a backend the
+ *     zone has no room for) goes to balancer_by_lua exactly as without the module.
+ *
+ * So the module only ever makes a decision the Lua balancer would have made for a
+ * plain backend: the next endpoint in round robin, up to four attempts on
+ * distinct endpoints. Peers are copied out of the zone under its lock, so a
+ * concurrent update never changes a request's peers under it.
+ */
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/* attempts per request on distinct endpoints (the Lua balancer's 1 + 3 tries) */
+#define NGX_HTTP_FERRULE_MAX_TRIES   4
+/* "[ipv6]:port" */
+#define NGX_HTTP_FERRULE_ADDR_LEN    (NGX_INET6_ADDRSTRLEN + sizeof("[]:65535"))
+/* backend names are bounded by the Lua validator; anything longer is refused */
+#define NGX_HTTP_FERRULE_NAME_MAX    1024
+
+#define NGX_HTTP_FERRULE_OK          0
+#define NGX_HTTP_FERRULE_NO_ZONE     -1
+#define NGX_HTTP_FERRULE_BAD_INPUT   -2
+#define NGX_HTTP_FERRULE_NO_MEMORY   -3
+#define NGX_HTTP_FERRULE_NOT_FOUND   -4
+#define NGX_HTTP_FERRULE_TOO_SMALL   -5
+
+
+typedef struct {
+    ngx_sockaddr_t                   sockaddr;
+    socklen_t                        socklen;
+    ngx_str_t                        name;
+    u_char                           text[NGX_HTTP_FERRULE_ADDR_LEN];
+} ngx_http_ferrule_peer_t;
+
+
+/* one backend in the zone; the name's bytes follow the peers */
+typedef struct {
+    ngx_str_node_t                   sn;
+    ngx_uint_t                       rr;       /* next start, shared by workers */
+    ngx_uint_t                       npeers;
+    ngx_http_ferrule_peer_t          peers[1];
+} ngx_http_ferrule_node_t;
+
+
+typedef struct {
+    ngx_rbtree_t                     rbtree;      /* backends */
+    ngx_rbtree_node_t                sentinel;
+    ngx_rbtree_t                     tls;         /* hosts with a certificate */
+    ngx_rbtree_node_t                tls_sentinel;
+    ngx_uint_t                       tls_incomplete; /* a host did not fit */
+} ngx_http_ferrule_shctx_t;
+
+
+typedef struct {
+    ngx_shm_zone_t                  *zone;
+} ngx_http_ferrule_main_conf_t;
+
+
+typedef struct {
+    ngx_http_upstream_init_pt        original_init_upstream;
+    ngx_http_upstream_init_peer_pt   original_init_peer;
+    ngx_int_t                        backend_index;
+    ngx_int_t                        redirect_index;
+} ngx_http_ferrule_srv_conf_t;
+
+
+/* a request's peers, copied from the zone */
+typedef struct {
+    ngx_uint_t                       npeers;
+    ngx_uint_t                       next;
+    ngx_http_ferrule_peer_t          peers[1];
+} ngx_http_ferrule_request_t;
+
+
+static void *ngx_http_ferrule_create_main_conf(ngx_conf_t *cf);
+static void *ngx_http_ferrule_create_srv_conf(ngx_conf_t *cf);
+static char *ngx_http_ferrule_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_ferrule_fast(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_ferrule_init_zone(ngx_shm_zone_t *shm_zone,
+    void *data);
+static ngx_int_t ngx_http_ferrule_init_upstream(ngx_conf_t *cf,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_ferrule_init_peer(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us);
+static ngx_int_t ngx_http_ferrule_get_peer(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_ferrule_free_peer(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state);
+#if (NGX_HTTP_SSL)
+static ngx_int_t ngx_http_ferrule_set_session(ngx_peer_connection_t *pc,
+    void *data);
+static void ngx_http_ferrule_save_session(ngx_peer_connection_t *pc,
+    void *data);
+#endif
+
+/* the FFI interface of lua/ferrule/fast.lua */
+int ngx_http_ferrule_fast_set(const u_char *name, size_t name_len,
+    const u_char *peers, size_t peers_len);
+int ngx_http_ferrule_fast_delete(const u_char *name, size_t name_len);
+int ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
+    size_t size);
+int ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on);
+
+
+static ngx_command_t  ngx_http_ferrule_commands[] = {
+
+    { ngx_string("ferrule_fast_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_ferrule_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("ferrule_fast"),
+      NGX_HTTP_UPS_CONF|NGX_CONF_NOARGS,
+      ngx_http_ferrule_fast,
+      NGX_HTTP_SRV_CONF_OFFSET,
+      0,
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_ferrule_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    NULL,                                  /* postconfiguration */
+
+    ngx_http_ferrule_create_main_conf,     /* create main configuration */
+    NULL,                                  /* init main configuration */
+
+    ngx_http_ferrule_create_srv_conf,      /* create server configuration */
+    NULL,                                  /* merge server configuration */
+
+    NULL,                                  /* create location configuration */
+    NULL                                   /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_ferrule_module = {
+    NGX_MODULE_V1,
+    &ngx_http_ferrule_module_ctx,          /* module context */
+    ngx_http_ferrule_commands,             /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    NULL,                                  /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    NULL,                                  /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static void *
+ngx_http_ferrule_create_main_conf(ngx_conf_t *cf)
+{
+    return ngx_pcalloc(cf->pool, sizeof(ngx_http_ferrule_main_conf_t));
+}
+
+
+static void *
+ngx_http_ferrule_create_srv_conf(ngx_conf_t *cf)
+{
+    ngx_http_ferrule_srv_conf_t  *conf;
+
+    conf = ngx_pcalloc(cf->pool, sizeof(ngx_http_ferrule_srv_conf_t));
+    if (conf == NULL) {
+        return NULL;
+    }
+
+    conf->backend_index = NGX_ERROR;
+    conf->redirect_index = NGX_ERROR;
+
+    return conf;
+}
+
+
+static char *
+ngx_http_ferrule_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ferrule_main_conf_t *fmcf = conf;
+
+    ssize_t     size;
+    ngx_str_t  *value, name = ngx_string("ferrule_fast");
+
+    if (fmcf->zone) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+    size = ngx_parse_size(&value[1]);
+
+    if (size == NGX_ERROR || size < (ssize_t) (8 * ngx_pagesize)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone size \"%V\"", &value[1]);
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->zone = ngx_shared_memory_add(cf, &name, size,
+                                       &ngx_http_ferrule_module);
+    if (fmcf->zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->zone->init = ngx_http_ferrule_init_zone;
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_init_zone(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_ferrule_shctx_t  *octx = data;
+
+    ngx_slab_pool_t           *shpool;
+    ngx_http_ferrule_shctx_t  *sh;
+
+    if (octx) {
+        /* a reload with the same size keeps the zone and what it holds */
+        shm_zone->data = octx;
+        return NGX_OK;
+    }
+
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (shm_zone->shm.exists) {
+        shm_zone->data = shpool->data;
+        return NGX_OK;
+    }
+
+    sh = ngx_slab_alloc(shpool, sizeof(ngx_http_ferrule_shctx_t));
+    if (sh == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_rbtree_init(&sh->rbtree, &sh->sentinel, ngx_str_rbtree_insert_value);
+    ngx_rbtree_init(&sh->tls, &sh->tls_sentinel, ngx_str_rbtree_insert_value);
+
+    shpool->data = sh;
+    /* a full zone is reported to the caller (the backend stays on Lua) */
+    shpool->log_nomem = 0;
+    shm_zone->data = sh;
+
+    return NGX_OK;
+}
+
+
+/* a variable the locations `set`; one no location sets reads as not found */
+static ngx_int_t
+ngx_http_ferrule_unset_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    v->not_found = 1;
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_index(ngx_conf_t *cf, ngx_str_t *name)
+{
+    ngx_http_variable_t  *v;
+
+    v = ngx_http_add_variable(cf, name, NGX_HTTP_VAR_CHANGEABLE);
+    if (v == NULL) {
+        return NGX_ERROR;
+    }
+
+    if (v->get_handler == NULL) {
+        v->get_handler = ngx_http_ferrule_unset_variable;
+    }
+
+    return ngx_http_get_variable_index(cf, name);
+}
+
+
+static char *
+ngx_http_ferrule_fast(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ferrule_srv_conf_t *fscf = conf;
+
+    ngx_str_t                      name;
+    ngx_http_upstream_srv_conf_t  *uscf;
+
+    if (fscf->original_init_upstream) {
+        return "is duplicate";
+    }
+
+    uscf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_upstream_module);
+
+    if (uscf->peer.init_upstream == NULL) {
+        /* without a balancer_by_lua_block before it nothing can take the
+         * requests this module declines */
+        return "must follow balancer_by_lua_block";
+    }
+
+    fscf->original_init_upstream = uscf->peer.init_upstream;
+    uscf->peer.init_upstream = ngx_http_ferrule_init_upstream;
+
+    ngx_str_set(&name, "ferrule_backend");
+    fscf->backend_index = ngx_http_ferrule_index(cf, &name);
+    if (fscf->backend_index == NGX_ERROR) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_str_set(&name, "ferrule_redirect_host");
+    fscf->redirect_index = ngx_http_ferrule_index(cf, &name);
+    if (fscf->redirect_index == NGX_ERROR) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_http_ferrule_srv_conf_t  *fscf;
+
+    fscf = ngx_http_conf_upstream_srv_conf(us, ngx_http_ferrule_module);
+
+    if (fscf->original_init_upstream(cf, us) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    fscf->original_init_peer = us->peer.init;
+    us->peer.init = ngx_http_ferrule_init_peer;
+
+    return NGX_OK;
+}
+
+
+/* the value of an indexed variable, or an empty string */
+static void
+ngx_http_ferrule_variable(ngx_http_request_t *r, ngx_int_t index,
+    ngx_str_t *out)
+{
+    ngx_http_variable_value_t  *v;
+
+    out->len = 0;
+    out->data = NULL;
+
+    v = ngx_http_get_indexed_variable(r, index);
+    if (v == NULL || v->not_found) {
+        return;
+    }
+
+    out->len = v->len;
+    out->data = v->data;
+}
+
+
+/*
+ * The request's peers from the zone: NGX_OK, or NGX_DECLINED when the Lua
+ * balancer must decide (NGX_ERROR: no memory).
+ */
+static ngx_int_t
+ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
+    ngx_http_ferrule_request_t **out)
+{
+    ngx_str_t                      backend, redirect;
+    ngx_uint_t                     i, n, start;
+    ngx_slab_pool_t               *shpool;
+    ngx_http_ferrule_node_t       *node;
+    ngx_http_ferrule_shctx_t      *sh;
+    ngx_http_ferrule_request_t    *fr;
+    ngx_http_ferrule_main_conf_t  *fmcf;
+
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_ferrule_module);
+    if (fmcf->zone == NULL || fmcf->zone->data == NULL) {
+        return NGX_DECLINED;
+    }
+
+    redirect.len = 0;
+
+#if (NGX_HTTP_SSL)
+    if (r->connection->ssl == NULL)
+#endif
+    {
+        /* plain HTTP on a host whose ssl-redirect applies if it has TLS */
+        ngx_http_ferrule_variable(r, fscf->redirect_index, &redirect);
+    }
+
+    ngx_http_ferrule_variable(r, fscf->backend_index, &backend);
+    if (backend.len == 0 || backend.len > NGX_HTTP_FERRULE_NAME_MAX) {
+        return NGX_DECLINED;
+    }
+
+    /* the largest copy, allocated before the lock */
+    fr = ngx_palloc(r->pool, offsetof(ngx_http_ferrule_request_t, peers)
+                    + NGX_HTTP_FERRULE_MAX_TRIES
+                      * sizeof(ngx_http_ferrule_peer_t));
+    if (fr == NULL) {
+        return NGX_ERROR;
+    }
+
+    sh = fmcf->zone->data;
+    shpool = (ngx_slab_pool_t *) fmcf->zone->shm.addr;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    if (redirect.len
+        && (sh->tls_incomplete
+            || ngx_str_rbtree_lookup(&sh->tls, &redirect,
+                                     ngx_crc32_short(redirect.data,
+                                                     redirect.len))))
+    {
+        /* a redirect: the Lua balancer answers it (and knows whether the
+         * rewrite phase already decided) */
+        ngx_shmtx_unlock(&shpool->mutex);
+        return NGX_DECLINED;
+    }
+
+    node = (ngx_http_ferrule_node_t *)
+           ngx_str_rbtree_lookup(&sh->rbtree, &backend,
+                                 ngx_crc32_short(backend.data, backend.len));
+
+    if (node == NULL || node->npeers == 0) {
+        ngx_shmtx_unlock(&shpool->mutex);
+        return NGX_DECLINED;
+    }
+
+    n = ngx_min(node->npeers, NGX_HTTP_FERRULE_MAX_TRIES);
+    start = node->rr++ % node->npeers;
+
+    for (i = 0; i < n; i++) {
+        fr->peers[i] = node->peers[(start + i) % node->npeers];
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    for (i = 0; i < n; i++) {
+        /* the copy names itself, not the zone's text */
+        fr->peers[i].name.data = fr->peers[i].text;
+    }
+
+    fr->npeers = n;
+    fr->next = 0;
+    *out = fr;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_init_peer(ngx_http_request_t *r,
+    ngx_http_upstream_srv_conf_t *us)
+{
+    ngx_int_t                     rc;
+    ngx_http_upstream_t          *u;
+    ngx_http_ferrule_request_t   *fr;
+    ngx_http_ferrule_srv_conf_t  *fscf;
+
+    fscf = ngx_http_conf_upstream_srv_conf(us, ngx_http_ferrule_module);
+
+    rc = ngx_http_ferrule_take(r, fscf, &fr);
+
+    if (rc == NGX_DECLINED) {
+        return fscf->original_init_peer(r, us);
+    }
+
+    if (rc != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    u = r->upstream;
+
+    u->peer.data = fr;
+    u->peer.get = ngx_http_ferrule_get_peer;
+    u->peer.free = ngx_http_ferrule_free_peer;
+    u->peer.notify = NULL;
+    u->peer.tries = fr->npeers;
+#if (NGX_HTTP_SSL)
+    u->peer.set_session = ngx_http_ferrule_set_session;
+    u->peer.save_session = ngx_http_ferrule_save_session;
+#endif
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_get_peer(ngx_peer_connection_t *pc, void *data)
+{
+    ngx_http_ferrule_request_t *fr = data;
+
+    ngx_http_ferrule_peer_t  *peer;
+
+    /*
+     * NGINX adds a try of its own when a kept-alive connection fails, so the
+     * attempts may outnumber the peers: they go round again.
+     */
+    peer = &fr->peers[fr->next++ % fr->npeers];
+
+    pc->sockaddr = &peer->sockaddr.sockaddr;
+    pc->socklen = peer->socklen;
+    pc->name = &peer->name;
+    pc->cached = 0;
+    pc->connection = NULL;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_ferrule_free_peer(ngx_peer_connection_t *pc, void *data,
+    ngx_uint_t state)
+{
+    if (pc->tries) {
+        pc->tries--;
+    }
+}
+
+
+#if (NGX_HTTP_SSL)
+
+/* no session reuse towards HTTPS backends: as the Lua balancer */
+
+static ngx_int_t
+ngx_http_ferrule_set_session(ngx_peer_connection_t *pc, void *data)
+{
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_ferrule_save_session(ngx_peer_connection_t *pc, void *data)
+{
+}
+
+#endif
+
+
+/* the zone of the running configuration (FFI callers have no request) */
+static ngx_shm_zone_t *
+ngx_http_ferrule_current_zone(void)
+{
+    ngx_http_ferrule_main_conf_t  *fmcf;
+
+    fmcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_ferrule_module);
+    if (fmcf == NULL || fmcf->zone == NULL || fmcf->zone->data == NULL) {
+        return NULL;
+    }
+
+    return fmcf->zone;
+}
+
+
+/* "address:port", the address an IPv4 or bracketed IPv6 literal */
+static ngx_int_t
+ngx_http_ferrule_parse_peer(u_char *p, size_t len, ngx_http_ferrule_peer_t *peer)
+{
+    u_char               *c, *colon;
+    ngx_int_t             port;
+    in_addr_t             inaddr;
+    struct sockaddr_in   *sin;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6  *sin6;
+#endif
+
+    colon = NULL;
+    for (c = p + len; c > p; c--) {
+        if (c[-1] == ':') {
+            colon = c - 1;
+            break;
+        }
+    }
+
+    if (colon == NULL || colon == p || (size_t) (p + len - colon) < 2) {
+        return NGX_ERROR;
+    }
+
+    port = ngx_atoi(colon + 1, p + len - colon - 1);
+    if (port < 1 || port > 65535) {
+        return NGX_ERROR;
+    }
+
+    ngx_memzero(peer, sizeof(ngx_http_ferrule_peer_t));
+
+    if (p[0] == '[') {
+#if (NGX_HAVE_INET6)
+        if (colon - p < 3 || colon[-1] != ']') {
+            return NGX_ERROR;
+        }
+
+        sin6 = &peer->sockaddr.sockaddr_in6;
+        if (ngx_inet6_addr(p + 1, colon - p - 2, sin6->sin6_addr.s6_addr)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons((in_port_t) port);
+        peer->socklen = sizeof(struct sockaddr_in6);
+#else
+        return NGX_ERROR;
+#endif
+
+    } else {
+        inaddr = ngx_inet_addr(p, colon - p);
+        if (inaddr == INADDR_NONE) {
+            return NGX_ERROR;
+        }
+
+        sin = &peer->sockaddr.sockaddr_in;
+        sin->sin_family = AF_INET;
+        sin->sin_addr.s_addr = inaddr;
+        sin->sin_port = htons((in_port_t) port);
+        peer->socklen = sizeof(struct sockaddr_in);
+    }
+
+    peer->name.len = ngx_sock_ntop(&peer->sockaddr.sockaddr, peer->socklen,
+                                   peer->text, sizeof(peer->text), 1);
+    peer->name.data = peer->text;
+
+    return NGX_OK;
+}
+
+
+/* removes `name` from `tree`; the caller holds the lock */
+static void
+ngx_http_ferrule_delete_locked(ngx_slab_pool_t *shpool, ngx_rbtree_t *tree,
+    ngx_str_t *name, uint32_t hash)
+{
+    ngx_str_node_t  *sn;
+
+    sn = ngx_str_rbtree_lookup(tree, name, hash);
+    if (sn) {
+        ngx_rbtree_delete(tree, &sn->node);
+        ngx_slab_free_locked(shpool, sn);
+    }
+}
+
+
+/*
+ * Sets backend `name` to the space-separated "address:port" list `peers`
+ * (empty: no endpoints). On any failure the backend is no longer in the zone,
+ * so that its requests go to the Lua balancer rather than to old peers.
+ */
+int
+ngx_http_ferrule_fast_set(const u_char *name, size_t name_len,
+    const u_char *peers, size_t peers_len)
+{
+    u_char                    *p, *end, *tok;
+    size_t                     size;
+    uint32_t                   hash;
+    ngx_str_t                  key;
+    ngx_uint_t                 n, i;
+    ngx_shm_zone_t            *zone;
+    ngx_slab_pool_t           *shpool;
+    ngx_http_ferrule_node_t   *node;
+    ngx_http_ferrule_shctx_t  *sh;
+
+    zone = ngx_http_ferrule_current_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    if (name_len == 0 || name_len > NGX_HTTP_FERRULE_NAME_MAX) {
+        return NGX_HTTP_FERRULE_BAD_INPUT;
+    }
+
+    sh = zone->data;
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    key.data = (u_char *) name;
+    key.len = name_len;
+    hash = ngx_crc32_short(key.data, key.len);
+
+    /* count the peers: the node is one allocation */
+    n = 0;
+    end = (u_char *) peers + peers_len;
+    for (p = (u_char *) peers; p < end; /* void */) {
+        while (p < end && *p == ' ') {
+            p++;
+        }
+        if (p == end) {
+            break;
+        }
+        n++;
+        while (p < end && *p != ' ') {
+            p++;
+        }
+    }
+
+    size = offsetof(ngx_http_ferrule_node_t, peers)
+           + n * sizeof(ngx_http_ferrule_peer_t) + name_len;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    ngx_http_ferrule_delete_locked(shpool, &sh->rbtree, &key, hash);
+
+    node = ngx_slab_alloc_locked(shpool, size);
+    if (node == NULL) {
+        ngx_shmtx_unlock(&shpool->mutex);
+        return NGX_HTTP_FERRULE_NO_MEMORY;
+    }
+
+    i = 0;
+    for (p = (u_char *) peers; p < end && i < n; /* void */) {
+        while (p < end && *p == ' ') {
+            p++;
+        }
+        tok = p;
+        while (p < end && *p != ' ') {
+            p++;
+        }
+        if (ngx_http_ferrule_parse_peer(tok, p - tok, &node->peers[i])
+            != NGX_OK)
+        {
+            ngx_slab_free_locked(shpool, node);
+            ngx_shmtx_unlock(&shpool->mutex);
+            return NGX_HTTP_FERRULE_BAD_INPUT;
+        }
+        i++;
+    }
+
+    node->npeers = n;
+    /* a new list starts where the old one would have gone on, roughly */
+    node->rr = ngx_random();
+    node->sn.str.len = name_len;
+    node->sn.str.data = (u_char *) &node->peers[n];
+    ngx_memcpy(node->sn.str.data, name, name_len);
+    node->sn.node.key = hash;
+
+    ngx_rbtree_insert(&sh->rbtree, &node->sn.node);
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    return NGX_HTTP_FERRULE_OK;
+}
+
+
+int
+ngx_http_ferrule_fast_delete(const u_char *name, size_t name_len)
+{
+    ngx_str_t                  key;
+    ngx_shm_zone_t            *zone;
+    ngx_slab_pool_t           *shpool;
+
+    zone = ngx_http_ferrule_current_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    key.data = (u_char *) name;
+    key.len = name_len;
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+
+    ngx_shmtx_lock(&shpool->mutex);
+    ngx_http_ferrule_delete_locked(shpool,
+                                   &((ngx_http_ferrule_shctx_t *) zone->data)
+                                   ->rbtree,
+                                   &key, ngx_crc32_short(key.data, key.len));
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    return NGX_HTTP_FERRULE_OK;
+}
+
+
+/*
+ * Writes backend `name`'s peers, space-separated, into `buf` (the debug API):
+ * the length written, or NOT_FOUND, NO_ZONE, TOO_SMALL.
+ */
+int
+ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
+    size_t size)
+{
+    int                        rc;
+    u_char                    *p, *last;
+    ngx_str_t                  key;
+    ngx_uint_t                 i;
+    ngx_shm_zone_t            *zone;
+    ngx_slab_pool_t           *shpool;
+    ngx_http_ferrule_node_t   *node;
+
+    zone = ngx_http_ferrule_current_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    key.data = (u_char *) name;
+    key.len = name_len;
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    p = buf;
+    last = buf + size;
+    rc = NGX_HTTP_FERRULE_NOT_FOUND;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    node = (ngx_http_ferrule_node_t *)
+           ngx_str_rbtree_lookup(&((ngx_http_ferrule_shctx_t *) zone->data)
+                                 ->rbtree,
+                                 &key, ngx_crc32_short(key.data, key.len));
+    if (node) {
+        rc = NGX_HTTP_FERRULE_OK;
+        for (i = 0; i < node->npeers; i++) {
+            if ((size_t) (last - p) < node->peers[i].name.len + 1) {
+                rc = NGX_HTTP_FERRULE_TOO_SMALL;
+                break;
+            }
+            if (i) {
+                *p++ = ' ';
+            }
+            p = ngx_cpymem(p, node->peers[i].text, node->peers[i].name.len);
+        }
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    return rc == NGX_HTTP_FERRULE_OK ? (int) (p - buf) : rc;
+}
+
+
+/*
+ * Records whether `host` (a server name as $ferrule_redirect_host holds it) has
+ * a certificate: its plain HTTP requests are then ssl-redirects, for Lua.
+ * Failing to record one (NO_MEMORY) sends every request that might redirect to
+ * Lua from then on.
+ */
+int
+ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on)
+{
+    uint32_t                   hash;
+    ngx_str_t                  key;
+    ngx_shm_zone_t            *zone;
+    ngx_str_node_t            *sn;
+    ngx_slab_pool_t           *shpool;
+    ngx_http_ferrule_shctx_t  *sh;
+
+    zone = ngx_http_ferrule_current_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    if (host_len == 0 || host_len > NGX_HTTP_FERRULE_NAME_MAX) {
+        return NGX_HTTP_FERRULE_BAD_INPUT;
+    }
+
+    sh = zone->data;
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    key.data = (u_char *) host;
+    key.len = host_len;
+    hash = ngx_crc32_short(key.data, key.len);
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    sn = ngx_str_rbtree_lookup(&sh->tls, &key, hash);
+
+    if (on && sn == NULL) {
+        sn = ngx_slab_alloc_locked(shpool, sizeof(ngx_str_node_t) + host_len);
+        if (sn == NULL) {
+            /* unknown hosts may have TLS now: every redirect host goes to Lua */
+            sh->tls_incomplete = 1;
+            ngx_shmtx_unlock(&shpool->mutex);
+            return NGX_HTTP_FERRULE_NO_MEMORY;
+        }
+
+        sn->str.len = host_len;
+        sn->str.data = (u_char *) (sn + 1);
+        ngx_memcpy(sn->str.data, host, host_len);
+        sn->node.key = hash;
+        ngx_rbtree_insert(&sh->tls, &sn->node);
+
+    } else if (!on && sn) {
+        ngx_rbtree_delete(&sh->tls, &sn->node);
+        ngx_slab_free_locked(shpool, sn);
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    return NGX_HTTP_FERRULE_OK;
+}
