@@ -30,27 +30,17 @@ pub struct RunArgs {
     pub min_reload_interval: Duration,
     pub shutdown_grace_period: Duration,
     pub render: RenderOptions,
+    /// Ferrule's C fast path module to use if NGINX loads it (decided once the status
+    /// port serves: the check runs NGINX).
+    pub fast_path_module: Option<PathBuf>,
     pub nginx_binary: PathBuf,
     pub settings: Settings,
     pub config_map: Option<(String, String)>,
 }
 
 /// `ferrule run`: the whole loop in standalone mode.
-pub async fn run(args: RunArgs) -> Result<()> {
+pub async fn run(mut args: RunArgs) -> Result<()> {
     let default_pem = ferrule::tls::self_signed_default()?;
-    // A restarted controller takes over the NGINX it left running, without a reload.
-    let dataplane = Dataplane::adopt_or_new(
-        Renderer::new(args.render.clone()),
-        args.nginx_binary.clone(),
-        default_pem,
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "preparing the NGINX prefix {}",
-            args.render.prefix.display()
-        )
-    })?;
     let shared = Arc::new(Shared::default());
     let listener = tokio::net::TcpListener::bind(args.status)
         .await
@@ -64,6 +54,31 @@ pub async fn run(args: RunArgs) -> Result<()> {
             }
         }
     });
+    args.render = tokio::task::spawn_blocking({
+        let (mut render, nginx, module) = (
+            args.render.clone(),
+            args.nginx_binary.clone(),
+            args.fast_path_module.clone(),
+        );
+        move || {
+            ferrule::nginx::fast_path::enable(&mut render, &nginx, module.as_deref());
+            render
+        }
+    })
+    .await?;
+    // A restarted controller takes over the NGINX it left running, without a reload.
+    let dataplane = Dataplane::adopt_or_new(
+        Renderer::new(args.render.clone()),
+        args.nginx_binary.clone(),
+        default_pem,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "preparing the NGINX prefix {}",
+            args.render.prefix.display()
+        )
+    })?;
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(None);
     match &args.manifests {

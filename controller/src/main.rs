@@ -119,6 +119,11 @@ struct NginxFlags {
     /// reload: NGINX would start the zone empty.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     certificate_store_size: u32,
+    /// Do not use Ferrule's C fast path (`ngx_http_ferrule_module.so` in
+    /// --nginx-modules, built by `make deps`), which balances plain round-robin
+    /// backends without entering Lua. By default it is used when NGINX loads it.
+    #[arg(long)]
+    no_fast_path: bool,
 }
 
 impl NginxFlags {
@@ -142,7 +147,28 @@ impl NginxFlags {
             configmap,
             balancer: self.balancer,
             certificate_store_mib: self.certificate_store_size,
+            fast_path: false,
         }
+    }
+
+    /// Where Ferrule's C fast path module would be, unless turned off (see
+    /// `ferrule::nginx::fast_path::enable`, which checks that NGINX loads it).
+    fn fast_path_module(&self) -> Option<PathBuf> {
+        (!self.no_fast_path).then(|| self.nginx_modules.join(ferrule::nginx::fast_path::MODULE))
+    }
+
+    /// [`Self::render_options`] with the fast path decided now (`nginx -t`).
+    fn render_options_probed(
+        &self,
+        configmap: Option<String>,
+    ) -> ferrule::nginx::render::RenderOptions {
+        let mut opts = self.render_options(configmap);
+        ferrule::nginx::fast_path::enable(
+            &mut opts,
+            &self.nginx_binary,
+            self.fast_path_module().as_deref(),
+        );
+        opts
     }
 }
 
@@ -348,6 +374,7 @@ async fn main() -> Result<()> {
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
                 render: nginx.render_options(flags.config_map_ref()),
+                fast_path_module: nginx.fast_path_module(),
                 nginx_binary: nginx.nginx_binary.clone(),
                 settings: flags.settings(),
                 config_map: flags
@@ -365,7 +392,7 @@ async fn main() -> Result<()> {
             let model = flags.model(&manifests)?;
             let mut nginx = nginx.clone();
             nginx.nginx_prefix = out;
-            let opts = nginx.render_options(flags.config_map_ref());
+            let opts = nginx.render_options_probed(flags.config_map_ref());
             let written = commands::render(&model, opts)?;
             println!("wrote {written} files");
         }
@@ -380,7 +407,7 @@ async fn main() -> Result<()> {
                 &snap,
                 &model,
                 &nginx.nginx_binary,
-                nginx.render_options(flags.config_map_ref()),
+                nginx.render_options_probed(flags.config_map_ref()),
             )
             .await?;
             if !ok {

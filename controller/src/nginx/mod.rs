@@ -15,6 +15,7 @@
 
 pub mod api;
 pub mod emit;
+pub mod fast_path;
 pub mod files;
 pub mod process;
 pub mod render;

@@ -126,6 +126,9 @@ pub struct RenderOptions {
     /// chain and key, a few KB each in whole 4 KB pages. Fixed: a new size is a new,
     /// empty zone at the next reload. Pages are committed as they are used.
     pub certificate_store_mib: u32,
+    /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
+    /// plain backends are then balanced without entering Lua.
+    pub fast_path: bool,
 }
 
 /// A rendered file and its source map.
@@ -335,6 +338,7 @@ impl Renderer {
             worker_shutdown_timeout: format!("{}s", WORKER_SHUTDOWN_TIMEOUT.as_secs()),
             lua_path: format!("{}/?.lua;;", self.path("lua")),
             backends_dict: "128m".to_owned(),
+            fast_path: self.opts.fast_path && self.opts.balancer == Balancer::Lua,
             certificates_dict: format!("{}m", self.opts.certificate_store_mib),
             token_file_lua: lua_quote(&self.path("conf/balancer.token")),
             njs: self.opts.balancer == Balancer::Njs,
@@ -738,6 +742,7 @@ struct MainView {
     worker_shutdown_timeout: String,
     lua_path: String,
     backends_dict: String,
+    fast_path: bool,
     certificates_dict: String,
     token_file_lua: String,
     njs: bool,

@@ -432,6 +432,19 @@ async fn round_robin_and_hash_without_reload_and_ewma_with_one_reload() {
             "round robin uneven: {ep} got {n}: {counts:?}"
         );
     }
+    // Balanced by the C fast path (`make deps` builds it), not by Lua.
+    let peers = |ips: &[&str]| {
+        serde_json::json!(
+            ips.iter()
+                .map(|ip| format!("{ip}:{port}"))
+                .collect::<Vec<_>>()
+        )
+    };
+    assert_eq!(
+        f.fast_path("demo_rr_80").await,
+        peers(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]),
+        "a plain backend is on the C fast path (is ngx_http_ferrule_module.so installed? make deps)"
+    );
 
     // upstream-hash-by: $arg_user: the same key always reaches the same peer.
     m.write(
@@ -446,6 +459,11 @@ async fn round_robin_and_hash_without_reload_and_ewma_with_one_reload() {
         ),
     );
     wait_store(&f, "demo_rr_80", |b| b["upstream_hash_by"] == "$arg_user").await;
+    assert_eq!(
+        f.fast_path("demo_rr_80").await,
+        Value::Null,
+        "hashing is Lua's"
+    );
     let users: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
     let map3 = hash_map(&f, &users).await;
     let again = hash_map(&f, &users).await;

@@ -683,6 +683,21 @@ impl Ferrule {
         (r.status, r.body)
     }
 
+    /// The peers the C fast path holds for a backend (`Null`: Lua balances it).
+    pub async fn fast_path(&self, name: &str) -> Value {
+        let token = self.api_token();
+        let (s, body) = self
+            .api(
+                "GET",
+                &format!("/configuration/backends/{name}"),
+                Some(&token),
+                None,
+            )
+            .await;
+        assert_eq!(s, 200, "{name}: {body}");
+        serde_json::from_str::<Value>(&body).unwrap_or_default()["fast_path"].clone()
+    }
+
     /// A backend as the balancer store holds it (`Null` if unknown).
     pub async fn balancer_backend(&self, name: &str) -> Value {
         let token = self.api_token();

@@ -62,6 +62,7 @@ fn opts(prefix: &str) -> RenderOptions {
         configmap: Some(format!("{}/{}", CONFIGMAP.0, CONFIGMAP.1)),
         balancer: Balancer::Lua,
         certificate_store_mib: 256,
+        fast_path: false,
     }
 }
 
@@ -1018,4 +1019,49 @@ fn the_longest_dns_names_get_files_and_buckets_nginx_accepts() {
     assert_eq!(server_names_bucket(std::iter::empty()), 128);
     // NGINX: pointer + align(253 + 2) + end marker = 272, aligned to a cache line
     assert_eq!(server_names_bucket([long.as_str()].into_iter()), 320);
+}
+
+/// The C fast path's directives where the module needs them: its zone once, and
+/// `ferrule_fast` after `balancer_by_lua_block` (which it falls back to) and before
+/// `keepalive` (which must wrap it). Never for njs.
+#[test]
+fn the_fast_path_wraps_the_lua_balancer() {
+    let m = model("", Settings::default());
+    let main = |balancer, fast_path| {
+        let rendered = Renderer::new(RenderOptions {
+            balancer,
+            fast_path,
+            ..opts("/ferrule")
+        })
+        .render(&m)
+        .unwrap();
+        let text = rendered["conf/nginx.conf"].text.clone();
+        text.lines()
+            .map(str::trim)
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let lines = main(Balancer::Lua, true);
+    let at = |what: &str| lines.iter().position(|l| l.starts_with(what));
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("ferrule_fast_zone "))
+            .count(),
+        1
+    );
+    let (lua, fast, keepalive) = (
+        at("balancer_by_lua_block").unwrap(),
+        at("ferrule_fast;").unwrap(),
+        at("keepalive ").unwrap(),
+    );
+    assert!(lua < fast && fast < keepalive, "{lua} {fast} {keepalive}");
+    for (balancer, fast_path) in [(Balancer::Lua, false), (Balancer::Njs, true)] {
+        assert!(
+            !main(balancer, fast_path)
+                .iter()
+                .any(|l| l.starts_with("ferrule_fast")),
+            "{balancer:?} {fast_path}"
+        );
+    }
 }

@@ -1,0 +1,78 @@
+//! Ferrule's C fast path (`nginx-module/`): a dynamic module that balances plain
+//! round-robin backends without entering Lua (see its source for how it shares
+//! the work with `balancer_by_lua`). It is optional: found next to the other
+//! modules, and used only when this NGINX loads it, so a module built for another
+//! NGINX costs speed, never the service.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::render::{Balancer, RenderOptions};
+
+/// The module's file name in the modules directory.
+pub const MODULE: &str = "ngx_http_ferrule_module.so";
+
+/// The module's path if `nginx` loads it after `lua_modules` (a configuration
+/// using it passes `nginx -t`); otherwise why not.
+pub fn probe(nginx: &Path, lua_modules: &[String], dir: &Path) -> Result<PathBuf, String> {
+    let module = dir.join(MODULE);
+    if !module.is_file() {
+        return Err(format!("{} not found", module.display()));
+    }
+    let tmp = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+    let mut conf = String::new();
+    for m in lua_modules
+        .iter()
+        .map(String::as_str)
+        .chain([module.to_str().unwrap_or("")])
+    {
+        conf.push_str(&format!("load_module {m};\n"));
+    }
+    conf.push_str(&format!(
+        "pid {0}/nginx.pid;\nerror_log {0}/error.log;\nevents {{}}\n\
+         http {{ ferrule_fast_zone 1m; upstream u {{ server 0.0.0.1:1; \
+         balancer_by_lua_block {{ }} ferrule_fast; }} }}\n",
+        tmp.path().display()
+    ));
+    let file = tmp.path().join("nginx.conf");
+    std::fs::write(&file, conf).map_err(|e| format!("{}: {e}", file.display()))?;
+    let out = Command::new(nginx)
+        .arg("-t")
+        .arg("-q")
+        .arg("-p")
+        .arg(tmp.path())
+        .arg("-e")
+        .arg(tmp.path().join("error.log"))
+        .arg("-c")
+        .arg(&file)
+        .output()
+        .map_err(|e| format!("{}: {e}", nginx.display()))?;
+    if out.status.success() {
+        Ok(module)
+    } else {
+        Err(format!(
+            "{} does not load it: {}",
+            nginx.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Turns the fast path on in `opts` when `module` (a candidate path) is given, the
+/// balancer is Lua and `nginx` loads it; logs which way it went. Runs `nginx -t`:
+/// call it where a slow NGINX may block (not before the status port serves).
+pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
+    let Some(module) = module else { return };
+    if opts.balancer != Balancer::Lua {
+        return;
+    }
+    let dir = module.parent().unwrap_or(Path::new("."));
+    match probe(nginx, &opts.modules, dir) {
+        Ok(module) => {
+            tracing::info!(module = %module.display(), "C fast path for plain backends");
+            opts.modules.push(module.to_string_lossy().into_owned());
+            opts.fast_path = true;
+        }
+        Err(why) => tracing::warn!("no C fast path, every request enters Lua: {why}"),
+    }
+}
