@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Throughput through Ferrule's full request path (Lua balancer: balancer_by_lua only;
-# rewrite_by_lua only for canary, affinity, rewrite-target, other protocols and
-# snippets, log_by_lua only for EWMA backends, so neither here; Ferrule's proxy
-# headers, access log) versus a
-# static-upstream NGINX proxying to the same backend, in the same run.
+# Throughput through Ferrule's full request path (a plain round-robin backend:
+# balanced by the C fast path, nginx-module/, without entering Lua; rewrite_by_lua
+# only for canary, affinity, rewrite-target, other protocols and snippets, log_by_lua
+# only for EWMA backends, so neither here; Ferrule's proxy headers, access log)
+# versus a static-upstream NGINX proxying to the same backend, in the same run.
+# `ferrule-lua` is the same Ferrule with --no-fast-path: balancer_by_lua for every
+# request.
 #
 #   test/bench/throughput.sh            # builds ferrule --release first
 #   SKIP_BUILD=1 DURATION=10s ROUNDS=3 CONNS=32 THREADS=2 PROXY_WORKERS=1 test/bench/throughput.sh
@@ -53,6 +55,7 @@ build_ferrule
 WORK=$(mktemp -d /tmp/ferrule-bench.XXXXXX)
 cleanup() {
     stop_ferrule "$WORK/ferrule"
+    stop_ferrule "$WORK/ferrule-lua"
     stop_nginx "$WORK/static"
     stop_nginx "$WORK/floor"
     stop_nginx "$WORK/bare"
@@ -130,8 +133,10 @@ write_baseline bare "$BAREPORT" 'access_log off; proxy_pass http://backend; prox
 
 # Ferrule.
 F=$WORK/ferrule
-mkdir -p "$F/manifests"
+FL=$WORK/ferrule-lua
+mkdir -p "$F/manifests" "$FL"
 FHTTP=$(free_port); FHTTPS=$(free_port); FSTATUS=$(free_port)
+LHTTP=$(free_port); LHTTPS=$(free_port); LSTATUS=$(free_port)
 cat > "$F/manifests/bench.yaml" <<YAML
 apiVersion: networking.k8s.io/v1
 kind: IngressClass
@@ -171,11 +176,24 @@ spec:
         backend: { service: { name: echo, port: { number: 80 } } }
 YAML
 start_ferrule "$F" "$F/manifests" "$FHTTP" "$FHTTPS" "$FSTATUS" --worker-processes "$PROXY_WORKERS"
+start_ferrule "$FL" "$F/manifests" "$LHTTP" "$LHTTPS" "$LSTATUS" --worker-processes "$PROXY_WORKERS" \
+    --no-fast-path
 wait_ready "$FSTATUS"
+wait_ready "$LSTATUS"
 
-for port in "$FHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
+for port in "$FHTTP" "$LHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
     wait_http "http://127.0.0.1:$port/" bench.test "$BACKEND_IP:$BPORT ferrule-bench-body"
 done
+# What each Ferrule target measures: the backend on the C fast path, or not.
+fast_path_of() { # NGINX_PREFIX
+    curl -s --unix-socket "$1/run/balancer.sock" -H "Authorization: Bearer $(cat "$1/conf/balancer.token")" \
+        http://x/configuration/backends/bench_echo_80 |
+        python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["fast_path"]))'
+}
+FAST_PEERS=$(fast_path_of "$F/nginx")
+[ "$FAST_PEERS" = "[\"$BACKEND_IP:$BPORT\"]" ] ||
+    { echo "ferrule: the backend is not on the C fast path ($FAST_PEERS): make deps builds it" >&2; exit 1; }
+[ "$(fast_path_of "$FL/nginx")" = null ] || { echo "ferrule-lua: fast path on" >&2; exit 1; }
 
 # Pinning (see the header): proxies on CPU 0, wrk and the backend on the others.
 PIN=${PIN:-1}
@@ -191,14 +209,15 @@ pin_workers() { # MASTER_PIDFILE CPUS
 }
 if [ "$PIN" = 1 ]; then
     pin_workers "$F/nginx/run/nginx.pid" 0
+    pin_workers "$FL/nginx/run/nginx.pid" 0
     for b in static floor balfloor bare; do pin_workers "$WORK/$b/logs/nginx.pid" 0; done
     pin_workers "$WORK/backend/logs/nginx.pid" "$CLIENT_CPUS"
     WRK=(taskset -c "$CLIENT_CPUS" wrk)
 fi
 
-TARGETS=(ferrule static lua-floor balancer-floor static-bare)
-declare -A PORT=([ferrule]=$FHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
-declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
+TARGETS=(ferrule ferrule-lua static lua-floor balancer-floor static-bare)
+declare -A PORT=([ferrule]=$FHTTP [ferrule-lua]=$LHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
+declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
     [static-bare]="$WORK/bare/logs/nginx.pid" [lua-floor]="$WORK/floor/logs/nginx.pid"
     [balancer-floor]="$WORK/balfloor/logs/nginx.pid")
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
@@ -278,7 +297,7 @@ def ratio(name, d, inverse=False):
     v = [(d["static"][r] / d[name][r]) if inverse else (d[name][r] / d["static"][r]) for r in d[name]]
     return statistics.median(v)
 print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
-for name in ["ferrule", "static", "lua-floor", "balancer-floor", "static-bare"]:
+for name in ["ferrule", "ferrule-lua", "static", "lua-floor", "balancer-floor", "static-bare"]:
     print(f"  {name:<15} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
@@ -312,7 +331,7 @@ for line in open(f"{work}/perf.dso"):
 parts = ["kernel", "nginx", "lua", "libc", "crypto", "other"]
 print(f"worker CPU per request by library, us (perf cpu-clock samples at {hz} Hz):")
 print("  " + f"{'target':<15}" + "".join(f"{p:>8}" for p in parts) + f"{'total':>8}")
-for name in ["static", "balancer-floor", "lua-floor", "ferrule", "static-bare"]:
+for name in ["static", "balancer-floor", "lua-floor", "ferrule-lua", "ferrule", "static-bare"]:
     if reqs[name]:
         per = {p: samples[name][p] / hz * 1e6 / reqs[name] for p in parts}
         print("  " + f"{name:<15}" + "".join(f"{per[p]:8.3f}" for p in parts) + f"{sum(per.values()):8.3f}")
