@@ -46,8 +46,18 @@
 #define NGX_HTTP_FERRULE_TOO_SMALL   -5
 
 
+/* the address families of endpoints (ngx_sockaddr_t also holds a unix path) */
+typedef union {
+    struct sockaddr                  sockaddr;
+    struct sockaddr_in               sockaddr_in;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6              sockaddr_in6;
+#endif
+} ngx_http_ferrule_sockaddr_t;
+
+
 typedef struct {
-    ngx_sockaddr_t                   sockaddr;
+    ngx_http_ferrule_sockaddr_t      sockaddr;
     socklen_t                        socklen;
     ngx_str_t                        name;
     u_char                           text[NGX_HTTP_FERRULE_ADDR_LEN];
@@ -57,18 +67,32 @@ typedef struct {
 /* one backend in the zone; the name's bytes follow the peers */
 typedef struct {
     ngx_str_node_t                   sn;
-    ngx_uint_t                       rr;       /* next start, shared by workers */
+    ngx_atomic_t                     rr;       /* next start, shared by workers */
     ngx_uint_t                       npeers;
     ngx_http_ferrule_peer_t          peers[1];
 } ngx_http_ferrule_node_t;
 
 
+/*
+ * Requests read the trees under `lock` taken for reading, so that workers do not
+ * queue behind each other; writers (the API, rare) hold the slab pool's mutex for
+ * allocations and take `lock` for writing only to change a tree, then free what
+ * they took out once no reader can reach it.
+ */
 typedef struct {
+    ngx_atomic_t                     lock;
     ngx_rbtree_t                     rbtree;      /* backends */
     ngx_rbtree_node_t                sentinel;
     ngx_rbtree_t                     tls;         /* hosts with a certificate */
     ngx_rbtree_node_t                tls_sentinel;
-    ngx_uint_t                       tls_incomplete; /* a host did not fit */
+    /*
+     * Whether `tls` holds every host with a certificate: unset in a new zone
+     * (the Lua store may hold certificates from before it) and when a host did
+     * not fit; set by the Lua side once it has mirrored the whole store
+     * (ferrule.fast.resync). Until then a request that may be an ssl-redirect
+     * goes to Lua: the fast path fails closed.
+     */
+    ngx_uint_t                       synced;
 } ngx_http_ferrule_shctx_t;
 
 
@@ -123,6 +147,7 @@ int ngx_http_ferrule_fast_delete(const u_char *name, size_t name_len);
 int ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
     size_t size);
 int ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on);
+int ngx_http_ferrule_fast_synced(int set);
 
 
 static ngx_command_t  ngx_http_ferrule_commands[] = {
@@ -384,9 +409,9 @@ static ngx_int_t
 ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     ngx_http_ferrule_request_t **out)
 {
+    uint32_t                       backend_hash, redirect_hash;
     ngx_str_t                      backend, redirect;
     ngx_uint_t                     i, n, start;
-    ngx_slab_pool_t               *shpool;
     ngx_http_ferrule_node_t       *node;
     ngx_http_ferrule_shctx_t      *sh;
     ngx_http_ferrule_request_t    *fr;
@@ -421,39 +446,38 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     }
 
     sh = fmcf->zone->data;
-    shpool = (ngx_slab_pool_t *) fmcf->zone->shm.addr;
+    backend_hash = ngx_crc32_short(backend.data, backend.len);
+    redirect_hash = redirect.len ? ngx_crc32_short(redirect.data, redirect.len)
+                                 : 0;
 
-    ngx_shmtx_lock(&shpool->mutex);
+    ngx_rwlock_rlock(&sh->lock);
 
     if (redirect.len
-        && (sh->tls_incomplete
-            || ngx_str_rbtree_lookup(&sh->tls, &redirect,
-                                     ngx_crc32_short(redirect.data,
-                                                     redirect.len))))
+        && (!sh->synced
+            || ngx_str_rbtree_lookup(&sh->tls, &redirect, redirect_hash)))
     {
         /* a redirect: the Lua balancer answers it (and knows whether the
          * rewrite phase already decided) */
-        ngx_shmtx_unlock(&shpool->mutex);
+        ngx_rwlock_unlock(&sh->lock);
         return NGX_DECLINED;
     }
 
     node = (ngx_http_ferrule_node_t *)
-           ngx_str_rbtree_lookup(&sh->rbtree, &backend,
-                                 ngx_crc32_short(backend.data, backend.len));
+           ngx_str_rbtree_lookup(&sh->rbtree, &backend, backend_hash);
 
     if (node == NULL || node->npeers == 0) {
-        ngx_shmtx_unlock(&shpool->mutex);
+        ngx_rwlock_unlock(&sh->lock);
         return NGX_DECLINED;
     }
 
     n = ngx_min(node->npeers, NGX_HTTP_FERRULE_MAX_TRIES);
-    start = node->rr++ % node->npeers;
+    start = ngx_atomic_fetch_add(&node->rr, 1) % node->npeers;
 
     for (i = 0; i < n; i++) {
         fr->peers[i] = node->peers[(start + i) % node->npeers];
     }
 
-    ngx_shmtx_unlock(&shpool->mutex);
+    ngx_rwlock_unlock(&sh->lock);
 
     for (i = 0; i < n; i++) {
         /* the copy names itself, not the zone's text */
@@ -557,9 +581,18 @@ ngx_http_ferrule_save_session(ngx_peer_connection_t *pc, void *data)
 #endif
 
 
-/* the zone of the running configuration (FFI callers have no request) */
+/* what every FFI call works on: the running configuration's zone and a key */
+typedef struct {
+    ngx_slab_pool_t                 *shpool;
+    ngx_http_ferrule_shctx_t        *sh;
+    ngx_str_t                        key;
+    uint32_t                         hash;
+} ngx_http_ferrule_call_t;
+
+
+/* FFI callers have no request: the zone of the configuration the worker runs */
 static ngx_shm_zone_t *
-ngx_http_ferrule_current_zone(void)
+ngx_http_ferrule_running_zone(void)
 {
     ngx_http_ferrule_main_conf_t  *fmcf;
 
@@ -570,6 +603,59 @@ ngx_http_ferrule_current_zone(void)
     }
 
     return fmcf->zone;
+}
+
+
+static int
+ngx_http_ferrule_call(ngx_http_ferrule_call_t *call, const u_char *name,
+    size_t len)
+{
+    ngx_shm_zone_t  *zone;
+
+    zone = ngx_http_ferrule_running_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    if (len == 0 || len > NGX_HTTP_FERRULE_NAME_MAX) {
+        return NGX_HTTP_FERRULE_BAD_INPUT;
+    }
+
+    call->shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    call->sh = zone->data;
+    call->key.data = (u_char *) name;
+    call->key.len = len;
+    call->hash = ngx_crc32_short(call->key.data, call->key.len);
+
+    return NGX_HTTP_FERRULE_OK;
+}
+
+
+/*
+ * Takes the call's key out of `tree` (and puts `node` in, if given): under the
+ * write lock, so that no reader sees the tree change. Returns what was taken out,
+ * for the caller to free (the slab mutex held).
+ */
+static ngx_str_node_t *
+ngx_http_ferrule_swap(ngx_http_ferrule_call_t *call, ngx_rbtree_t *tree,
+    ngx_str_node_t *node)
+{
+    ngx_str_node_t  *old;
+
+    ngx_rwlock_wlock(&call->sh->lock);
+
+    old = ngx_str_rbtree_lookup(tree, &call->key, call->hash);
+    if (old) {
+        ngx_rbtree_delete(tree, &old->node);
+    }
+
+    if (node) {
+        ngx_rbtree_insert(tree, &node->node);
+    }
+
+    ngx_rwlock_unlock(&call->sh->lock);
+
+    return old;
 }
 
 
@@ -645,21 +731,6 @@ ngx_http_ferrule_parse_peer(u_char *p, size_t len, ngx_http_ferrule_peer_t *peer
 }
 
 
-/* removes `name` from `tree`; the caller holds the lock */
-static void
-ngx_http_ferrule_delete_locked(ngx_slab_pool_t *shpool, ngx_rbtree_t *tree,
-    ngx_str_t *name, uint32_t hash)
-{
-    ngx_str_node_t  *sn;
-
-    sn = ngx_str_rbtree_lookup(tree, name, hash);
-    if (sn) {
-        ngx_rbtree_delete(tree, &sn->node);
-        ngx_slab_free_locked(shpool, sn);
-    }
-}
-
-
 /*
  * Sets backend `name` to the space-separated "address:port" list `peers`
  * (empty: no endpoints). On any failure the backend is no longer in the zone,
@@ -669,30 +740,18 @@ int
 ngx_http_ferrule_fast_set(const u_char *name, size_t name_len,
     const u_char *peers, size_t peers_len)
 {
-    u_char                    *p, *end, *tok;
-    size_t                     size;
-    uint32_t                   hash;
-    ngx_str_t                  key;
-    ngx_uint_t                 n, i;
-    ngx_shm_zone_t            *zone;
-    ngx_slab_pool_t           *shpool;
-    ngx_http_ferrule_node_t   *node;
-    ngx_http_ferrule_shctx_t  *sh;
+    int                       rc;
+    u_char                   *p, *end, *tok;
+    size_t                    size;
+    ngx_uint_t                n, i;
+    ngx_str_node_t           *old;
+    ngx_http_ferrule_call_t   call;
+    ngx_http_ferrule_node_t  *node;
 
-    zone = ngx_http_ferrule_current_zone();
-    if (zone == NULL) {
-        return NGX_HTTP_FERRULE_NO_ZONE;
+    rc = ngx_http_ferrule_call(&call, name, name_len);
+    if (rc != NGX_HTTP_FERRULE_OK) {
+        return rc;
     }
-
-    if (name_len == 0 || name_len > NGX_HTTP_FERRULE_NAME_MAX) {
-        return NGX_HTTP_FERRULE_BAD_INPUT;
-    }
-
-    sh = zone->data;
-    shpool = (ngx_slab_pool_t *) zone->shm.addr;
-    key.data = (u_char *) name;
-    key.len = name_len;
-    hash = ngx_crc32_short(key.data, key.len);
 
     /* count the peers: the node is one allocation */
     n = 0;
@@ -710,76 +769,86 @@ ngx_http_ferrule_fast_set(const u_char *name, size_t name_len,
         }
     }
 
+    if (n > (NGX_MAX_SIZE_T_VALUE - name_len) / sizeof(ngx_http_ferrule_peer_t)
+             - 1)
+    {
+        return NGX_HTTP_FERRULE_BAD_INPUT;
+    }
+
     size = offsetof(ngx_http_ferrule_node_t, peers)
            + n * sizeof(ngx_http_ferrule_peer_t) + name_len;
 
-    ngx_shmtx_lock(&shpool->mutex);
+    ngx_shmtx_lock(&call.shpool->mutex);
 
-    ngx_http_ferrule_delete_locked(shpool, &sh->rbtree, &key, hash);
+    node = ngx_slab_alloc_locked(call.shpool, size);
 
-    node = ngx_slab_alloc_locked(shpool, size);
-    if (node == NULL) {
-        ngx_shmtx_unlock(&shpool->mutex);
-        return NGX_HTTP_FERRULE_NO_MEMORY;
+    if (node) {
+        i = 0;
+        for (p = (u_char *) peers; p < end && i < n; /* void */) {
+            while (p < end && *p == ' ') {
+                p++;
+            }
+            tok = p;
+            while (p < end && *p != ' ') {
+                p++;
+            }
+            if (ngx_http_ferrule_parse_peer(tok, p - tok, &node->peers[i])
+                != NGX_OK)
+            {
+                ngx_slab_free_locked(call.shpool, node);
+                node = NULL;
+                rc = NGX_HTTP_FERRULE_BAD_INPUT;
+                break;
+            }
+            i++;
+        }
+
+    } else {
+        rc = NGX_HTTP_FERRULE_NO_MEMORY;
     }
 
-    i = 0;
-    for (p = (u_char *) peers; p < end && i < n; /* void */) {
-        while (p < end && *p == ' ') {
-            p++;
-        }
-        tok = p;
-        while (p < end && *p != ' ') {
-            p++;
-        }
-        if (ngx_http_ferrule_parse_peer(tok, p - tok, &node->peers[i])
-            != NGX_OK)
-        {
-            ngx_slab_free_locked(shpool, node);
-            ngx_shmtx_unlock(&shpool->mutex);
-            return NGX_HTTP_FERRULE_BAD_INPUT;
-        }
-        i++;
+    if (node) {
+        node->npeers = n;
+        /* workers and old lists do not start in step */
+        node->rr = ngx_random();
+        node->sn.str.len = name_len;
+        node->sn.str.data = (u_char *) &node->peers[n];
+        ngx_memcpy(node->sn.str.data, name, name_len);
+        node->sn.node.key = call.hash;
     }
 
-    node->npeers = n;
-    /* a new list starts where the old one would have gone on, roughly */
-    node->rr = ngx_random();
-    node->sn.str.len = name_len;
-    node->sn.str.data = (u_char *) &node->peers[n];
-    ngx_memcpy(node->sn.str.data, name, name_len);
-    node->sn.node.key = hash;
+    old = ngx_http_ferrule_swap(&call, &call.sh->rbtree,
+                                node ? &node->sn : NULL);
+    if (old) {
+        ngx_slab_free_locked(call.shpool, old);
+    }
 
-    ngx_rbtree_insert(&sh->rbtree, &node->sn.node);
+    ngx_shmtx_unlock(&call.shpool->mutex);
 
-    ngx_shmtx_unlock(&shpool->mutex);
-
-    return NGX_HTTP_FERRULE_OK;
+    return rc;
 }
 
 
 int
 ngx_http_ferrule_fast_delete(const u_char *name, size_t name_len)
 {
-    ngx_str_t                  key;
-    ngx_shm_zone_t            *zone;
-    ngx_slab_pool_t           *shpool;
+    int                       rc;
+    ngx_str_node_t           *old;
+    ngx_http_ferrule_call_t   call;
 
-    zone = ngx_http_ferrule_current_zone();
-    if (zone == NULL) {
-        return NGX_HTTP_FERRULE_NO_ZONE;
+    rc = ngx_http_ferrule_call(&call, name, name_len);
+    if (rc != NGX_HTTP_FERRULE_OK) {
+        return rc;
     }
 
-    key.data = (u_char *) name;
-    key.len = name_len;
-    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+    ngx_shmtx_lock(&call.shpool->mutex);
 
-    ngx_shmtx_lock(&shpool->mutex);
-    ngx_http_ferrule_delete_locked(shpool,
-                                   &((ngx_http_ferrule_shctx_t *) zone->data)
-                                   ->rbtree,
-                                   &key, ngx_crc32_short(key.data, key.len));
-    ngx_shmtx_unlock(&shpool->mutex);
+    old = ngx_http_ferrule_swap(&call, &call.sh->rbtree, NULL);
+    if (old) {
+        ngx_slab_free_locked(call.shpool, old);
+    }
+
+    ngx_shmtx_unlock(&call.shpool->mutex);
 
     return NGX_HTTP_FERRULE_OK;
 }
@@ -793,32 +862,25 @@ int
 ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
     size_t size)
 {
-    int                        rc;
-    u_char                    *p, *last;
-    ngx_str_t                  key;
-    ngx_uint_t                 i;
-    ngx_shm_zone_t            *zone;
-    ngx_slab_pool_t           *shpool;
-    ngx_http_ferrule_node_t   *node;
+    int                       rc;
+    u_char                   *p, *last;
+    ngx_uint_t                i;
+    ngx_http_ferrule_call_t   call;
+    ngx_http_ferrule_node_t  *node;
 
-    zone = ngx_http_ferrule_current_zone();
-    if (zone == NULL) {
-        return NGX_HTTP_FERRULE_NO_ZONE;
+    rc = ngx_http_ferrule_call(&call, name, name_len);
+    if (rc != NGX_HTTP_FERRULE_OK) {
+        return rc;
     }
 
-    key.data = (u_char *) name;
-    key.len = name_len;
-    shpool = (ngx_slab_pool_t *) zone->shm.addr;
     p = buf;
     last = buf + size;
     rc = NGX_HTTP_FERRULE_NOT_FOUND;
 
-    ngx_shmtx_lock(&shpool->mutex);
+    ngx_rwlock_rlock(&call.sh->lock);
 
     node = (ngx_http_ferrule_node_t *)
-           ngx_str_rbtree_lookup(&((ngx_http_ferrule_shctx_t *) zone->data)
-                                 ->rbtree,
-                                 &key, ngx_crc32_short(key.data, key.len));
+           ngx_str_rbtree_lookup(&call.sh->rbtree, &call.key, call.hash);
     if (node) {
         rc = NGX_HTTP_FERRULE_OK;
         for (i = 0; i < node->npeers; i++) {
@@ -833,7 +895,7 @@ ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
         }
     }
 
-    ngx_shmtx_unlock(&shpool->mutex);
+    ngx_rwlock_unlock(&call.sh->lock);
 
     return rc == NGX_HTTP_FERRULE_OK ? (int) (p - buf) : rc;
 }
@@ -848,53 +910,76 @@ ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
 int
 ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on)
 {
-    uint32_t                   hash;
-    ngx_str_t                  key;
-    ngx_shm_zone_t            *zone;
-    ngx_str_node_t            *sn;
-    ngx_slab_pool_t           *shpool;
-    ngx_http_ferrule_shctx_t  *sh;
+    int                       rc;
+    ngx_str_node_t           *sn, *old;
+    ngx_http_ferrule_call_t   call;
 
-    zone = ngx_http_ferrule_current_zone();
-    if (zone == NULL) {
-        return NGX_HTTP_FERRULE_NO_ZONE;
+    rc = ngx_http_ferrule_call(&call, host, host_len);
+    if (rc != NGX_HTTP_FERRULE_OK) {
+        return rc;
     }
 
-    if (host_len == 0 || host_len > NGX_HTTP_FERRULE_NAME_MAX) {
-        return NGX_HTTP_FERRULE_BAD_INPUT;
-    }
+    sn = NULL;
 
-    sh = zone->data;
-    shpool = (ngx_slab_pool_t *) zone->shm.addr;
-    key.data = (u_char *) host;
-    key.len = host_len;
-    hash = ngx_crc32_short(key.data, key.len);
+    ngx_shmtx_lock(&call.shpool->mutex);
 
-    ngx_shmtx_lock(&shpool->mutex);
-
-    sn = ngx_str_rbtree_lookup(&sh->tls, &key, hash);
-
-    if (on && sn == NULL) {
-        sn = ngx_slab_alloc_locked(shpool, sizeof(ngx_str_node_t) + host_len);
+    if (on) {
+        sn = ngx_slab_alloc_locked(call.shpool,
+                                   sizeof(ngx_str_node_t) + host_len);
         if (sn == NULL) {
-            /* unknown hosts may have TLS now: every redirect host goes to Lua */
-            sh->tls_incomplete = 1;
-            ngx_shmtx_unlock(&shpool->mutex);
+            /* unknown hosts may have TLS now: every redirect host goes to Lua
+             * until the Lua side mirrors the whole store again */
+            ngx_rwlock_wlock(&call.sh->lock);
+            call.sh->synced = 0;
+            ngx_rwlock_unlock(&call.sh->lock);
+            ngx_shmtx_unlock(&call.shpool->mutex);
             return NGX_HTTP_FERRULE_NO_MEMORY;
         }
 
         sn->str.len = host_len;
         sn->str.data = (u_char *) (sn + 1);
         ngx_memcpy(sn->str.data, host, host_len);
-        sn->node.key = hash;
-        ngx_rbtree_insert(&sh->tls, &sn->node);
-
-    } else if (!on && sn) {
-        ngx_rbtree_delete(&sh->tls, &sn->node);
-        ngx_slab_free_locked(shpool, sn);
+        sn->node.key = call.hash;
     }
 
-    ngx_shmtx_unlock(&shpool->mutex);
+    old = ngx_http_ferrule_swap(&call, &call.sh->tls, sn);
+    if (old) {
+        ngx_slab_free_locked(call.shpool, old);
+    }
+
+    ngx_shmtx_unlock(&call.shpool->mutex);
 
     return NGX_HTTP_FERRULE_OK;
+}
+
+
+/*
+ * Whether the zone mirrors the whole Lua store (see `synced`): 1 or 0, after
+ * setting it to `set` when that is 0 or 1 (-1 only reads it); or NO_ZONE.
+ */
+int
+ngx_http_ferrule_fast_synced(int set)
+{
+    int                        synced;
+    ngx_shm_zone_t            *zone;
+    ngx_http_ferrule_shctx_t  *sh;
+
+    zone = ngx_http_ferrule_running_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    sh = zone->data;
+
+    if (set == 0 || set == 1) {
+        ngx_rwlock_wlock(&sh->lock);
+        sh->synced = set;
+        ngx_rwlock_unlock(&sh->lock);
+    }
+
+    ngx_rwlock_rlock(&sh->lock);
+    synced = sh->synced ? 1 : 0;
+    ngx_rwlock_unlock(&sh->lock);
+
+    return synced;
 }

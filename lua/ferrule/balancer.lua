@@ -10,6 +10,7 @@ local ewma = require("ferrule.algorithms.ewma")
 local chash = require("ferrule.algorithms.chash")
 local sticky = require("ferrule.algorithms.sticky")
 local certificate = require("ferrule.certificate")
+local fast = require("ferrule.fast")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -132,11 +133,30 @@ end
 
 local reported_gen, reported_at = nil, 0
 
+-- The C fast path's zone is new (a reload made it) or lost a host: mirror the
+-- store into it again (one worker does it; a failure is retried after 10 s).
+local resync_at = 0
+local function resync_fast(now)
+    if now < resync_at or fast.synced() ~= false then
+        return
+    end
+    resync_at = now + 10
+    local _, err = store.locked(function()
+        if fast.synced() == false then
+            fast.resync(store.names(), store.decoded, (certificate.hosts()))
+        end
+    end)
+    if err then
+        ngx.log(ngx.ERR, "ferrule: fast path resync: ", err)
+    end
+end
+
 local function timer(premature)
     if premature then
         return
     end
     sync()
+    resync_fast(ngx.now())
     local now = ngx.now()
     if state.gen ~= reported_gen or now - reported_at >= 1 then
         reported_gen, reported_at = state.gen, now

@@ -181,8 +181,15 @@ function _M.call()
     end
 end
 
--- Writer used by the configuration API (payload already validated).
+-- Writer used by the configuration API (payload already validated), under the
+-- store's writer lock: the fast path's copy of the hosts follows in the same order.
 function _M.write(payload)
+    return store.locked(function()
+        return _M.write_locked(payload)
+    end)
+end
+
+function _M.write_locked(payload)
     local d = dict()
     local function put(host, pair)
         local s = cjson.encode({ cert = pair.cert, key = pair.key })

@@ -19,6 +19,7 @@ int ngx_http_ferrule_fast_delete(const char *name, size_t name_len);
 int ngx_http_ferrule_fast_get(const char *name, size_t name_len,
     unsigned char *buf, size_t size);
 int ngx_http_ferrule_fast_tls(const char *host, size_t host_len, int on);
+int ngx_http_ferrule_fast_synced(int set);
 ]])
 
 -- ffi.C resolves through every library loaded with RTLD_GLOBAL, which NGINX's
@@ -56,7 +57,8 @@ function _M.put(b)
         return
     end
     local name = b.name
-    if not _M.plain(b) then
+    if not _M.plain(b) or #b.endpoints == 0 then
+        -- (no endpoints: Lua answers the 503)
         return checked(C.ngx_http_ferrule_fast_delete(name, #name), name)
     end
     local keys = {}
@@ -79,6 +81,43 @@ function _M.tls(host, on)
     if zone then
         checked(C.ngx_http_ferrule_fast_tls(host, #host, on and 1 or 0), host)
     end
+end
+
+-- Whether the zone mirrors the whole store (nil: no zone). A new zone does not
+-- (the shared dicts outlive it across a reload), nor one a host did not fit in.
+function _M.synced()
+    if not zone then
+        return nil
+    end
+    local rc = C.ngx_http_ferrule_fast_synced(-1)
+    if rc == NO_ZONE then
+        zone = false
+        return nil
+    end
+    return rc == 1
+end
+
+-- Mirrors the whole store into the zone, then marks it complete: `names` of the
+-- backends, `backend_of(name)` their validated tables, `hosts` with a certificate.
+-- The caller holds the store's lock, so that no write interleaves.
+function _M.resync(names, backend_of, hosts)
+    if not zone then
+        return
+    end
+    for _, name in ipairs(names) do
+        local b = backend_of(name)
+        if b then
+            _M.put(b)
+        end
+    end
+    for _, h in ipairs(hosts) do
+        if C.ngx_http_ferrule_fast_tls(h, #h, 1) ~= OK then
+            ngx.log(ngx.WARN, "ferrule: fast path: the certificates' hosts do not fit;",
+                    " requests that may be ssl-redirects stay on Lua")
+            return
+        end
+    end
+    C.ngx_http_ferrule_fast_synced(1)
 end
 
 -- The peers the C side holds for `name` (debugging): an array of "address:port",

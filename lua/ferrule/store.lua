@@ -53,6 +53,25 @@ local function unlock(d)
     d:delete("lock")
 end
 
+local function unlocked(d, ok, ...)
+    unlock(d)
+    if not ok then
+        return nil, ...
+    end
+    return ...
+end
+
+-- Runs fn() under the writer lock (writers of either store and the fast path's
+-- resync): its results, or nil, err.
+function _M.locked(fn)
+    local d = dict()
+    local ok, err = lock(d)
+    if not ok then
+        return nil, err
+    end
+    return unlocked(d, pcall(fn))
+end
+
 -- Puts back what a key held before a failed write (nil: the key was new).
 -- The space is there: lua-nginx-module freed the old entry before trying to
 -- allocate the new one, which is why the key is gone in the first place.
@@ -118,6 +137,8 @@ function _M.write(payload)
         end)
         if not okb then
             failed = string.format("shared dict %s: %s (at backend %q)", _M.DICT, tostring(err), b.name)
+            -- the store may have lost it (restore can fail too): Lua decides
+            fast.remove(b.name)
             break
         end
         -- under the lock, so that the C side sees writes in the store's order
@@ -170,6 +191,12 @@ end
 
 function _M.controller_version()
     return dict():get("cv")
+end
+
+-- A stored backend as a table (nil if absent or undecodable).
+function _M.decoded(name)
+    local s = dict():get("b:" .. name)
+    return s and cjson.decode(s) or nil
 end
 
 function _M.get_raw(name)

@@ -683,23 +683,9 @@ impl Ferrule {
         (r.status, r.body)
     }
 
-    /// The peers the C fast path holds for a backend (`Null`: Lua balances it).
-    pub async fn fast_path(&self, name: &str) -> Value {
-        let token = self.api_token();
-        let (s, body) = self
-            .api(
-                "GET",
-                &format!("/configuration/backends/{name}"),
-                Some(&token),
-                None,
-            )
-            .await;
-        assert_eq!(s, 200, "{name}: {body}");
-        serde_json::from_str::<Value>(&body).unwrap_or_default()["fast_path"].clone()
-    }
-
-    /// A backend as the balancer store holds it (`Null` if unknown).
-    pub async fn balancer_backend(&self, name: &str) -> Value {
+    /// The balancer API's answer for one backend (`Null` if unknown):
+    /// `{"generation", "fast_path", "backend"}`.
+    async fn balancer_entry(&self, name: &str) -> Value {
         let token = self.api_token();
         let (s, body) = self
             .api(
@@ -712,7 +698,19 @@ impl Ferrule {
         if s != 200 {
             return Value::Null;
         }
-        serde_json::from_str::<Value>(&body).unwrap_or_default()["backend"].clone()
+        serde_json::from_str::<Value>(&body).unwrap_or_default()
+    }
+
+    /// The peers the C fast path holds for a backend (`Null`: Lua balances it).
+    pub async fn fast_path(&self, name: &str) -> Value {
+        let entry = self.balancer_entry(name).await;
+        assert!(entry.is_object(), "no backend {name} in the balancer");
+        entry["fast_path"].clone()
+    }
+
+    /// A backend as the balancer store holds it (`Null` if unknown).
+    pub async fn balancer_backend(&self, name: &str) -> Value {
+        self.balancer_entry(name).await["backend"].clone()
     }
 
     /// Successful plus failed NGINX reloads so far.
