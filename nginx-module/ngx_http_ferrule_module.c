@@ -44,6 +44,12 @@
 #define NGX_HTTP_FERRULE_NO_MEMORY   -3
 #define NGX_HTTP_FERRULE_NOT_FOUND   -4
 #define NGX_HTTP_FERRULE_TOO_SMALL   -5
+#define NGX_HTTP_FERRULE_BUSY        -6
+
+/* the value of a lock held for writing (as ngx_rwlock's) */
+#define NGX_HTTP_FERRULE_WLOCK       ((ngx_atomic_uint_t) -1)
+/* how long anyone waits for the lock: about a second for a writer */
+#define NGX_HTTP_FERRULE_SPINS       (1 << 22)
 
 
 /* the address families of endpoints (ngx_sockaddr_t also holds a unix path) */
@@ -77,7 +83,10 @@ typedef struct {
  * Requests read the trees under `lock` taken for reading, so that workers do not
  * queue behind each other; writers (the API, rare) hold the slab pool's mutex for
  * allocations and take `lock` for writing only to change a tree, then free what
- * they took out once no reader can reach it.
+ * they took out once no reader can reach it. Unlike the slab mutex, NGINX's
+ * master does not release this lock for a worker that died holding it: every wait
+ * for it is bounded, and a writer that gives up unsets `synced`, which sends
+ * every request to Lua (a reader that gives up declines its request).
  */
 typedef struct {
     ngx_atomic_t                     lock;
@@ -86,13 +95,15 @@ typedef struct {
     ngx_rbtree_t                     tls;         /* hosts with a certificate */
     ngx_rbtree_node_t                tls_sentinel;
     /*
-     * Whether `tls` holds every host with a certificate: unset in a new zone
-     * (the Lua store may hold certificates from before it) and when a host did
-     * not fit; set by the Lua side once it has mirrored the whole store
-     * (ferrule.fast.resync). Until then a request that may be an ssl-redirect
-     * goes to Lua: the fast path fails closed.
+     * Whether the zone mirrors the whole Lua store: unset in a new zone (the
+     * shared dicts outlive it across a reload), when a host did not fit, and by
+     * the Lua side when a write went to another zone (an old worker's, during a
+     * reload); set by the Lua side once it has mirrored the whole store
+     * (ferrule.fast.resync). Until then every request goes to Lua: the fast path
+     * fails closed.
      */
-    ngx_uint_t                       synced;
+    ngx_atomic_t                     synced;
+    ngx_atomic_t                     epoch;    /* which zone this is */
 } ngx_http_ferrule_shctx_t;
 
 
@@ -148,6 +159,7 @@ int ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
     size_t size);
 int ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on);
 int ngx_http_ferrule_fast_synced(int set);
+int ngx_http_ferrule_fast_epoch(void);
 
 
 static ngx_command_t  ngx_http_ferrule_commands[] = {
@@ -279,10 +291,12 @@ ngx_http_ferrule_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    sh = ngx_slab_alloc(shpool, sizeof(ngx_http_ferrule_shctx_t));
+    sh = ngx_slab_calloc(shpool, sizeof(ngx_http_ferrule_shctx_t));
     if (sh == NULL) {
         return NGX_ERROR;
     }
+
+    sh->epoch = (ngx_atomic_uint_t) ngx_random() ^ (ngx_atomic_uint_t) ngx_time();
 
     ngx_rbtree_init(&sh->rbtree, &sh->sentinel, ngx_str_rbtree_insert_value);
     ngx_rbtree_init(&sh->tls, &sh->tls_sentinel, ngx_str_rbtree_insert_value);
@@ -381,6 +395,55 @@ ngx_http_ferrule_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us)
 }
 
 
+static ngx_int_t
+ngx_http_ferrule_rlock(ngx_atomic_t *lock)
+{
+    ngx_uint_t         i;
+    ngx_atomic_uint_t  readers;
+
+    for (i = 0; i < NGX_HTTP_FERRULE_SPINS; i++) {
+        readers = *lock;
+
+        if (readers != NGX_HTTP_FERRULE_WLOCK
+            && ngx_atomic_cmp_set(lock, readers, readers + 1))
+        {
+            return NGX_OK;
+        }
+
+        if ((i & 1023) == 1023) {
+            ngx_sched_yield();
+
+        } else {
+            ngx_cpu_pause();
+        }
+    }
+
+    return NGX_BUSY;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_wlock(ngx_atomic_t *lock)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_FERRULE_SPINS; i++) {
+        if (*lock == 0 && ngx_atomic_cmp_set(lock, 0, NGX_HTTP_FERRULE_WLOCK)) {
+            return NGX_OK;
+        }
+
+        if ((i & 1023) == 1023) {
+            ngx_sched_yield();
+
+        } else {
+            ngx_cpu_pause();
+        }
+    }
+
+    return NGX_BUSY;
+}
+
+
 /* the value of an indexed variable, or an empty string */
 static void
 ngx_http_ferrule_variable(ngx_http_request_t *r, ngx_int_t index,
@@ -450,14 +513,16 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     redirect_hash = redirect.len ? ngx_crc32_short(redirect.data, redirect.len)
                                  : 0;
 
-    ngx_rwlock_rlock(&sh->lock);
+    if (!sh->synced || ngx_http_ferrule_rlock(&sh->lock) != NGX_OK) {
+        return NGX_DECLINED;
+    }
 
-    if (redirect.len
-        && (!sh->synced
-            || ngx_str_rbtree_lookup(&sh->tls, &redirect, redirect_hash)))
+    if (!sh->synced
+        || (redirect.len
+            && ngx_str_rbtree_lookup(&sh->tls, &redirect, redirect_hash)))
     {
-        /* a redirect: the Lua balancer answers it (and knows whether the
-         * rewrite phase already decided) */
+        /* not a complete mirror; or a redirect: the Lua balancer answers it
+         * (and knows whether the rewrite phase already decided) */
         ngx_rwlock_unlock(&sh->lock);
         return NGX_DECLINED;
     }
@@ -632,17 +697,24 @@ ngx_http_ferrule_call(ngx_http_ferrule_call_t *call, const u_char *name,
 
 
 /*
- * Takes the call's key out of `tree` (and puts `node` in, if given): under the
- * write lock, so that no reader sees the tree change. Returns what was taken out,
- * for the caller to free (the slab mutex held).
+ * Takes the call's key out of `tree` and puts `node` in, if given, under the
+ * write lock so that no reader sees the tree change; frees what was taken out
+ * (the caller holds the slab mutex). When the lock cannot be had, frees `node`
+ * instead and unsets `synced`: the zone may now be stale.
  */
-static ngx_str_node_t *
+static int
 ngx_http_ferrule_swap(ngx_http_ferrule_call_t *call, ngx_rbtree_t *tree,
     ngx_str_node_t *node)
 {
     ngx_str_node_t  *old;
 
-    ngx_rwlock_wlock(&call->sh->lock);
+    if (ngx_http_ferrule_wlock(&call->sh->lock) != NGX_OK) {
+        call->sh->synced = 0;
+        if (node) {
+            ngx_slab_free_locked(call->shpool, node);
+        }
+        return NGX_HTTP_FERRULE_BUSY;
+    }
 
     old = ngx_str_rbtree_lookup(tree, &call->key, call->hash);
     if (old) {
@@ -655,7 +727,11 @@ ngx_http_ferrule_swap(ngx_http_ferrule_call_t *call, ngx_rbtree_t *tree,
 
     ngx_rwlock_unlock(&call->sh->lock);
 
-    return old;
+    if (old) {
+        ngx_slab_free_locked(call->shpool, old);
+    }
+
+    return NGX_HTTP_FERRULE_OK;
 }
 
 
@@ -744,7 +820,6 @@ ngx_http_ferrule_fast_set(const u_char *name, size_t name_len,
     u_char                   *p, *end, *tok;
     size_t                    size;
     ngx_uint_t                n, i;
-    ngx_str_node_t           *old;
     ngx_http_ferrule_call_t   call;
     ngx_http_ferrule_node_t  *node;
 
@@ -817,10 +892,10 @@ ngx_http_ferrule_fast_set(const u_char *name, size_t name_len,
         node->sn.node.key = call.hash;
     }
 
-    old = ngx_http_ferrule_swap(&call, &call.sh->rbtree,
-                                node ? &node->sn : NULL);
-    if (old) {
-        ngx_slab_free_locked(call.shpool, old);
+    if (ngx_http_ferrule_swap(&call, &call.sh->rbtree, node ? &node->sn : NULL)
+        != NGX_HTTP_FERRULE_OK)
+    {
+        rc = NGX_HTTP_FERRULE_BUSY;
     }
 
     ngx_shmtx_unlock(&call.shpool->mutex);
@@ -833,7 +908,6 @@ int
 ngx_http_ferrule_fast_delete(const u_char *name, size_t name_len)
 {
     int                       rc;
-    ngx_str_node_t           *old;
     ngx_http_ferrule_call_t   call;
 
     rc = ngx_http_ferrule_call(&call, name, name_len);
@@ -842,15 +916,10 @@ ngx_http_ferrule_fast_delete(const u_char *name, size_t name_len)
     }
 
     ngx_shmtx_lock(&call.shpool->mutex);
-
-    old = ngx_http_ferrule_swap(&call, &call.sh->rbtree, NULL);
-    if (old) {
-        ngx_slab_free_locked(call.shpool, old);
-    }
-
+    rc = ngx_http_ferrule_swap(&call, &call.sh->rbtree, NULL);
     ngx_shmtx_unlock(&call.shpool->mutex);
 
-    return NGX_HTTP_FERRULE_OK;
+    return rc;
 }
 
 
@@ -877,7 +946,9 @@ ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
     last = buf + size;
     rc = NGX_HTTP_FERRULE_NOT_FOUND;
 
-    ngx_rwlock_rlock(&call.sh->lock);
+    if (ngx_http_ferrule_rlock(&call.sh->lock) != NGX_OK) {
+        return NGX_HTTP_FERRULE_BUSY;
+    }
 
     node = (ngx_http_ferrule_node_t *)
            ngx_str_rbtree_lookup(&call.sh->rbtree, &call.key, call.hash);
@@ -911,7 +982,7 @@ int
 ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on)
 {
     int                       rc;
-    ngx_str_node_t           *sn, *old;
+    ngx_str_node_t           *sn;
     ngx_http_ferrule_call_t   call;
 
     rc = ngx_http_ferrule_call(&call, host, host_len);
@@ -927,11 +998,9 @@ ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on)
         sn = ngx_slab_alloc_locked(call.shpool,
                                    sizeof(ngx_str_node_t) + host_len);
         if (sn == NULL) {
-            /* unknown hosts may have TLS now: every redirect host goes to Lua
+            /* unknown hosts may have TLS now: every request goes to Lua
              * until the Lua side mirrors the whole store again */
-            ngx_rwlock_wlock(&call.sh->lock);
             call.sh->synced = 0;
-            ngx_rwlock_unlock(&call.sh->lock);
             ngx_shmtx_unlock(&call.shpool->mutex);
             return NGX_HTTP_FERRULE_NO_MEMORY;
         }
@@ -942,25 +1011,20 @@ ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on)
         sn->node.key = call.hash;
     }
 
-    old = ngx_http_ferrule_swap(&call, &call.sh->tls, sn);
-    if (old) {
-        ngx_slab_free_locked(call.shpool, old);
-    }
-
+    rc = ngx_http_ferrule_swap(&call, &call.sh->tls, sn);
     ngx_shmtx_unlock(&call.shpool->mutex);
 
-    return NGX_HTTP_FERRULE_OK;
+    return rc;
 }
 
 
 /*
  * Whether the zone mirrors the whole Lua store (see `synced`): 1 or 0, after
- * setting it to `set` when that is 0 or 1 (-1 only reads it); or NO_ZONE.
+ * setting it to `set` when that is 0 or 1 (-1 only reads it); or NO_ZONE, BUSY.
  */
 int
 ngx_http_ferrule_fast_synced(int set)
 {
-    int                        synced;
     ngx_shm_zone_t            *zone;
     ngx_http_ferrule_shctx_t  *sh;
 
@@ -971,15 +1035,32 @@ ngx_http_ferrule_fast_synced(int set)
 
     sh = zone->data;
 
-    if (set == 0 || set == 1) {
-        ngx_rwlock_wlock(&sh->lock);
-        sh->synced = set;
+    if (set == 0) {
+        sh->synced = 0;
+
+    } else if (set == 1) {
+        /* not in the middle of a writer's change */
+        if (ngx_http_ferrule_wlock(&sh->lock) != NGX_OK) {
+            return NGX_HTTP_FERRULE_BUSY;
+        }
+        sh->synced = 1;
         ngx_rwlock_unlock(&sh->lock);
     }
 
-    ngx_rwlock_rlock(&sh->lock);
-    synced = sh->synced ? 1 : 0;
-    ngx_rwlock_unlock(&sh->lock);
+    return sh->synced ? 1 : 0;
+}
 
-    return synced;
+
+/* Which zone this is: a number that differs from the previous zone's. */
+int
+ngx_http_ferrule_fast_epoch(void)
+{
+    ngx_shm_zone_t  *zone;
+
+    zone = ngx_http_ferrule_running_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    return (int) (((ngx_http_ferrule_shctx_t *) zone->data)->epoch & 0x7fffffff);
 }

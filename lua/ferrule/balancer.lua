@@ -133,21 +133,35 @@ end
 
 local reported_gen, reported_at = nil, 0
 
--- The C fast path's zone is new (a reload made it) or lost a host: mirror the
--- store into it again (one worker does it; a failure is retried after 10 s).
-local resync_at = 0
+-- The C fast path's zone does not mirror the store: it is new (a reload made it),
+-- a host did not fit, or the last write went to another zone (an old worker's,
+-- during a reload). Mirror the store into it again: one worker does it, under the
+-- writer lock; a failed attempt is retried after 10 s.
+local retry_at = 0
+local function stale_fast()
+    local synced = fast.synced()
+    return synced == false or (synced and store.fast_epoch() ~= fast.epoch())
+end
+
 local function resync_fast(now)
-    if now < resync_at or fast.synced() ~= false then
+    if not stale_fast() or (fast.synced() == false and now < retry_at) then
         return
     end
-    resync_at = now + 10
-    local _, err = store.locked(function()
-        if fast.synced() == false then
-            fast.resync(store.names(), store.decoded, (certificate.hosts()))
+    local ok, err = store.locked(function()
+        if not stale_fast() then
+            return true
         end
+        if not fast.resync(store.names(), store.decoded, (certificate.hosts())) then
+            return false
+        end
+        store.fast_written()
+        return true
     end)
-    if err then
-        ngx.log(ngx.ERR, "ferrule: fast path resync: ", err)
+    if not ok then
+        retry_at = now + 10
+        if err then
+            ngx.log(ngx.ERR, "ferrule: fast path resync: ", err)
+        end
     end
 end
 

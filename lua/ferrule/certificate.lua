@@ -227,6 +227,7 @@ function _M.write_locked(payload)
         end
     end
     d:safe_set("cv", payload.version)
+    store.fast_written()
     return d:get("g") or 0
 end
 

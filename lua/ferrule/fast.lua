@@ -20,6 +20,7 @@ int ngx_http_ferrule_fast_get(const char *name, size_t name_len,
     unsigned char *buf, size_t size);
 int ngx_http_ferrule_fast_tls(const char *host, size_t host_len, int on);
 int ngx_http_ferrule_fast_synced(int set);
+int ngx_http_ferrule_fast_epoch(void);
 ]])
 
 -- ffi.C resolves through every library loaded with RTLD_GLOBAL, which NGINX's
@@ -30,7 +31,10 @@ if pcall(function() return ffi.C.ngx_http_ferrule_fast_set end) then
 end
 
 local OK, NO_ZONE = 0, -1
-local REASONS = { [-2] = "bad input", [-3] = "zone full", [-5] = "buffer too small" }
+local REASONS = {
+    [-2] = "bad input", [-3] = "zone full", [-5] = "buffer too small",
+    [-6] = "zone lock stuck (every request goes to Lua)",
+}
 
 -- Whether the module and its zone are there (unknown until the first call).
 local zone = C ~= nil
@@ -83,8 +87,20 @@ function _M.tls(host, on)
     end
 end
 
+-- Which zone this worker writes to (nil: none). Writers record it in the store
+-- (ferrule.store.fast_written), so that workers of a new zone notice a write an
+-- old worker made to the old one during a reload.
+function _M.epoch()
+    if not zone then
+        return nil
+    end
+    local e = C.ngx_http_ferrule_fast_epoch()
+    return e >= 0 and e or nil
+end
+
 -- Whether the zone mirrors the whole store (nil: no zone). A new zone does not
--- (the shared dicts outlive it across a reload), nor one a host did not fit in.
+-- (the shared dicts outlive it across a reload), nor one a host did not fit in;
+-- until it does, the C side sends every request to Lua.
 function _M.synced()
     if not zone then
         return nil
@@ -102,8 +118,9 @@ end
 -- The caller holds the store's lock, so that no write interleaves.
 function _M.resync(names, backend_of, hosts)
     if not zone then
-        return
+        return false
     end
+    C.ngx_http_ferrule_fast_synced(0)
     for _, name in ipairs(names) do
         local b = backend_of(name)
         if b then
@@ -113,11 +130,11 @@ function _M.resync(names, backend_of, hosts)
     for _, h in ipairs(hosts) do
         if C.ngx_http_ferrule_fast_tls(h, #h, 1) ~= OK then
             ngx.log(ngx.WARN, "ferrule: fast path: the certificates' hosts do not fit;",
-                    " requests that may be ssl-redirects stay on Lua")
-            return
+                    " every request stays on Lua")
+            return false
         end
     end
-    C.ngx_http_ferrule_fast_synced(1)
+    return C.ngx_http_ferrule_fast_synced(1) == 1
 end
 
 -- The peers the C side holds for `name` (debugging): an array of "address:port",

@@ -165,6 +165,7 @@ function _M.write(payload)
     elseif payload.version ~= nil then
         d:safe_set("cv", payload.version)
     end
+    _M.fast_written()
     -- numbers replace numbers in place: no allocation, no eviction
     local okg, gerr = d:safe_set("g", gen)
     unlock(d)
@@ -191,6 +192,18 @@ end
 
 function _M.controller_version()
     return dict():get("cv")
+end
+
+-- Records which fast-path zone the last write went to (under the writer lock).
+function _M.fast_written()
+    local e = fast.epoch()
+    if e then
+        dict():safe_set("fe", e)
+    end
+end
+
+function _M.fast_epoch()
+    return dict():get("fe")
 end
 
 -- A stored backend as a table (nil if absent or undecodable).

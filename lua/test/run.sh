@@ -363,6 +363,34 @@ if [ "$FAST" = 1 ]; then
     api POST /configuration/certificates "$(jcerts 10 rm=a.example.com)" > /dev/null
     check "  ... a removed certificate leaves it (proxied by the fast path)" \
         [ "$(redirect a.example.com /redirect/)" = "200 " ]
+    # A POST that an old worker finishes after a reload made a new zone: it writes
+    # the old zone; the new workers notice (the zone it went to is recorded) and
+    # mirror the store again.
+    api POST /configuration/backends "{\"version\":21,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}" > /dev/null
+    python3 - "$SOCK" "$TOKEN" "$MASTER" "$WORK/conf/nginx.conf" "$B" > "$WORK/out/inflight" <<'PY'
+import json, os, signal, socket, sys, time
+sock, token, master, conf, port = sys.argv[1:]
+body = json.dumps({"version": 22, "backends": [{"name": "rr",
+    "endpoints": [{"address": "127.0.0.3", "port": int(port)}]}]}).encode()
+s = socket.socket(socket.AF_UNIX)
+s.connect(sock)
+s.sendall(b"POST /configuration/backends HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+          + token.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+          % len(body) + body[:10])
+time.sleep(0.3)
+text = open(conf).read()
+open(conf, "w").write(text.replace("ferrule_fast_zone 64m;", "ferrule_fast_zone 32m;"))
+os.kill(int(master), signal.SIGHUP)
+time.sleep(1.0)  # the new workers run, and have mirrored the store
+s.sendall(body[10:])
+print(s.recv(4096).split(b"\r\n")[0].decode())
+PY
+    check "  (an old worker answered the in-flight POST)" grep -q '^HTTP/1.1 201' "$WORK/out/inflight"
+    sleep 0.3
+    check "a POST an old worker wrote during a reload reaches the new zone" \
+        [ "$(fast_of rr)" = "[\"127.0.0.3:$B\"]" ]
+    hits "/rr/?[1-20]"
+    check "  ... and its traffic" [ "$(count "127.0.0.3:$B")" = 20 ]
 fi
 
 report
