@@ -500,18 +500,10 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
         return NGX_DECLINED;
     }
 
-    /* the largest copy, allocated before the lock */
-    fr = ngx_palloc(r->pool, offsetof(ngx_http_ferrule_request_t, peers)
-                    + NGX_HTTP_FERRULE_MAX_TRIES
-                      * sizeof(ngx_http_ferrule_peer_t));
-    if (fr == NULL) {
-        return NGX_ERROR;
-    }
-
     sh = fmcf->zone->data;
-    backend_hash = ngx_crc32_short(backend.data, backend.len);
-    redirect_hash = redirect.len ? ngx_crc32_short(redirect.data, redirect.len)
-                                 : 0;
+    /* the trees' keys: any hash will do, and crc32 was a third of this path */
+    backend_hash = ngx_hash_key(backend.data, backend.len);
+    redirect_hash = redirect.len ? ngx_hash_key(redirect.data, redirect.len) : 0;
 
     if (!sh->synced || ngx_http_ferrule_rlock(&sh->lock) != NGX_OK) {
         return NGX_DECLINED;
@@ -536,6 +528,15 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     }
 
     n = ngx_min(node->npeers, NGX_HTTP_FERRULE_MAX_TRIES);
+
+    /* from the request's pool: never waits on another worker */
+    fr = ngx_palloc(r->pool, offsetof(ngx_http_ferrule_request_t, peers)
+                             + n * sizeof(ngx_http_ferrule_peer_t));
+    if (fr == NULL) {
+        ngx_rwlock_unlock(&sh->lock);
+        return NGX_ERROR;
+    }
+
     start = ngx_atomic_fetch_add(&node->rr, 1) % node->npeers;
 
     for (i = 0; i < n; i++) {
@@ -690,7 +691,7 @@ ngx_http_ferrule_call(ngx_http_ferrule_call_t *call, const u_char *name,
     call->sh = zone->data;
     call->key.data = (u_char *) name;
     call->key.len = len;
-    call->hash = ngx_crc32_short(call->key.data, call->key.len);
+    call->hash = ngx_hash_key(call->key.data, call->key.len);
 
     return NGX_HTTP_FERRULE_OK;
 }
