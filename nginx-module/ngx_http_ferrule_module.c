@@ -48,8 +48,8 @@
 
 /* the value of a lock held for writing (as ngx_rwlock's) */
 #define NGX_HTTP_FERRULE_WLOCK       ((ngx_atomic_uint_t) -1)
-/* how long anyone waits for the lock: about a second for a writer */
-#define NGX_HTTP_FERRULE_SPINS       (1 << 22)
+/* how long anyone waits for the lock, in ms (a holder copies a few peers) */
+#define NGX_HTTP_FERRULE_LOCK_WAIT   1000
 
 
 /* the address families of endpoints (ngx_sockaddr_t also holds a unix path) */
@@ -85,8 +85,9 @@ typedef struct {
  * allocations and take `lock` for writing only to change a tree, then free what
  * they took out once no reader can reach it. Unlike the slab mutex, NGINX's
  * master does not release this lock for a worker that died holding it: every wait
- * for it is bounded, and a writer that gives up unsets `synced`, which sends
- * every request to Lua (a reader that gives up declines its request).
+ * for it is bounded (a second), and whoever gives up sets `stuck`, after which
+ * nobody waits for it again: requests go to Lua, writes fail at once and the
+ * zone is never complete again, until a new zone (a restart or a new size).
  */
 typedef struct {
     ngx_atomic_t                     lock;
@@ -103,6 +104,7 @@ typedef struct {
      * fails closed.
      */
     ngx_atomic_t                     synced;
+    ngx_atomic_t                     stuck;    /* a lock wait gave up */
     ngx_atomic_t                     epoch;    /* which zone this is */
 } ngx_http_ferrule_shctx_t;
 
@@ -160,6 +162,7 @@ int ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
 int ngx_http_ferrule_fast_tls(const u_char *host, size_t host_len, int on);
 int ngx_http_ferrule_fast_synced(int set);
 int ngx_http_ferrule_fast_epoch(void);
+int ngx_http_ferrule_fast_reset(void);
 
 
 static ngx_command_t  ngx_http_ferrule_commands[] = {
@@ -395,49 +398,67 @@ ngx_http_ferrule_init_upstream(ngx_conf_t *cf, ngx_http_upstream_srv_conf_t *us)
 }
 
 
+/* a monotonic clock in ms: NGINX's cached time does not move while we spin */
+static ngx_msec_t
+ngx_http_ferrule_clock(void)
+{
+    struct timespec  ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+
+    return (ngx_msec_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+
+/*
+ * Takes the zone's lock for reading (`write` 0) or writing; NGX_BUSY when it is
+ * stuck, or becomes so: held for longer than any holder needs, by a worker that
+ * died.
+ */
 static ngx_int_t
-ngx_http_ferrule_rlock(ngx_atomic_t *lock)
+ngx_http_ferrule_lock(ngx_http_ferrule_shctx_t *sh, ngx_uint_t write)
 {
     ngx_uint_t         i;
+    ngx_msec_t         start;
     ngx_atomic_uint_t  readers;
 
-    for (i = 0; i < NGX_HTTP_FERRULE_SPINS; i++) {
-        readers = *lock;
+    start = 0;
 
-        if (readers != NGX_HTTP_FERRULE_WLOCK
-            && ngx_atomic_cmp_set(lock, readers, readers + 1))
+    for (i = 0; !sh->stuck; i++) {
+        readers = sh->lock;
+
+        if (write) {
+            if (readers == 0
+                && ngx_atomic_cmp_set(&sh->lock, 0, NGX_HTTP_FERRULE_WLOCK))
+            {
+                return NGX_OK;
+            }
+
+        } else if (readers != NGX_HTTP_FERRULE_WLOCK
+                   && ngx_atomic_cmp_set(&sh->lock, readers, readers + 1))
         {
             return NGX_OK;
         }
 
-        if ((i & 1023) == 1023) {
-            ngx_sched_yield();
-
-        } else {
+        if ((i & 1023) != 1023) {
             ngx_cpu_pause();
-        }
-    }
-
-    return NGX_BUSY;
-}
-
-
-static ngx_int_t
-ngx_http_ferrule_wlock(ngx_atomic_t *lock)
-{
-    ngx_uint_t  i;
-
-    for (i = 0; i < NGX_HTTP_FERRULE_SPINS; i++) {
-        if (*lock == 0 && ngx_atomic_cmp_set(lock, 0, NGX_HTTP_FERRULE_WLOCK)) {
-            return NGX_OK;
+            continue;
         }
 
-        if ((i & 1023) == 1023) {
-            ngx_sched_yield();
+        if (start == 0) {
+            start = ngx_http_ferrule_clock();
 
-        } else {
-            ngx_cpu_pause();
+        } else if (ngx_http_ferrule_clock() - start > NGX_HTTP_FERRULE_LOCK_WAIT) {
+            sh->stuck = 1;
+            sh->synced = 0;
+            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                          "ferrule fast path: its zone's lock is stuck "
+                          "(a worker died holding it): every request goes to "
+                          "the Lua balancer from now on");
+            break;
         }
+
+        ngx_sched_yield();
     }
 
     return NGX_BUSY;
@@ -501,11 +522,23 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     }
 
     sh = fmcf->zone->data;
+    if (!sh->synced) {
+        return NGX_DECLINED;
+    }
+
+    /* the largest copy, allocated before the lock (which stays short) */
+    fr = ngx_palloc(r->pool, offsetof(ngx_http_ferrule_request_t, peers)
+                    + NGX_HTTP_FERRULE_MAX_TRIES
+                      * sizeof(ngx_http_ferrule_peer_t));
+    if (fr == NULL) {
+        return NGX_ERROR;
+    }
+
     /* the trees' keys: any hash will do, and crc32 was a third of this path */
     backend_hash = ngx_hash_key(backend.data, backend.len);
     redirect_hash = redirect.len ? ngx_hash_key(redirect.data, redirect.len) : 0;
 
-    if (!sh->synced || ngx_http_ferrule_rlock(&sh->lock) != NGX_OK) {
+    if (ngx_http_ferrule_lock(sh, 0) != NGX_OK) {
         return NGX_DECLINED;
     }
 
@@ -528,15 +561,6 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     }
 
     n = ngx_min(node->npeers, NGX_HTTP_FERRULE_MAX_TRIES);
-
-    /* from the request's pool: never waits on another worker */
-    fr = ngx_palloc(r->pool, offsetof(ngx_http_ferrule_request_t, peers)
-                             + n * sizeof(ngx_http_ferrule_peer_t));
-    if (fr == NULL) {
-        ngx_rwlock_unlock(&sh->lock);
-        return NGX_ERROR;
-    }
-
     start = ngx_atomic_fetch_add(&node->rr, 1) % node->npeers;
 
     for (i = 0; i < n; i++) {
@@ -689,6 +713,11 @@ ngx_http_ferrule_call(ngx_http_ferrule_call_t *call, const u_char *name,
 
     call->shpool = (ngx_slab_pool_t *) zone->shm.addr;
     call->sh = zone->data;
+
+    if (call->sh->stuck) {
+        return NGX_HTTP_FERRULE_BUSY;
+    }
+
     call->key.data = (u_char *) name;
     call->key.len = len;
     call->hash = ngx_hash_key(call->key.data, call->key.len);
@@ -709,8 +738,7 @@ ngx_http_ferrule_swap(ngx_http_ferrule_call_t *call, ngx_rbtree_t *tree,
 {
     ngx_str_node_t  *old;
 
-    if (ngx_http_ferrule_wlock(&call->sh->lock) != NGX_OK) {
-        call->sh->synced = 0;
+    if (ngx_http_ferrule_lock(call->sh, 1) != NGX_OK) {
         if (node) {
             ngx_slab_free_locked(call->shpool, node);
         }
@@ -947,7 +975,7 @@ ngx_http_ferrule_fast_get(const u_char *name, size_t name_len, u_char *buf,
     last = buf + size;
     rc = NGX_HTTP_FERRULE_NOT_FOUND;
 
-    if (ngx_http_ferrule_rlock(&call.sh->lock) != NGX_OK) {
+    if (ngx_http_ferrule_lock(call.sh, 0) != NGX_OK) {
         return NGX_HTTP_FERRULE_BUSY;
     }
 
@@ -1041,7 +1069,7 @@ ngx_http_ferrule_fast_synced(int set)
 
     } else if (set == 1) {
         /* not in the middle of a writer's change */
-        if (ngx_http_ferrule_wlock(&sh->lock) != NGX_OK) {
+        if (ngx_http_ferrule_lock(sh, 1) != NGX_OK) {
             return NGX_HTTP_FERRULE_BUSY;
         }
         sh->synced = 1;
@@ -1064,4 +1092,58 @@ ngx_http_ferrule_fast_epoch(void)
     }
 
     return (int) (((ngx_http_ferrule_shctx_t *) zone->data)->epoch & 0x7fffffff);
+}
+
+
+/* frees every node of `tree`; the caller holds the slab mutex and the write lock */
+static void
+ngx_http_ferrule_empty_locked(ngx_slab_pool_t *shpool, ngx_rbtree_t *tree)
+{
+    ngx_rbtree_node_t  *node;
+
+    while (tree->root != tree->sentinel) {
+        node = tree->root;
+        ngx_rbtree_delete(tree, node);
+        /* the node is the start of its allocation (ngx_str_node_t first) */
+        ngx_slab_free_locked(shpool, node);
+    }
+}
+
+
+/*
+ * Empties the zone and marks it incomplete: a resync starts from nothing, so
+ * that what the store no longer has (an old worker's removal during a reload)
+ * does not stay behind.
+ */
+int
+ngx_http_ferrule_fast_reset(void)
+{
+    ngx_shm_zone_t            *zone;
+    ngx_slab_pool_t           *shpool;
+    ngx_http_ferrule_shctx_t  *sh;
+
+    zone = ngx_http_ferrule_running_zone();
+    if (zone == NULL) {
+        return NGX_HTTP_FERRULE_NO_ZONE;
+    }
+
+    sh = zone->data;
+    shpool = (ngx_slab_pool_t *) zone->shm.addr;
+
+    sh->synced = 0;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    if (ngx_http_ferrule_lock(sh, 1) != NGX_OK) {
+        ngx_shmtx_unlock(&shpool->mutex);
+        return NGX_HTTP_FERRULE_BUSY;
+    }
+
+    ngx_http_ferrule_empty_locked(shpool, &sh->rbtree);
+    ngx_http_ferrule_empty_locked(shpool, &sh->tls);
+
+    ngx_rwlock_unlock(&sh->lock);
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    return NGX_HTTP_FERRULE_OK;
 }

@@ -144,7 +144,7 @@ local function stale_fast()
 end
 
 local function resync_fast(now)
-    if not stale_fast() or (fast.synced() == false and now < retry_at) then
+    if now < retry_at or not stale_fast() then
         return
     end
     local ok, err = store.locked(function()
@@ -157,11 +157,9 @@ local function resync_fast(now)
         store.fast_written()
         return true
     end)
-    if not ok then
-        retry_at = now + 10
-        if err then
-            ngx.log(ngx.ERR, "ferrule: fast path resync: ", err)
-        end
+    retry_at = ok and 0 or now + 10
+    if err then
+        ngx.log(ngx.ERR, "ferrule: fast path resync: ", err)
     end
 end
 

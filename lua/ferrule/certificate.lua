@@ -185,6 +185,7 @@ end
 -- store's writer lock: the fast path's copy of the hosts follows in the same order.
 function _M.write(payload)
     return store.locked(function()
+        store.fast_written()
         return _M.write_locked(payload)
     end)
 end
@@ -227,7 +228,6 @@ function _M.write_locked(payload)
         end
     end
     d:safe_set("cv", payload.version)
-    store.fast_written()
     return d:get("g") or 0
 end
 

@@ -21,6 +21,7 @@ int ngx_http_ferrule_fast_get(const char *name, size_t name_len,
 int ngx_http_ferrule_fast_tls(const char *host, size_t host_len, int on);
 int ngx_http_ferrule_fast_synced(int set);
 int ngx_http_ferrule_fast_epoch(void);
+int ngx_http_ferrule_fast_reset(void);
 ]])
 
 -- ffi.C resolves through every library loaded with RTLD_GLOBAL, which NGINX's
@@ -30,7 +31,7 @@ if pcall(function() return ffi.C.ngx_http_ferrule_fast_set end) then
     C = ffi.C
 end
 
-local OK, NO_ZONE = 0, -1
+local OK, NO_ZONE, BUSY = 0, -1, -6
 local REASONS = {
     [-2] = "bad input", [-3] = "zone full", [-5] = "buffer too small",
     [-6] = "zone lock stuck (every request goes to Lua)",
@@ -45,20 +46,23 @@ function _M.plain(b)
         and b.load_balance ~= "ewma"
 end
 
+-- Logs a failed call; returns false when the zone cannot be trusted to hold the
+-- store any more (its lock is stuck), true otherwise: any other failure leaves
+-- the name out of the zone, and the Lua balancer serves it, as it can.
 local function checked(rc, name)
     if rc == NO_ZONE then
         zone = false
     elseif rc ~= OK then
-        -- the backend is out of the zone: the Lua balancer serves it, as it can
         ngx.log(ngx.WARN, "ferrule: fast path: \"", name, "\" stays on Lua: ",
                 REASONS[rc] or rc)
     end
+    return rc ~= BUSY
 end
 
 -- After the store took backend `b` (validated): the zone follows.
 function _M.put(b)
     if not zone then
-        return
+        return true
     end
     local name = b.name
     if not _M.plain(b) or #b.endpoints == 0 then
@@ -70,7 +74,7 @@ function _M.put(b)
         keys[i] = util.endpoint_key(e.address, e.port)
     end
     local peers = concat(keys, " ")
-    checked(C.ngx_http_ferrule_fast_set(name, #name, peers, #peers), name)
+    return checked(C.ngx_http_ferrule_fast_set(name, #name, peers, #peers), name)
 end
 
 function _M.remove(name)
@@ -116,15 +120,16 @@ end
 -- Mirrors the whole store into the zone, then marks it complete: `names` of the
 -- backends, `backend_of(name)` their validated tables, `hosts` with a certificate.
 -- The caller holds the store's lock, so that no write interleaves.
+-- It starts from an empty zone (ngx_http_ferrule_fast_reset), so that nothing the
+-- store no longer has stays behind.
 function _M.resync(names, backend_of, hosts)
-    if not zone then
+    if not zone or C.ngx_http_ferrule_fast_reset() ~= OK then
         return false
     end
-    C.ngx_http_ferrule_fast_synced(0)
     for _, name in ipairs(names) do
         local b = backend_of(name)
-        if b then
-            _M.put(b)
+        if b and not _M.put(b) then
+            return false
         end
     end
     for _, h in ipairs(hosts) do

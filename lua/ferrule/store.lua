@@ -128,6 +128,7 @@ function _M.write(payload)
     if not ok then
         return nil, lerr, 503
     end
+    _M.fast_written()
     local gen = (d:get("g") or 0) + 1
     local names = {}
     local failed
@@ -165,7 +166,6 @@ function _M.write(payload)
     elseif payload.version ~= nil then
         d:safe_set("cv", payload.version)
     end
-    _M.fast_written()
     -- numbers replace numbers in place: no allocation, no eviction
     local okg, gerr = d:safe_set("g", gen)
     unlock(d)
@@ -194,12 +194,10 @@ function _M.controller_version()
     return dict():get("cv")
 end
 
--- Records which fast-path zone the last write went to (under the writer lock).
+-- Records which fast-path zone the next write goes to (under the writer lock,
+-- before the write: a write that fails halfway is noticed too); -1 for none.
 function _M.fast_written()
-    local e = fast.epoch()
-    if e then
-        dict():safe_set("fe", e)
-    end
+    dict():safe_set("fe", fast.epoch() or -1)
 end
 
 function _M.fast_epoch()

@@ -371,7 +371,8 @@ if [ "$FAST" = 1 ]; then
 import json, os, signal, socket, sys, time
 sock, token, master, conf, port = sys.argv[1:]
 body = json.dumps({"version": 22, "backends": [{"name": "rr",
-    "endpoints": [{"address": "127.0.0.3", "port": int(port)}]}]}).encode()
+    "endpoints": [{"address": "127.0.0.3", "port": int(port)}]}],
+    "removed": ["retry"]}).encode()
 s = socket.socket(socket.AF_UNIX)
 s.connect(sock)
 s.sendall(b"POST /configuration/backends HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
@@ -391,6 +392,7 @@ PY
         [ "$(fast_of rr)" = "[\"127.0.0.3:$B\"]" ]
     hits "/rr/?[1-20]"
     check "  ... and its traffic" [ "$(count "127.0.0.3:$B")" = 20 ]
+    check "  ... and a backend it removed is gone from it (503)" [ "$(status "$PROXY/retry/")" = 503 ]
 fi
 
 report
