@@ -284,6 +284,14 @@ ngx_http_ferrule_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     if (octx) {
         /* a reload with the same size keeps the zone and what it holds */
         shm_zone->data = octx;
+
+        if (octx->stuck && octx->lock == 0) {
+            /* nobody holds the lock now: whoever waited gave up too early
+             * (a holder paused, not dead); the workers resync */
+            octx->synced = 0;
+            octx->stuck = 0;
+        }
+
         return NGX_OK;
     }
 
@@ -500,6 +508,12 @@ ngx_http_ferrule_take(ngx_http_request_t *r, ngx_http_ferrule_srv_conf_t *fscf,
     ngx_http_ferrule_shctx_t      *sh;
     ngx_http_ferrule_request_t    *fr;
     ngx_http_ferrule_main_conf_t  *fmcf;
+
+    if (ngx_exiting) {
+        /* an old worker after a reload: its zone may be one nobody updates
+         * any more (a new size), while Lua reads the current store */
+        return NGX_DECLINED;
+    }
 
     fmcf = ngx_http_get_module_main_conf(r, ngx_http_ferrule_module);
     if (fmcf->zone == NULL || fmcf->zone->data == NULL) {
@@ -1072,11 +1086,12 @@ ngx_http_ferrule_fast_synced(int set)
         if (ngx_http_ferrule_lock(sh, 1) != NGX_OK) {
             return NGX_HTTP_FERRULE_BUSY;
         }
-        sh->synced = 1;
+        /* another process may have given up on the lock meanwhile */
+        sh->synced = !sh->stuck;
         ngx_rwlock_unlock(&sh->lock);
     }
 
-    return sh->synced ? 1 : 0;
+    return (sh->synced && !sh->stuck) ? 1 : 0;
 }
 
 

@@ -134,8 +134,8 @@ function _M.resync(names, backend_of, hosts)
     end
     for _, h in ipairs(hosts) do
         if C.ngx_http_ferrule_fast_tls(h, #h, 1) ~= OK then
-            ngx.log(ngx.WARN, "ferrule: fast path: the certificates' hosts do not fit;",
-                    " every request stays on Lua")
+            ngx.log(ngx.WARN, "ferrule: fast path: the certificates' hosts do not fit",
+                    " (or its lock is stuck): every request stays on Lua")
             return false
         end
     end
