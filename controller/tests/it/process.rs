@@ -823,3 +823,32 @@ async fn a_clean_start_parses_the_configuration_once() {
     assert!(reloaded, "log:\n{}", f.logs());
     assert_eq!(f.metric("ferrule_config_tests_total", "").await, 1.0);
 }
+
+/// A fast-path module that this NGINX does not load (built for another NGINX, or
+/// broken) costs speed, not service: Ferrule runs on the Lua balancer alone and
+/// says why.
+#[tokio::test]
+async fn a_fast_path_module_nginx_cannot_load_leaves_lua_serving() {
+    let modules = tempfile::tempdir().unwrap();
+    for m in ["ndk_http_module.so", "ngx_http_lua_module.so"] {
+        std::os::unix::fs::symlink(
+            std::path::Path::new("/usr/lib/nginx/modules").join(m),
+            modules.path().join(m),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        modules.path().join("ngx_http_ferrule_module.so"),
+        "not a module",
+    )
+    .unwrap();
+    let dir = modules.path().to_str().unwrap();
+    let (a, _m, f) = echo_web("127.0.0.2", &["--balancer", "lua", "--nginx-modules", dir]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    assert_eq!(f.fast_path("demo_echo_80").await, serde_json::Value::Null);
+    assert!(
+        f.logs().contains("no C fast path"),
+        "the reason is logged:\n{}",
+        f.logs()
+    );
+}
