@@ -527,15 +527,16 @@ where
 pub async fn echo_group(ips: &[&str]) -> Vec<Echo> {
     'port: for _ in 0..20 {
         let port = free_port();
-        let mut out = Vec::new();
+        // Every listener bound before any serves: a port probed and released could
+        // be taken by a parallel test before the echo binds it again.
+        let mut listeners = Vec::new();
         for ip in ips {
             match tokio::net::TcpListener::bind((*ip, port)).await {
-                Ok(l) => drop(l),
+                Ok(l) => listeners.push(l),
                 Err(_) => continue 'port,
             }
-            out.push(Echo::start_on(ip, port).await);
         }
-        return out;
+        return listeners.into_iter().map(Echo::serve).collect();
     }
     panic!("no common free port for {ips:?}");
 }
