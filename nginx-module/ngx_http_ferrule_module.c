@@ -23,7 +23,9 @@
  * So the module only ever makes a decision the Lua balancer would have made for a
  * plain backend: the next endpoint in round robin, up to four attempts on
  * distinct endpoints. Peers are copied out of the zone under its lock, so a
- * concurrent update never changes a request's peers under it.
+ * concurrent update never changes a request's peers under it. It serves only
+ * while the zone is known to mirror the whole Lua store (`synced`, see the zone's
+ * context below): otherwise, and in old workers after a reload, Lua decides.
  */
 
 #include <ngx_config.h>
