@@ -168,8 +168,8 @@ local function timer(premature)
         return
     end
     sync()
-    resync_fast(ngx.now())
     local now = ngx.now()
+    resync_fast(now)
     if state.gen ~= reported_gen or now - reported_at >= 1 then
         reported_gen, reported_at = state.gen, now
         pcall(store.report, ngx.worker.pid(), state.gen or 0)

@@ -181,16 +181,8 @@ function _M.call()
     end
 end
 
--- Writer used by the configuration API (payload already validated), under the
--- store's writer lock: the fast path's copy of the hosts follows in the same order.
-function _M.write(payload)
-    return store.locked(function()
-        store.fast_written()
-        return _M.write_locked(payload)
-    end)
-end
-
-function _M.write_locked(payload)
+-- The certificate store's writes (see write below for the lock).
+local function write_locked(payload)
     local d = dict()
     local function put(host, pair)
         local s = cjson.encode({ cert = pair.cert, key = pair.key })
@@ -229,6 +221,15 @@ function _M.write_locked(payload)
     end
     d:safe_set("cv", payload.version)
     return d:get("g") or 0
+end
+
+-- Writer used by the configuration API (payload already validated), under the
+-- store's writer lock: the fast path's copy of the hosts follows in the same order.
+function _M.write(payload)
+    return store.locked(function()
+        store.fast_written()
+        return write_locked(payload)
+    end)
 end
 
 function _M.hosts()
