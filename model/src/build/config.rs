@@ -21,29 +21,59 @@ pub(crate) fn global(
         proxy_send_timeout: 60,
         ..Global::default()
     };
-    // ingress-nginx's defaults: a year, subdomains included, no preload.
-    let (mut hsts, mut max_age, mut subdomains, mut preload) = (true, 31_536_000u32, true, false);
-    let hsts_value = |on: bool, max_age: u32, subdomains: bool, preload: bool| {
-        on.then(|| {
-            let mut v = format!("max-age={max_age}");
-            if subdomains {
+    let mut hsts = Hsts::default();
+    if let Some(cm) = cm {
+        read(cm, &mut g, &mut hsts, problems);
+    }
+    g.hsts = hsts.header();
+    g
+}
+
+/// The ConfigMap's `hsts*` keys.
+struct Hsts {
+    on: bool,
+    max_age: u32,
+    subdomains: bool,
+    preload: bool,
+}
+
+impl Default for Hsts {
+    /// ingress-nginx's defaults: a year, subdomains included, no preload.
+    fn default() -> Self {
+        Hsts {
+            on: true,
+            max_age: 31_536_000,
+            subdomains: true,
+            preload: false,
+        }
+    }
+}
+
+impl Hsts {
+    /// The Strict-Transport-Security value, `None` when off.
+    fn header(&self) -> Option<String> {
+        self.on.then(|| {
+            let mut v = format!("max-age={}", self.max_age);
+            if self.subdomains {
                 v.push_str("; includeSubDomains");
             }
-            if preload {
+            if self.preload {
                 v.push_str("; preload");
             }
             v
         })
-    };
-    g.hsts = hsts_value(hsts, max_age, subdomains, preload);
-    let Some(cm) = cm else { return g };
+    }
+}
+
+/// Reads the ConfigMap's keys into `g` and `hsts`.
+fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Problem>) {
     let r = ResourceRef::new(
         "ConfigMap",
         cm.metadata.namespace.as_deref().unwrap_or_default(),
         cm.metadata.name.as_deref().unwrap_or_default(),
     );
     let Some(data) = cm.data.as_ref() else {
-        return g;
+        return;
     };
     let mut bad = |key: &str, v: &str, reason: String| {
         problems.push(Problem {
@@ -80,13 +110,13 @@ pub(crate) fn global(
                 }
             }
             "hsts" | "hsts-include-subdomains" | "hsts-preload" => match value::boolean(v.trim()) {
-                Ok(b) if key == "hsts" => hsts = b,
-                Ok(b) if key == "hsts-preload" => preload = b,
-                Ok(b) => subdomains = b,
+                Ok(b) if key == "hsts" => hsts.on = b,
+                Ok(b) if key == "hsts-preload" => hsts.preload = b,
+                Ok(b) => hsts.subdomains = b,
                 Err(e) => bad(key, v, e),
             },
             "hsts-max-age" => match value::integer(v.trim(), 0, i32::MAX as u32) {
-                Ok(n) => max_age = n,
+                Ok(n) => hsts.max_age = n,
                 Err(e) => bad(key, v, e),
             },
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
@@ -95,6 +125,4 @@ pub(crate) fn global(
             _ => {}
         }
     }
-    g.hsts = hsts_value(hsts, max_age, subdomains, preload);
-    g
 }

@@ -525,7 +525,10 @@ impl Builder<'_> {
                     _ => (hosts::prefix(&raw), PathMatch::Prefix),
                 };
                 let location = self.servers.get(&host).and_then(|s| s.locations.get(&key));
-                let primary_owner = location.map(|l| l.owner.clone());
+                // reported on only for a canary from another namespace
+                let primary_owner = location
+                    .filter(|l| l.owner.namespace != r.namespace)
+                    .map(|l| l.owner.clone());
                 let primary = location.map(|l| l.target.clone());
                 let Some(Target::Backend(primary)) = primary else {
                     let msg = format!(
@@ -576,12 +579,12 @@ impl Builder<'_> {
                         });
                         // As in ingress-nginx, any namespace may add a canary to a
                         // host + path; the primary's owner at least sees it in its status.
-                        if let Some(owner) = primary_owner.filter(|o| o.namespace != r.namespace) {
+                        if let Some(owner) = &primary_owner {
                             let msg = format!(
                                 "canary: {r} (another namespace) receives part of the traffic of backend {primary} (host {host} path {}), routed to {canary}",
                                 key.0
                             );
-                            self.problem(&owner, Severity::Warning, msg);
+                            self.problem(owner, Severity::Warning, msg);
                         }
                     }
                 }
@@ -686,22 +689,28 @@ impl Builder<'_> {
             None => {
                 let key = secret.split_once('/').expect("claims hold namespace/name");
                 let now = self.snap.settings.now;
-                let c = match self.secrets.get(&key) {
+                let certificate = match self.secrets.get(&key) {
                     None => Err(format!("Secret {name} not found")),
                     Some(s) => tls::certificate(s, now).map_err(|e| format!("Secret {name}: {e}")),
                 };
                 // A Secret that exists but whose new version is not valid keeps its
                 // last valid version while that is not expired (a deleted one does not).
-                let c = match (c, self.snap.previous_certificates.get(&name)) {
-                    (Err(e), Some(prev))
-                        if self.secrets.contains_key(&key) && prev.not_after >= now =>
-                    {
-                        CheckedSecret {
-                            certificate: Ok(prev.clone()),
+                let previous = || {
+                    let prev = self.snap.previous_certificates.get(&name)?;
+                    (prev.not_after >= now).then(|| prev.clone())
+                };
+                let c = match certificate {
+                    Err(e) if self.secrets.contains_key(&key) => match previous() {
+                        Some(prev) => CheckedSecret {
+                            certificate: Ok(prev),
                             refused: Some(e),
-                        }
-                    }
-                    (c, _) => CheckedSecret {
+                        },
+                        None => CheckedSecret {
+                            certificate: Err(e),
+                            refused: None,
+                        },
+                    },
+                    c => CheckedSecret {
                         certificate: c,
                         refused: None,
                     },
@@ -728,7 +737,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.tls host {host}: {e}; serving the Secret's last valid version"
                     );
-                    self.problem(&claim.owner.clone(), Severity::Error, msg);
+                    self.problem(&claim.owner, Severity::Error, msg);
                 }
                 certs.insert(name.clone(), cert);
                 ServerTls {
@@ -736,9 +745,8 @@ impl Builder<'_> {
                 }
             }
             Err(e) => {
-                let owner = claim.owner.clone();
                 self.problem(
-                    &owner,
+                    &claim.owner,
                     Severity::Error,
                     format!("spec.tls host {host}: {e}; serving the default certificate"),
                 );

@@ -180,12 +180,11 @@ fn extended_mode(rest: &[u8]) -> bool {
     let Some(flags) = rest.strip_prefix(b"?") else {
         return false;
     };
-    let on: Vec<u8> = flags
+    let n = flags
         .iter()
         .take_while(|c| c.is_ascii_alphabetic() || **c == b'^')
-        .copied()
-        .collect();
-    matches!(flags.get(on.len()), Some(b')' | b':' | b'-')) && on.contains(&b'x')
+        .count();
+    matches!(flags.get(n), Some(b')' | b':' | b'-')) && flags[..n].contains(&b'x')
 }
 
 /// The name of a named group whose `(` precedes `rest`.
