@@ -58,7 +58,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         let (mut render, nginx, module) = (
             args.render.clone(),
             args.nginx_binary.clone(),
-            args.fast_path_module.clone(),
+            args.fast_path_module.take(),
         );
         move || {
             ferrule::nginx::fast_path::enable(&mut render, &nginx, module.as_deref());
@@ -123,7 +123,6 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         coalesce: args.coalesce,
         min_reload_interval: args.min_reload_interval,
         shutdown_grace_period: args.shutdown_grace_period,
-        drain_timeout: ferrule::nginx::render::WORKER_SHUTDOWN_TIMEOUT,
     };
     sync::run(rx, dataplane, shared, opts, applied_tx, shutdown_signal()).await
 }

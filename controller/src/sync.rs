@@ -37,9 +37,6 @@ pub struct SyncOptions {
     /// After SIGTERM: how long NGINX keeps accepting new connections while the pod
     /// reports not Ready (endpoints and load balancers take a while to notice).
     pub shutdown_grace_period: Duration,
-    /// Then, how long NGINX's workers may finish the requests in flight before they
-    /// are killed (NGINX's own `worker_shutdown_timeout` is the same).
-    pub drain_timeout: Duration,
 }
 
 /// The balancer client and the last view posted through it.
@@ -546,7 +543,8 @@ async fn reload_task(
         }
     }
     // A little longer than NGINX's own limit, so that NGINX ends its workers itself.
-    let drain = opts.drain_timeout + Duration::from_secs(5);
+    // then the requests in flight: NGINX's worker_shutdown_timeout
+    let drain = crate::nginx::render::WORKER_SHUTDOWN_TIMEOUT + Duration::from_secs(5);
     dataplane.nginx().quit(drain).await;
 }
 

@@ -4,35 +4,38 @@
 //! modules, and used only when this NGINX loads it, so a module built for another
 //! NGINX costs speed, never the service.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
+use super::emit::quote;
 use super::render::{Balancer, RenderOptions};
 
 /// The module's file name in the modules directory.
 pub const MODULE: &str = "ngx_http_ferrule_module.so";
 
-/// The module's path if `nginx` loads it after `lua_modules` (a configuration
-/// using it passes `nginx -t`); otherwise why not.
-pub fn probe(nginx: &Path, lua_modules: &[String], dir: &Path) -> Result<PathBuf, String> {
-    let module = dir.join(MODULE);
+/// Whether `nginx` loads `module` after `lua_modules` (a configuration using it
+/// passes `nginx -t`); if not, why not.
+pub fn probe(nginx: &Path, lua_modules: &[String], module: &Path) -> Result<(), String> {
     if !module.is_file() {
         return Err(format!("{} not found", module.display()));
     }
     let tmp = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
     let mut conf = String::new();
+    // written as nginx.conf.tera writes the same paths: through the emitter
     for m in lua_modules
         .iter()
         .map(String::as_str)
         .chain([module.to_str().unwrap_or("")])
     {
-        conf.push_str(&format!("load_module {m};\n"));
+        conf.push_str(&format!("load_module {};\n", quote(m)));
     }
+    let path = |f: &str| quote(&tmp.path().join(f).to_string_lossy());
     conf.push_str(&format!(
-        "pid {0}/nginx.pid;\nerror_log {0}/error.log;\nevents {{}}\n\
+        "pid {};\nerror_log {};\nevents {{}}\n\
          http {{ ferrule_fast_zone 1m; upstream u {{ server 0.0.0.1:1; \
          balancer_by_lua_block {{ }} ferrule_fast; }} }}\n",
-        tmp.path().display()
+        path("nginx.pid"),
+        path("error.log")
     ));
     let file = tmp.path().join("nginx.conf");
     std::fs::write(&file, conf).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -48,7 +51,7 @@ pub fn probe(nginx: &Path, lua_modules: &[String], dir: &Path) -> Result<PathBuf
         .output()
         .map_err(|e| format!("{}: {e}", nginx.display()))?;
     if out.status.success() {
-        Ok(module)
+        Ok(())
     } else {
         Err(format!(
             "{} does not load it: {}",
@@ -66,9 +69,8 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
     if opts.balancer != Balancer::Lua {
         return;
     }
-    let dir = module.parent().unwrap_or(Path::new("."));
-    match probe(nginx, &opts.modules, dir) {
-        Ok(module) => {
+    match probe(nginx, &opts.modules, module) {
+        Ok(()) => {
             tracing::info!(module = %module.display(), "C fast path for plain backends");
             opts.modules.push(module.to_string_lossy().into_owned());
             opts.fast_path = true;

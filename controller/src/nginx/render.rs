@@ -338,7 +338,7 @@ impl Renderer {
             worker_shutdown_timeout: format!("{}s", WORKER_SHUTDOWN_TIMEOUT.as_secs()),
             lua_path: format!("{}/?.lua;;", self.path("lua")),
             backends_dict: "128m".to_owned(),
-            fast_path: self.opts.fast_path && self.opts.balancer == Balancer::Lua,
+            fast_path: self.opts.fast_path,
             certificates_dict: format!("{}m", self.opts.certificate_store_mib),
             token_file_lua: lua_quote(&self.path("conf/balancer.token")),
             njs: self.opts.balancer == Balancer::Njs,
