@@ -383,12 +383,8 @@ impl Renderer {
         let regex_mode = s.locations.iter().any(|l| l.path_match == PathMatch::Regex);
         let mut ordered: Vec<&Location> = s.locations.iter().collect();
         if regex_mode {
-            ordered.sort_by_key(|l| l.path_match != PathMatch::Exact);
-            let exact_count = ordered
-                .iter()
-                .take_while(|l| l.path_match == PathMatch::Exact)
-                .count();
-            ordered[exact_count..].sort_by(|a, b| route::precedence(a).cmp(&route::precedence(b)));
+            // (exact ones keep the model's order: precedence is that order for them)
+            ordered.sort_by_key(|l| (l.path_match != PathMatch::Exact, route::precedence(l)));
         }
         for l in ordered {
             match l.path_match {
