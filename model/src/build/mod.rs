@@ -169,7 +169,7 @@ impl Builder<'_> {
                 "spec.defaultBackend".to_owned()
             });
             if let Target::Backend(name) = &target {
-                self.set_balancing(name, Some(r), a);
+                self.set_balancing(name, r, a);
             }
             match &self.catch_all {
                 None => self.catch_all = Some((r.clone(), target)),
@@ -238,7 +238,7 @@ impl Builder<'_> {
                     format!("host {host} path {path}")
                 });
                 if let Target::Backend(name) = &target {
-                    self.set_balancing(name, Some(r), a);
+                    self.set_balancing(name, r, a);
                 }
                 if !self.servers.contains_key(&host) {
                     let acc = ServerAcc {
@@ -381,9 +381,15 @@ impl Builder<'_> {
                 };
                 // The headless fallback resolves the plain backend under another
                 // memo key: the one already built (with its balancing) stays.
-                let res = res.map(|b| {
+                // A new backend balances as the ConfigMap's load-balance says until an
+                // Ingress's annotations say otherwise (set_balancing).
+                let load_balance = self.global.load_balance;
+                let res = res.map(|mut b| {
                     let name = b.name.clone();
-                    self.backends.entry(name.clone()).or_insert(b);
+                    self.backends.entry(name.clone()).or_insert_with(|| {
+                        b.balancing.load_balance = load_balance;
+                        b
+                    });
                     name
                 });
                 self.resolved.insert(key.clone(), res.clone());
@@ -426,19 +432,13 @@ impl Builder<'_> {
     }
 
     /// Gives `backend` the balancing settings `r`'s annotations set and no older
-    /// Ingress set before (the ConfigMap's `load-balance` where none does); a setting
-    /// that differs from the older one is reported on `r`.
-    fn set_balancing(&mut self, backend: &str, r: Option<&ResourceRef>, a: &IngressAnnotations) {
+    /// Ingress set before; a setting that differs from the older one is reported on
+    /// `r`.
+    fn set_balancing(&mut self, backend: &str, r: &ResourceRef, a: &IngressAnnotations) {
         let Some(b) = self.backends.get_mut(backend) else {
             return;
         };
-        let owners = self.balancing.entry(backend.to_owned()).or_insert_with(|| {
-            b.balancing.load_balance = self.global.load_balance;
-            BalancingOwners::default()
-        });
-        let Some(r) = r else {
-            return;
-        };
+        let owners = self.balancing.entry(backend.to_owned()).or_default();
         // `value`: what `r` sets, if anything; taken when nobody set `field` before.
         fn claim<T: PartialEq>(
             field: &mut T,
@@ -568,7 +568,7 @@ impl Builder<'_> {
                         // ingress-nginx keeps a canary Ingress's load-balance,
                         // upstream-hash-by and affinity annotations (it ignores the
                         // others); Ingresses routing to the Service directly come first.
-                        self.set_balancing(&canary, Some(r), a);
+                        self.set_balancing(&canary, r, a);
                         let b = self
                             .backends
                             .get_mut(&primary)
@@ -811,14 +811,10 @@ impl Builder<'_> {
             }),
             resource: None,
         };
-        let target = self.target(ns, &r, &backend, (false, false), || {
-            "--default-backend-service".to_owned()
-        });
         // No annotations: the ConfigMap's defaults, unless an Ingress routes to it.
-        if let Target::Backend(name) = &target {
-            self.set_balancing(name, None, &IngressAnnotations::default());
-        }
-        target
+        self.target(ns, &r, &backend, (false, false), || {
+            "--default-backend-service".to_owned()
+        })
     }
 }
 
