@@ -119,6 +119,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         balancer: Default::default(),
         certificate_store_mib: 256,
         fast_path: false,
+        worker_dir: None,
     };
     let pem = ferrule::tls::self_signed_default().expect("default certificate");
     Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), pem).expect("prefix")

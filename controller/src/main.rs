@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ferrule_model::{Diff, Settings};
 
-use ferrule::nginx::render::Balancer;
+use ferrule::nginx::render::{Balancer, RenderOptions};
 use ferrule::source;
 
 mod commands;
@@ -127,11 +127,11 @@ struct NginxFlags {
 }
 
 impl NginxFlags {
-    fn render_options(&self, configmap: Option<String>) -> ferrule::nginx::render::RenderOptions {
+    fn render_options(&self, configmap: Option<String>) -> RenderOptions {
         let root = nix::unistd::geteuid().is_root();
         let prefix =
             std::path::absolute(&self.nginx_prefix).unwrap_or_else(|_| self.nginx_prefix.clone());
-        ferrule::nginx::render::RenderOptions {
+        RenderOptions {
             prefix,
             listen_address: self.listen_address.clone(),
             http_port: self.http_port,
@@ -148,7 +148,18 @@ impl NginxFlags {
             balancer: self.balancer,
             certificate_store_mib: self.certificate_store_size,
             fast_path: false,
+            worker_dir: None,
         }
+    }
+
+    /// [`Self::render_options`] for `ferrule run`: with a worker directory where the
+    /// worker user cannot enter the prefix (`ferrule::nginx::worker_dir`).
+    fn run_options(&self, configmap: Option<String>) -> Result<RenderOptions> {
+        let mut opts = self.render_options(configmap);
+        if let Some(user) = opts.user.as_deref() {
+            opts.worker_dir = ferrule::nginx::worker_dir::choose(&opts.prefix, user)?;
+        }
+        Ok(opts)
     }
 
     /// Where Ferrule's C fast path module would be, unless turned off (see
@@ -158,10 +169,7 @@ impl NginxFlags {
     }
 
     /// [`Self::render_options`] with the fast path decided now (`nginx -t`).
-    fn render_options_probed(
-        &self,
-        configmap: Option<String>,
-    ) -> ferrule::nginx::render::RenderOptions {
+    fn render_options_probed(&self, configmap: Option<String>) -> RenderOptions {
         let mut opts = self.render_options(configmap);
         ferrule::nginx::fast_path::enable(
             &mut opts,
@@ -373,7 +381,7 @@ async fn main() -> Result<()> {
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
-                render: nginx.render_options(flags.config_map_ref()),
+                render: nginx.run_options(flags.config_map_ref())?,
                 fast_path_module: nginx.fast_path_module(),
                 nginx_binary: nginx.nginx_binary.clone(),
                 settings: flags.settings(),

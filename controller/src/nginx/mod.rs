@@ -20,6 +20,7 @@ pub mod files;
 pub mod process;
 pub mod render;
 pub mod safety;
+pub mod worker_dir;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::DirBuilderExt;
@@ -122,7 +123,8 @@ impl Dataplane {
         nginx_binary: PathBuf,
         default_pem: Vec<u8>,
     ) -> std::io::Result<Self> {
-        let nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone());
+        let nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone())
+            .with_worker_dir(renderer.options().worker_dir.clone());
         Self::prepare(renderer, nginx, default_pem, None)
     }
 
@@ -136,7 +138,8 @@ impl Dataplane {
         nginx_binary: PathBuf,
         default_pem: Vec<u8>,
     ) -> std::io::Result<Self> {
-        let mut nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone());
+        let mut nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone())
+            .with_worker_dir(renderer.options().worker_dir.clone());
         let adopted = nginx.adopt().await;
         let mut dataplane = Self::prepare(renderer, nginx, default_pem, adopted)?;
         dataplane.check_adopted_token().await;
@@ -154,8 +157,9 @@ impl Dataplane {
         for d in ["conf/servers", "conf/certs", "logs", "run"] {
             std::fs::create_dir_all(prefix.join(d))?;
         }
+        std::fs::create_dir_all(opts.worker_path("run"))?;
         for d in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
-            let dir = prefix.join("tmp").join(d);
+            let dir = opts.worker_path("tmp").join(d);
             std::fs::create_dir_all(&dir)?;
             if let Some(user) = opts.user.as_deref() {
                 chown_to(&dir, user);
@@ -179,7 +183,7 @@ impl Dataplane {
             .then(|| {
                 let parts: Vec<Vec<u8>> = default_files
                     .iter()
-                    .filter_map(|f| std::fs::read(prefix.join(f)).ok())
+                    .filter_map(|f| std::fs::read(default_path(opts, f)).ok())
                     .collect();
                 (parts.len() == default_files.len()).then(|| parts.concat())
             })
@@ -205,6 +209,7 @@ impl Dataplane {
             // certificate's files at handshakes, so they belong to the worker user.
             Balancer::Njs => {
                 install(&prefix.join(render::NJS_DIR), njs::NJS_FILES)?;
+                std::fs::create_dir_all(opts.worker_path("conf"))?;
                 if kept_token.is_none() {
                     let json = serde_json::json!({ "token": token }).to_string();
                     files::atomic_write(&prefix.join(token_file), json.as_bytes(), 0o600)?;
@@ -214,7 +219,7 @@ impl Dataplane {
                     (render::NJS_DEFAULT_CERT, cert),
                     (render::NJS_DEFAULT_KEY, key),
                 ] {
-                    let path = prefix.join(rel);
+                    let path = opts.worker_path(rel);
                     if write_default {
                         files::atomic_write(&path, pem.as_bytes(), 0o600)?;
                     }
@@ -249,7 +254,7 @@ impl Dataplane {
         if self.renderer.options().balancer != Balancer::Njs {
             return Ok(());
         }
-        let dir = self.prefix().join(render::NJS_STATE_DIR);
+        let dir = self.renderer.options().worker_path(render::NJS_STATE_DIR);
         match std::fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
@@ -810,6 +815,15 @@ pub fn split_pem(pem: &str) -> (String, String) {
         }
     }
     (certs, keys)
+}
+
+/// Where a default certificate file is: the worker processes read njs's, the
+/// master Lua's.
+fn default_path(opts: &render::RenderOptions, rel: &str) -> PathBuf {
+    match opts.balancer {
+        Balancer::Lua => opts.prefix.join(rel),
+        Balancer::Njs => opts.worker_path(rel),
+    }
 }
 
 fn chown_to(dir: &Path, user: &str) {

@@ -16,8 +16,9 @@ pub const API_SOCKET: &str = "run/balancer.sock";
 pub const UNAVAILABLE_SOCKET: &str = "run/answer-503.sock";
 /// The socket of the server that answers the ssl-redirect for the Lua balancer.
 pub const REDIRECT_SOCKET: &str = "run/answer-redirect.sock";
-/// Every unix socket NGINX listens on.
-const SOCKETS: [&str; 3] = [API_SOCKET, UNAVAILABLE_SOCKET, REDIRECT_SOCKET];
+/// The unix sockets NGINX listens on that worker processes connect to (below the
+/// worker directory, `RenderOptions::worker_path`); the API socket is the prefix's.
+const ANSWER_SOCKETS: [&str; 2] = [UNAVAILABLE_SOCKET, REDIRECT_SOCKET];
 
 /// The master's pid file, relative to the prefix (`pid` in nginx.conf).
 pub const PID_FILE: &str = "run/nginx.pid";
@@ -89,6 +90,8 @@ pub struct Nginx {
     adopted: Option<i32>,
     /// Process group of the current (or last) master and its workers.
     group: Option<i32>,
+    /// Where the answer sockets are, when not below the prefix.
+    worker_dir: Option<PathBuf>,
 }
 
 /// A running master found by [`Nginx::adopt`].
@@ -109,7 +112,15 @@ impl Nginx {
             child: None,
             adopted: None,
             group: None,
+            worker_dir: None,
         }
+    }
+
+    /// The answer sockets are below `dir` rather than the prefix (see
+    /// `RenderOptions::worker_dir`).
+    pub fn with_worker_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.worker_dir = dir;
+        self
     }
 
     /// Takes over a master that an earlier controller process started on this prefix
@@ -219,8 +230,10 @@ impl Nginx {
         }
         self.adopted = None;
         self.kill_group();
-        for socket in SOCKETS {
-            match std::fs::remove_file(self.prefix.join(socket)) {
+        let worker_dir = self.worker_dir.as_ref().unwrap_or(&self.prefix);
+        let answers = ANSWER_SOCKETS.iter().map(|s| worker_dir.join(s));
+        for socket in std::iter::once(self.prefix.join(API_SOCKET)).chain(answers) {
+            match std::fs::remove_file(socket) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }

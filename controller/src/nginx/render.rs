@@ -129,6 +129,17 @@ pub struct RenderOptions {
     /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
     /// plain backends are then balanced without entering Lua.
     pub fast_path: bool,
+    /// Where the paths that worker processes open themselves live (the answer
+    /// sockets, temporary files, the njs state and default certificate), when the
+    /// worker user cannot enter the prefix ([`super::worker_dir`]); `None`: the prefix.
+    pub worker_dir: Option<PathBuf>,
+}
+
+impl RenderOptions {
+    /// `rel` below the directory the worker processes reach (see `worker_dir`).
+    pub fn worker_path(&self, rel: &str) -> PathBuf {
+        self.worker_dir.as_ref().unwrap_or(&self.prefix).join(rel)
+    }
 }
 
 /// A rendered file and its source map.
@@ -319,9 +330,13 @@ impl Renderer {
         self.opts.prefix.join(rel).to_string_lossy().into_owned()
     }
 
-    /// A unix socket below the prefix, as `listen` and `set_current_peer` name it.
-    fn unix(&self, rel: &str) -> String {
-        format!("unix:{}", self.path(rel))
+    fn worker_path(&self, rel: &str) -> String {
+        self.opts.worker_path(rel).to_string_lossy().into_owned()
+    }
+
+    /// A unix socket, as `listen` and `set_current_peer` name it.
+    fn unix(path: String) -> String {
+        format!("unix:{path}")
     }
 
     fn main_view(&self, model: &Model) -> MainView {
@@ -334,7 +349,7 @@ impl Renderer {
             error_log: self.path("logs/error.log"),
             access_log: self.path("logs/access.log"),
             mime_types: "/etc/nginx/mime.types".to_owned(),
-            tmp: self.path("tmp"),
+            tmp: self.worker_path("tmp"),
             worker_shutdown_timeout: format!("{}s", WORKER_SHUTDOWN_TIMEOUT.as_secs()),
             lua_path: format!("{}/?.lua;;", self.path("lua")),
             backends_dict: "128m".to_owned(),
@@ -346,15 +361,17 @@ impl Renderer {
             njs_main: self.path(&format!("{NJS_DIR}/ferrule.js")),
             njs_token_file: self.path(NJS_TOKEN_FILE),
             // `js_var` expands variables in its value: a `$` in the prefix is literal.
-            njs_state_dir: literal_in_variables(&self.path(NJS_STATE_DIR)),
-            njs_default_cert: literal_in_variables(&self.path(NJS_DEFAULT_CERT)),
-            njs_default_key: literal_in_variables(&self.path(NJS_DEFAULT_KEY)),
+            njs_state_dir: literal_in_variables(&self.worker_path(NJS_STATE_DIR)),
+            njs_default_cert: literal_in_variables(&self.worker_path(NJS_DEFAULT_CERT)),
+            njs_default_key: literal_in_variables(&self.worker_path(NJS_DEFAULT_KEY)),
             servers_glob: self.path("conf/servers/*.conf"),
-            api_listen: self.unix(process::API_SOCKET),
-            unavailable_listen: self.unix(process::UNAVAILABLE_SOCKET),
-            redirect_listen: self.unix(process::REDIRECT_SOCKET),
-            unavailable_peer_lua: lua_quote(&self.unix(process::UNAVAILABLE_SOCKET)),
-            redirect_peer_lua: lua_quote(&self.unix(process::REDIRECT_SOCKET)),
+            api_listen: Self::unix(self.path(process::API_SOCKET)),
+            unavailable_listen: Self::unix(self.worker_path(process::UNAVAILABLE_SOCKET)),
+            redirect_listen: Self::unix(self.worker_path(process::REDIRECT_SOCKET)),
+            unavailable_peer_lua: lua_quote(&Self::unix(
+                self.worker_path(process::UNAVAILABLE_SOCKET),
+            )),
+            redirect_peer_lua: lua_quote(&Self::unix(self.worker_path(process::REDIRECT_SOCKET))),
             config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),

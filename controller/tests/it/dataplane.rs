@@ -46,3 +46,79 @@ async fn serves_an_ingress_and_follows_file_changes() {
         (200, a.addr.to_string())
     );
 }
+
+/// A prefix below a directory that NGINX's worker user cannot enter (`mktemp -d`,
+/// `/root`): Ferrule's own answers, TLS and large bodies work as anywhere else.
+#[tokio::test]
+async fn a_prefix_below_a_private_directory_serves_every_answer() {
+    use std::os::unix::fs::PermissionsExt;
+    let a = Echo::start("127.0.0.2").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "web", &["tls.test"]);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    m.write("none.yaml", &service("demo", "none", &[]));
+    m.write("secret.yaml", &tls_secret("demo", "web-tls", &cert, &key));
+    m.write(
+        "empty.yaml",
+        &ingress(
+            "demo",
+            "empty",
+            "2026-01-01T00:00:00Z",
+            "empty.test",
+            &[("/", "Prefix", "none")],
+            &[],
+        ),
+    );
+    m.write(
+        "tls.yaml",
+        &Ing::new("demo", "tls", "2026-01-01T00:00:00Z")
+            .rule("tls.test", &[("/", "Prefix", "echo")])
+            .tls(&["tls.test"], "web-tls")
+            .yaml(),
+    );
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let f = Ferrule::start_in(private, m.path(), &[]).await;
+
+    assert_eq!(f.get("empty.test", "/").await.0, 503, "{}", f.logs());
+    assert_eq!(f.get("tls.test", "/x").await.0, 308, "{}", f.logs());
+    let v = https_get(&f, "tls.test", "/x").await;
+    assert_eq!(v["backend"], a.addr.to_string(), "{}", f.logs());
+    // A body larger than NGINX's buffer goes through a temporary file.
+    let body = vec![b'x'; 200_000];
+    let r = client()
+        .post(format!("http://127.0.0.1:{}/upload", f.http))
+        .header("Host", "empty.test")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    m.write(
+        "empty.yaml",
+        &ingress(
+            "demo",
+            "empty",
+            "2026-01-01T00:00:00Z",
+            "empty.test",
+            &[("/", "Prefix", "echo")],
+            &[],
+        ),
+    );
+    let routed = wait_until(Duration::from_secs(5), || async {
+        f.get("empty.test", "/").await.0 == 200
+    })
+    .await;
+    assert!(routed, "{}", f.logs());
+    let r = client()
+        .post(format!("http://127.0.0.1:{}/upload", f.http))
+        .header("Host", "empty.test")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", f.logs());
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["body_bytes"], 200_000);
+}

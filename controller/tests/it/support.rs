@@ -258,6 +258,22 @@ impl Ferrule {
     }
 
     fn spawn_source(source: &[String], extra: &[&str]) -> Ferrule {
+        Self::spawn_in(tempfile::tempdir().unwrap(), source, extra)
+    }
+
+    /// Starts Ferrule on `manifests` with its prefix below `dir`, and waits until it
+    /// is Ready (e.g. a directory that NGINX's worker user cannot enter).
+    pub async fn start_in(dir: tempfile::TempDir, manifests: &Path, extra: &[&str]) -> Ferrule {
+        let source = [
+            "--manifests".to_owned(),
+            manifests.to_string_lossy().into_owned(),
+        ];
+        let f = Self::spawn_in(dir, &source, extra);
+        f.wait_ready(Duration::from_secs(20)).await;
+        f
+    }
+
+    fn spawn_in(prefix: tempfile::TempDir, source: &[String], extra: &[&str]) -> Ferrule {
         // FERRULE_IT_BALANCER=njs runs every test that does not choose a balancer
         // against the njs one (e.g. `cargo test --test it conformance::`).
         let balancer: Vec<String> = match std::env::var("FERRULE_IT_BALANCER") {
@@ -266,7 +282,6 @@ impl Ferrule {
             }
             _ => Vec::new(),
         };
-        let prefix = tempfile::tempdir().unwrap();
         let (http, https, status) = (free_port(), free_port(), free_port());
         let log = prefix.path().join("ferrule.log");
         let mut args: Vec<String> = vec!["run".into()];

@@ -63,6 +63,7 @@ fn opts(prefix: &str) -> RenderOptions {
         balancer: Balancer::Lua,
         certificate_store_mib: 256,
         fast_path: false,
+        worker_dir: None,
     }
 }
 
