@@ -57,6 +57,12 @@ struct Common {
     /// NGINX serves a configuration and the balancer holds its state (the reload
     /// task's half of readiness; the other half is "not everything excluded").
     serving: AtomicBool,
+    /// NGINX served the ConfigMap (or the defaults, without one) accepted whole at
+    /// least once in this process: until then a rejected ConfigMap keeps the pod not
+    /// Ready (see [`update_readiness`]).
+    configmap_proven: AtomicBool,
+    /// The reason for that was logged (once per process).
+    configmap_unready_logged: AtomicBool,
     /// The model NGINX serves (set by the reload task).
     applied: watch::Sender<Option<Arc<Model>>>,
     /// The newest snapshot the model task evaluated and the model it built: what the
@@ -88,6 +94,8 @@ pub async fn run(
         }),
         exclusions: RwLock::new(Exclusions::default()),
         serving: AtomicBool::new(false),
+        configmap_proven: AtomicBool::new(false),
+        configmap_unready_logged: AtomicBool::new(false),
         applied,
         latest: std::sync::Mutex::new(None),
     });
@@ -230,7 +238,7 @@ async fn model_task(
             }
             Some(Diff::Unchanged) | Some(Diff::Dynamic { .. }) => {
                 publish_status(&common, &snap, &model, &excl);
-                update_readiness(&common, &snap, &excl);
+                update_readiness(&common, &snap, &model, &excl);
             }
         }
         // The fast path: whatever the reload task is doing, the balancer gets the new
@@ -241,7 +249,7 @@ async fn model_task(
             let since = snap.observed.map_or(detected, |o| o.min(detected));
             let (posted, restored) = post_dynamic(&common, since).await;
             if restored {
-                update_readiness(&common, &snap, &excl);
+                update_readiness(&common, &snap, &model, &excl);
             }
             retry = (!posted).then(|| Instant::now() + retry_backoff);
             retry_backoff = if posted {
@@ -507,7 +515,10 @@ async fn reload_task(
                 publish_status(&common, &snap, &outcome.model, &excl);
                 poster.restarting = false;
                 common.serving.store(synced.is_ok(), Ordering::SeqCst);
-                update_readiness(&common, &snap, &excl);
+                if configmap_rejection(&snap, &outcome.model, &excl).is_none() {
+                    common.configmap_proven.store(true, Ordering::SeqCst);
+                }
+                update_readiness(&common, &snap, &outcome.model, &excl);
                 // The model task's newest model was built without what this pass
                 // learnt (an Ingress excluded, a version held back) when it differs
                 // from this one of the same snapshot.
@@ -548,15 +559,60 @@ async fn reload_task(
     dataplane.nginx().quit(drain).await;
 }
 
-/// Ready: NGINX serves and the balancer is synced, and not every Ingress is
-/// excluded. Recomputed on every sync, so it comes back by itself (e.g. when the
-/// excluded resources are fixed or deleted).
-fn update_readiness(common: &Common, snap: &Snapshot, excl: &Exclusions) {
+/// Ready: NGINX serves and the balancer is synced, not every Ingress is excluded,
+/// and a pod that never served its ConfigMap does not serve without it. Recomputed
+/// on every sync, so it comes back by itself (e.g. when the excluded resources or
+/// the ConfigMap are fixed or deleted).
+///
+/// The ConfigMap rule is config safety's for shared inputs: a running pod keeps the
+/// last good ConfigMap and stays Ready, but a new pod has none, and a rollout must
+/// stall on it rather than finish with every replica serving the defaults (without
+/// the administrator's timeouts, HSTS or global restrictions).
+fn update_readiness(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclusions) {
     let owned = ferrule_model::owned_ingresses(snap);
     let serving = common.serving.load(Ordering::SeqCst);
+    let unproven = if common.configmap_proven.load(Ordering::SeqCst) {
+        None
+    } else {
+        configmap_rejection(snap, model, excl)
+    };
+    if let Some(why) = &unproven
+        && !common.configmap_unready_logged.swap(true, Ordering::SeqCst)
+    {
+        tracing::error!(
+            configmap = %why.0,
+            reason = %why.1,
+            "not Ready: the ConfigMap is rejected and this pod has no earlier good version of it; \
+             Ready once it is fixed"
+        );
+    }
     common
         .shared
-        .set_ready(serving && !excl.serves_none_of(&owned));
+        .set_ready(serving && !excl.serves_none_of(&owned) && unproven.is_none());
+}
+
+/// Why the snapshot's ConfigMap is not applied whole (`namespace/name`, reason):
+/// `nginx -t` held it back, or the model refused a value of it.
+fn configmap_rejection(
+    snap: &Snapshot,
+    model: &Model,
+    excl: &Exclusions,
+) -> Option<(String, String)> {
+    let cm = snap.config_map.as_deref()?;
+    let r = ResourceRef::new(
+        "ConfigMap",
+        cm.metadata.namespace.as_deref().unwrap_or_default(),
+        cm.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let name = format!("{}/{}", r.namespace, r.name);
+    if let Some(held) = &excl.configmap {
+        return Some((name, held.message.clone()));
+    }
+    model
+        .problems
+        .iter()
+        .find(|p| p.resource == r && p.severity == Severity::Error)
+        .map(|p| (name, p.message.clone()))
 }
 
 /// Recomputes what `/status/resources` reports from the model NGINX serves and the

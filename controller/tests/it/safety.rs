@@ -546,8 +546,11 @@ async fn startup_bisects_errors_that_name_no_usable_line() {
     assert_eq!(f.get("wrongline.test", "/").await.0, 404);
 }
 
+// A new pod has no last good ConfigMap: it serves the defaults (NGINX must run) but
+// is not Ready, so that a rollout stalls instead of finishing without the
+// administrator's settings; fixing the ConfigMap makes it Ready by itself.
 #[tokio::test]
-async fn startup_falls_back_to_the_defaults_when_the_shared_configuration_fails() {
+async fn startup_with_a_rejected_configmap_serves_the_defaults_but_is_not_ready() {
     let echo = Echo::start("127.0.0.1").await;
     let m = manifests(&echo);
     for i in 0..2 {
@@ -561,16 +564,64 @@ async fn startup_falls_back_to_the_defaults_when_the_shared_configuration_fails(
         "cm.yaml",
         &configmap(&[("http-snippet", "limit_req zone=nosuch burst=1;")]),
     );
-    let f = Ferrule::start(m.path(), CONFIGMAP).await;
+    let f = Ferrule::spawn(m.path(), CONFIGMAP);
     let message = wait_state(&f, "ConfigMap", "ferrule", "rejected").await;
     assert!(
         message.contains("zero size shared memory zone"),
         "{message}"
     );
     for i in 0..2 {
-        assert_eq!(f.get(&format!("ing{i}.test"), "/").await.0, 200);
+        wait_status(&f, &format!("ing{i}.test"), 200).await;
         assert_eq!(state(&f, "Ingress", &format!("ing{i}")).await.0, "applied");
     }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.get_status("/readyz").await.0, 503, "{}", f.logs());
+    let said = f
+        .logs()
+        .matches("the ConfigMap is rejected and this pod has no earlier good version")
+        .count();
+    assert_eq!(said, 1, "logged once: {}", f.logs());
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[("location-snippet", "add_header X-Shared fixed;")]),
+    );
+    f.wait_ready(WAIT).await;
+    wait_state(&f, "ConfigMap", "ferrule", "applied").await;
+    assert_eq!(
+        header(&f, "ing0.test", "x-shared").await.as_deref(),
+        Some("fixed")
+    );
+
+    // Running, it keeps the last good version and stays Ready.
+    m.write(
+        "cm.yaml",
+        &configmap(&[("location-snippet", "bogus_shared;")]),
+    );
+    wait_state(&f, "ConfigMap", "ferrule", "rejected").await;
+    assert_eq!(f.get_status("/readyz").await.0, 200);
+    assert_eq!(
+        header(&f, "ing1.test", "x-shared").await.as_deref(),
+        Some("fixed")
+    );
+}
+
+// The same for a value the model refuses: a new pod does not serve without it.
+#[tokio::test]
+async fn startup_with_an_invalid_configmap_value_is_not_ready_until_fixed() {
+    let echo = Echo::start("127.0.0.1").await;
+    let m = manifests(&echo);
+    m.write("ing.yaml", &ing("ing", T0, "ing.test", &[]));
+    m.write("cm.yaml", &configmap(&[("proxy-body-size", "huge")]));
+    let f = Ferrule::spawn(m.path(), CONFIGMAP);
+    let message = wait_state(&f, "ConfigMap", "ferrule", "rejected").await;
+    assert!(message.contains("proxy-body-size"), "{message}");
+    wait_status(&f, "ing.test", 200).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.get_status("/readyz").await.0, 503, "{}", f.logs());
+    m.write("cm.yaml", &configmap(&[("proxy-body-size", "2m")]));
+    f.wait_ready(WAIT).await;
+    wait_state(&f, "ConfigMap", "ferrule", "applied").await;
 }
 
 #[tokio::test]
