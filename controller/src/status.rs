@@ -94,10 +94,10 @@ impl Shared {
             if old.map(|o| (o.state, &o.message)) != Some((r.state, &r.message)) {
                 match r.state {
                     ResourceState::Applied => {
-                        tracing::info!(kind = %r.kind, namespace = %r.namespace, name = %r.name, message = %r.message, "resource applied")
+                        tracing::info!(kind = %r.kind, namespace = %r.namespace, name = %r.name, problems = %r.message, "resource applied")
                     }
                     ResourceState::Rejected => {
-                        tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name, message = %r.message, "resource rejected")
+                        tracing::warn!(kind = %r.kind, namespace = %r.namespace, name = %r.name, problems = %r.message, "resource rejected")
                     }
                 }
             }

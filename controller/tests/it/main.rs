@@ -10,6 +10,7 @@ mod conformance;
 mod dataplane;
 mod dynamic;
 mod e2e;
+mod logs;
 mod njs;
 mod process;
 mod protocols;

@@ -333,7 +333,6 @@ impl Ferrule {
         Command::new(env!("CARGO_BIN_EXE_ferrule"))
             .args(args)
             .env("RUST_LOG", "info,ferrule=debug")
-            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
