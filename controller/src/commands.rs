@@ -148,6 +148,40 @@ pub fn render(model: &Model, opts: RenderOptions) -> Result<usize> {
 }
 
 /// `ferrule validate`: config safety without serving; prints problems per resource.
+/// The migration report of `ferrule validate`: per Ingress Ferrule serves, what it
+/// does with each annotation under the prefix (supported, ignored with a Warning,
+/// or rejecting the Ingress). Invalid values follow among the problems.
+fn migration_report(snap: &Snapshot) {
+    use ferrule_model::annotations::registry::{Verdict, verdict};
+    let owned: std::collections::BTreeSet<_> =
+        ferrule_model::owned_ingresses(snap).into_iter().collect();
+    let prefix = format!("{}/", snap.settings.annotations_prefix);
+    for ing in &snap.ingresses {
+        let r = ferrule::nginx::safety::ingress_ref(ing);
+        if !owned.contains(&r) {
+            continue;
+        }
+        let ours: Vec<(&String, &str)> = ing
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .filter_map(|(k, _)| k.strip_prefix(&prefix).map(|name| (k, name)))
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        println!("{r}: annotations:");
+        for (full, name) in ours {
+            match verdict(name, full) {
+                Verdict::Supported => println!("  {full}: supported"),
+                Verdict::Ignored(why) => println!("  {full}: ignored with a warning: {why}"),
+                Verdict::Rejecting(why) => println!("  {full}: rejects the Ingress: {why}"),
+            }
+        }
+    }
+}
+
 pub async fn validate(
     snap: &Snapshot,
     model: &Model,
@@ -162,6 +196,7 @@ pub async fn validate(
     dataplane.dry_run = true;
     let mut excl = Exclusions::default();
     dataplane.apply(snap, &mut excl).await.context("nginx -t")?;
+    migration_report(snap);
     let mut rejected = false;
     for (r, e) in &excl.ingresses {
         rejected = true;

@@ -83,6 +83,27 @@ struct ModelFlags {
     /// `NAMESPACE/NAME` of the controller ConfigMap.
     #[arg(long)]
     configmap: Option<String>,
+    /// Prefix of the annotations Ferrule reads, as ingress-nginx's flag.
+    #[arg(long, default_value = ferrule_model::snapshot::DEFAULT_ANNOTATIONS_PREFIX, value_parser = annotations_prefix)]
+    annotations_prefix: String,
+}
+
+/// An annotation prefix: a DNS subdomain, as Kubernetes requires of the part of an
+/// annotation key before its `/`.
+fn annotations_prefix(v: &str) -> Result<String, String> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if v.len() <= 253 && v.split('.').all(label_ok) {
+        Ok(v.to_owned())
+    } else {
+        Err("expected a DNS subdomain such as nginx.ingress.kubernetes.io".to_owned())
+    }
 }
 
 impl ModelFlags {
@@ -97,6 +118,7 @@ impl ModelFlags {
             default_backend_service: self.default_backend_service.clone(),
             default_certificate: self.default_ssl_certificate.clone(),
             allow_snippet_annotations: self.allow_snippet_annotations,
+            annotations_prefix: self.annotations_prefix.clone(),
             now,
         }
     }

@@ -454,3 +454,133 @@ fn configmap_without_namespace_is_named_by_the_namespace_read() {
         );
     }
 }
+
+/// An Ingress `name` in `web` for `host` with `annotations` (full keys).
+fn annotated(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
+    let annotations: String = annotations
+        .iter()
+        .map(|(k, v)| format!("    {k}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: web
+  creationTimestamp: "2024-01-01T00:00:00Z"
+  annotations:
+{annotations}spec:
+  ingressClassName: ferrule
+  rules:
+    - host: {host}
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend:
+              service: {{ name: front, port: {{ number: 80 }} }}
+"#
+    )
+}
+
+/// The migration report an ingress-nginx user runs before switching: each
+/// annotation supported, ignored with a warning, or rejecting its Ingress.
+#[test]
+fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
+    let mut docs = documents();
+    docs.push(annotated(
+        "guarded",
+        "guarded.example.com",
+        &[
+            (
+                "nginx.ingress.kubernetes.io/whitelist-source-range",
+                "10.0.0.0/8",
+            ),
+            ("nginx.ingress.kubernetes.io/ssl-redirect", "false"),
+        ],
+    ));
+    docs.push(annotated(
+        "cors",
+        "cors.example.com",
+        &[("nginx.ingress.kubernetes.io/enable-cors", "true")],
+    ));
+    let dir = plain(&docs);
+    let o = ferrule(&["validate", "--manifests", dir.path().to_str().unwrap()]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    for line in [
+        "Ingress web/guarded: annotations:",
+        "  nginx.ingress.kubernetes.io/ssl-redirect: supported",
+        "  nginx.ingress.kubernetes.io/whitelist-source-range: rejects the Ingress: annotation nginx.ingress.kubernetes.io/whitelist-source-range (allow and deny lists) restricts access",
+        "  nginx.ingress.kubernetes.io/enable-cors: ignored with a warning: annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored",
+        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/whitelist-source-range",
+        "Ingress web/cors: warning: annotation nginx.ingress.kubernetes.io/enable-cors",
+        "  nginx.ingress.kubernetes.io/proxy-read-timeout: supported",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+
+    // The warning alone does not fail validation.
+    let mut docs = documents();
+    docs.push(annotated(
+        "cors",
+        "cors.example.com",
+        &[("nginx.ingress.kubernetes.io/enable-cors", "true")],
+    ));
+    let dir = plain(&docs);
+    let o = ferrule(&["validate", "--manifests", dir.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
+/// `--annotations-prefix` as in ingress-nginx: the other prefix is read, the
+/// default one is then another controller's.
+#[test]
+fn annotations_prefix_selects_the_annotations_read() {
+    let mut docs = documents();
+    docs.push(annotated(
+        "custom",
+        "custom.example.com",
+        &[
+            ("custom.example/auth-url", "http://auth.example/"),
+            ("nginx.ingress.kubernetes.io/proxy-body-size", "not a size"),
+        ],
+    ));
+    let dir = plain(&docs);
+    let manifests = dir.path().to_str().unwrap();
+    let o = ferrule(&["validate", "--manifests", manifests]);
+    assert!(!o.status.success());
+    assert!(
+        stdout(&o).contains("proxy-body-size: invalid value"),
+        "{}",
+        stdout(&o)
+    );
+    let o = ferrule(&[
+        "validate",
+        "--manifests",
+        manifests,
+        "--annotations-prefix",
+        "custom.example",
+    ]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "Ingress web/custom: error: annotation custom.example/auth-url (external auth)"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("proxy-body-size"), "{out}");
+    let o = ferrule(&[
+        "validate",
+        "--manifests",
+        manifests,
+        "--annotations-prefix",
+        "Not/A",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--annotations-prefix"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -9,6 +9,9 @@ use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 /// The default value of `IngressClass.spec.controller` that Ferrule claims.
 pub const DEFAULT_CONTROLLER: &str = "ferrule.dev/ingress-controller";
 
+/// The annotations prefix of ingress-nginx, which Ferrule reads by default.
+pub const DEFAULT_ANNOTATIONS_PREFIX: &str = "nginx.ingress.kubernetes.io";
+
 /// Controller settings that influence the model (flags, not cluster objects).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
@@ -24,6 +27,9 @@ pub struct Settings {
     pub default_certificate: Option<String>,
     /// Honour `configuration-snippet` / `server-snippet` annotations.
     pub allow_snippet_annotations: bool,
+    /// The prefix of the annotations Ferrule reads, without its `/`
+    /// (`--annotations-prefix`, default `nginx.ingress.kubernetes.io`).
+    pub annotations_prefix: String,
     /// "Now" as seconds since the Unix epoch, for certificate expiry (kept as an
     /// input so that model building stays pure and deterministic).
     pub now: i64,
@@ -38,6 +44,7 @@ impl Default for Settings {
             default_backend_service: None,
             default_certificate: None,
             allow_snippet_annotations: false,
+            annotations_prefix: DEFAULT_ANNOTATIONS_PREFIX.to_owned(),
             now: 0,
         }
     }

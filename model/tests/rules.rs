@@ -1673,3 +1673,106 @@ fn canary_on_the_primarys_own_service_is_a_problem_on_the_canary() {
     expect_no_problems_on(&m, "Ingress default/real-canary");
     expect_no_problems_on(&m, "Ingress default/main");
 }
+
+// ---------------------------------------------------------------------------------------
+// Annotations Ferrule does not implement: never silently dropped
+
+#[test]
+fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
+    let yaml = docs![
+        app("default/web", "10.0.0.1"),
+        Ing::new("default/allowlist", 1)
+            .ann(
+                "nginx.ingress.kubernetes.io/whitelist-source-range",
+                "10.0.0.0/8"
+            )
+            .rule("allowlist.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/auth", 1)
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-url",
+                "http://auth.example/check"
+            )
+            .rule("auth.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/cors", 1)
+            .ann("nginx.ingress.kubernetes.io/enable-cors", "true")
+            .ann("nginx.ingress.kubernetes.io/ssl-redirect", "false")
+            .rule("cors.test", &[("/", "Prefix", "web", "80")]),
+        // Another controller's prefix is not ours to judge.
+        Ing::new("default/other-prefix", 1)
+            .ann("example.com/auth-url", "http://auth.example/check")
+            .rule("other-prefix.test", &[("/", "Prefix", "web", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("allowlist.test", "/", "404"),
+            ("auth.test", "/", "404"),
+            ("cors.test", "/", "default_web_80"),
+            ("other-prefix.test", "/", "default_web_80"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/allowlist",
+                "annotation nginx.ingress.kubernetes.io/whitelist-source-range (allow and deny lists) restricts access and Ferrule does not implement it yet",
+            ),
+            (
+                "Ingress default/auth",
+                "nginx.ingress.kubernetes.io/auth-url (external auth)",
+            ),
+            (
+                "Ingress default/cors",
+                "annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored",
+            ),
+        ],
+    );
+    let severity = |name: &str| {
+        m.problems
+            .iter()
+            .find(|p| p.resource.name == name)
+            .map(|p| p.severity)
+    };
+    assert_eq!(severity("allowlist"), Some(Severity::Error));
+    assert_eq!(severity("auth"), Some(Severity::Error));
+    assert_eq!(severity("cors"), Some(Severity::Warning));
+    expect_no_problems_on(&m, "Ingress default/other-prefix");
+}
+
+/// A ConfigMap key Ferrule does not implement is reported: an error when it
+/// restricts access for every host, a Warning otherwise.
+#[test]
+fn configmap_unimplemented_keys_are_reported() {
+    let m = ferrule_model::build(&snapshot(&docs![config_map(&[
+        ("whitelist-source-range", "10.0.0.0/8"),
+        ("global-auth-url", "http://auth.example/"),
+        ("use-gzip", "true"),
+        ("proxy-body-size", "2m"),
+    ])]));
+    let on_cm: std::collections::BTreeSet<(bool, &str)> = m
+        .problems
+        .iter()
+        .filter(|p| p.resource.kind == "ConfigMap")
+        .map(|p| (p.severity == Severity::Error, p.message.as_str()))
+        .collect();
+    assert_eq!(
+        on_cm,
+        std::collections::BTreeSet::from([
+            (
+                Severity::Error,
+                "key global-auth-url restricts access and Ferrule does not implement it yet; the hosts are served without it"
+            ),
+            (
+                Severity::Warning,
+                "key use-gzip is not implemented by Ferrule and is ignored"
+            ),
+            (
+                Severity::Error,
+                "key whitelist-source-range restricts access and Ferrule does not implement it yet; the hosts are served without it"
+            ),
+        ]
+        .map(|(s, t)| (s == Severity::Error, t)))
+    );
+    assert_eq!(m.global.proxy_body_size, "2m");
+}

@@ -61,6 +61,7 @@ pub fn start(
     tx: watch::Sender<Option<Arc<Snapshot>>>,
 ) -> Store<Ingress> {
     let dirty = Arc::new(Notify::new());
+    let _ = CUSTOM_PREFIX.set(settings.annotations_prefix.clone());
     let ns = opts.namespace.as_deref();
     let api = |c: &Client| -> (Api<Ingress>, Api<Service>, Api<EndpointSlice>, Api<Secret>) {
         match ns {
@@ -203,10 +204,21 @@ fn holds_tls(s: &Secret) -> bool {
         .is_some_and(|d| d.contains_key("tls.crt") || d.contains_key("tls.key"))
 }
 
-/// Annotations of an Ingress the model reads: ours and the legacy class.
+/// Annotations of an Ingress the model reads: ours (under any prefix that ends in
+/// `ingress.kubernetes.io`, so that `--annotations-prefix` needs nothing here, and
+/// any other prefix named by that flag) and the legacy class.
 fn ingress_annotation_wanted(key: &str) -> bool {
-    key.starts_with(ferrule_model::annotations::PREFIX) || key == "kubernetes.io/ingress.class"
+    let Some((prefix, _)) = key.split_once('/') else {
+        return false;
+    };
+    prefix.ends_with("ingress.kubernetes.io")
+        || key == "kubernetes.io/ingress.class"
+        || CUSTOM_PREFIX.get().is_some_and(|p| p == prefix)
 }
+
+/// A `--annotations-prefix` that [`ingress_annotation_wanted`] would not keep by its
+/// suffix (the reflectors' strip functions are plain functions).
+static CUSTOM_PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Drops the annotations the model does not read (typically the large
 /// `kubectl.kubernetes.io/last-applied-configuration`). Spec, status, labels,

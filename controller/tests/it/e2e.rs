@@ -378,6 +378,67 @@ async fn status_and_events_are_written() {
     );
     assert_eq!(f.get("good.e2e", "/").await.0, 200);
 
+    // An access restriction Ferrule does not implement rejects its Ingress (served
+    // without it, it would be open to everyone); any other unimplemented key is
+    // served, with a Warning naming it.
+    c.apply(&k8s_ingress(
+        ns,
+        "guarded",
+        "guarded.e2e",
+        &[("/", "Prefix", "echo")],
+        &[("whitelist-source-range", "10.0.0.0/8")],
+    ));
+    c.apply(&k8s_ingress(
+        ns,
+        "cors",
+        "cors.e2e",
+        &[("/", "Prefix", "echo")],
+        &[("enable-cors", "true")],
+    ));
+    for (name, key) in [
+        ("guarded", "whitelist-source-range"),
+        ("cors", "enable-cors"),
+    ] {
+        let warned = wait_until(Duration::from_secs(15), || async {
+            let events = c.json(&["get", "events.events.k8s.io", "-n", ns]);
+            events["items"].as_array().into_iter().flatten().any(|e| {
+                e["type"] == "Warning"
+                    && e["regarding"]["name"] == name
+                    && e["note"].as_str().unwrap_or_default().contains(key)
+            })
+        })
+        .await;
+        assert!(
+            warned,
+            "Warning event on {name} naming {key}; log:\n{}",
+            f.logs()
+        );
+    }
+    let served = wait_until(Duration::from_secs(10), || async {
+        f.get("cors.e2e", "/").await.0 == 200
+    })
+    .await;
+    assert!(served, "the Ingress with a harmless unknown key is served");
+    assert_eq!(
+        f.get("guarded.e2e", "/").await.0,
+        404,
+        "not served without its allowlist"
+    );
+    let guarded = f
+        .resource("Ingress", ns, "guarded")
+        .await
+        .unwrap_or_default();
+    assert_eq!(guarded["state"], "rejected", "{guarded}");
+    let cors = f.resource("Ingress", ns, "cors").await.unwrap_or_default();
+    assert_eq!(cors["state"], "applied", "{cors}");
+    assert!(
+        cors["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("enable-cors"),
+        "{cors}"
+    );
+
     // Fixed, it is served and a Normal event says so (the Warning is not the last
     // word). Events of earlier runs may exist: only one named in a later pass counts.
     let before: std::collections::HashSet<String> =

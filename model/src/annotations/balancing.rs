@@ -2,7 +2,75 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::registry::{Family, Risk::*, Scope::*, key};
 use super::{AnnotationError, IngressAnnotations, Reader, value};
+/// The family's keys (see `registry.rs`).
+pub(super) const FAMILY: Family = Family {
+    name: "balancing and affinity",
+    keys: &[
+        key("load-balance", Backend, Low, "round_robin or ewma"),
+        key(
+            "upstream-hash-by",
+            Backend,
+            Low,
+            "consistent hashing on an NGINX variable expression",
+        ),
+        key(
+            "affinity",
+            Backend,
+            Low,
+            "cookie: session affinity by cookie",
+        ),
+        key(
+            "session-cookie-name",
+            Backend,
+            Low,
+            "name of the affinity cookie (default INGRESSCOOKIE)",
+        ),
+        key(
+            "session-cookie-path",
+            Backend,
+            Low,
+            "Path of the affinity cookie",
+        ),
+        key(
+            "session-cookie-max-age",
+            Backend,
+            Low,
+            "Max-Age of the affinity cookie",
+        ),
+        key(
+            "session-cookie-expires",
+            Backend,
+            Low,
+            "Expires of the affinity cookie, in seconds from now",
+        ),
+        key(
+            "session-cookie-secure",
+            Backend,
+            Low,
+            "Secure flag of the affinity cookie",
+        ),
+        key(
+            "session-cookie-samesite",
+            Backend,
+            Low,
+            "SameSite of the affinity cookie",
+        ),
+        key(
+            "session-cookie-domain",
+            Backend,
+            Low,
+            "Domain of the affinity cookie",
+        ),
+        key(
+            "session-cookie-change-on-failure",
+            Backend,
+            Low,
+            "pick a new endpoint when the sticky one fails",
+        ),
+    ],
+};
 
 /// Load-balancing algorithm of the in-NGINX balancer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

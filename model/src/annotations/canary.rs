@@ -2,7 +2,62 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::registry::{Family, Risk::*, Scope::*, key};
 use super::{AnnotationError, IngressAnnotations, Reader, value};
+/// The family's keys (see `registry.rs`).
+pub(super) const FAMILY: Family = Family {
+    name: "canary",
+    keys: &[
+        key(
+            "canary",
+            Backend,
+            Low,
+            "the Ingress is a canary of the Ingress with the same host and path",
+        ),
+        key(
+            "canary-weight",
+            Backend,
+            Low,
+            "share of requests sent to the canary",
+        ),
+        key(
+            "canary-weight-total",
+            Backend,
+            Low,
+            "total of canary-weight (default 100)",
+        ),
+        key(
+            "canary-by-header",
+            Backend,
+            Low,
+            "header that sends a request to the canary (always/never)",
+        ),
+        key(
+            "canary-by-header-value",
+            Backend,
+            Low,
+            "value of that header that selects the canary",
+        ),
+        key(
+            "canary-by-header-pattern",
+            Backend,
+            Medium,
+            "regex on that header that selects the canary",
+        ),
+        key(
+            "canary-by-cookie",
+            Backend,
+            Low,
+            "cookie that sends a request to the canary (always/never)",
+        ),
+        key(
+            "affinity-canary-behavior",
+            Backend,
+            Low,
+            "sticky or legacy: whether affinity keeps canary users",
+        ),
+    ],
+};
 
 /// How requests are chosen for a canary backend. Header rules beat the cookie,
 /// which beats the weight, as in ingress-nginx.

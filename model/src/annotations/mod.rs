@@ -1,15 +1,19 @@
 //! `nginx.ingress.kubernetes.io/*` annotations: parsed into typed values, validated.
 //!
-//! One module per family. Parsing is all-or-nothing: the first invalid value rejects
-//! the whole Ingress with an error naming the annotation and the value, so that no
-//! Ingress is ever half-applied.
+//! One module per family, each with its keys' descriptors (`registry.rs` lists the
+//! families). Parsing is all-or-nothing: the first invalid value rejects the whole
+//! Ingress with an error naming the annotation and the value, so that no Ingress is
+//! ever half-applied. No key under the prefix is silently dropped: one Ferrule does
+//! not implement is a Warning, or rejects the Ingress when it restricts access.
 
 pub(crate) mod balancing;
 mod canary;
 mod proxy;
 mod redirect;
+pub mod registry;
 mod rewrite;
 mod snippets;
+mod unsupported;
 pub(crate) mod value;
 
 use std::collections::BTreeMap;
@@ -19,19 +23,37 @@ pub use canary::{Canary, CanaryAffinity};
 pub use proxy::BackendProtocol;
 pub use snippets::Snippet;
 
-/// The prefix shared by every annotation Ferrule reads.
+/// The default prefix of every annotation Ferrule reads (`--annotations-prefix`
+/// changes it, as in ingress-nginx), with its `/`.
 pub const PREFIX: &str = "nginx.ingress.kubernetes.io/";
 
-/// An annotation whose value cannot be used.
+/// An annotation that keeps its Ingress from being served.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("annotation {PREFIX}{key}: invalid value {value:?}: {reason}")]
-pub struct AnnotationError {
-    /// The annotation name without [`PREFIX`].
-    pub key: String,
-    /// The value as written.
-    pub value: String,
-    /// Why it is invalid.
-    pub reason: String,
+pub enum AnnotationError {
+    /// A value that cannot be used.
+    #[error("annotation {key}: invalid value {value:?}: {reason}")]
+    Invalid {
+        /// The annotation's full name (prefix included).
+        key: String,
+        /// The value as written.
+        value: String,
+        /// Why it is invalid.
+        reason: String,
+    },
+    /// A key that restricts access and that Ferrule does not implement
+    /// ([`registry::Verdict::Rejecting`]).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The annotations of one Ingress, parsed, and the keys ignored on the way.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Parsed {
+    /// The values of the implemented keys.
+    pub values: IngressAnnotations,
+    /// One Warning per key under the prefix that Ferrule does not implement and that
+    /// is harmless to leave out ([`registry::Verdict::Ignored`]).
+    pub ignored: Vec<String>,
 }
 
 /// Every annotation of one Ingress, parsed.
@@ -73,21 +95,24 @@ pub struct IngressAnnotations {
 
 /// Reads the annotation values of one Ingress.
 pub(crate) struct Reader<'a> {
-    /// `(name without PREFIX, value)` of the annotations with our prefix: a lookup is a
-    /// short scan, with no key to build (model building must not allocate per key).
+    /// The prefix with its `/`, for the messages.
+    prefix: &'a str,
+    /// `(name without the prefix, value)` of the annotations with our prefix: a
+    /// lookup is a short scan, with no key to build (model building must not
+    /// allocate per key).
     ours: Vec<(&'a str, &'a str)>,
 }
 
 impl<'a> Reader<'a> {
-    fn new(annotations: &'a BTreeMap<String, String>) -> Self {
+    fn new(annotations: &'a BTreeMap<String, String>, prefix: &'a str) -> Self {
         let ours = annotations
             .range::<str, _>((
-                std::ops::Bound::Included(PREFIX),
+                std::ops::Bound::Included(prefix),
                 std::ops::Bound::Unbounded,
             ))
-            .map_while(|(k, v)| k.strip_prefix(PREFIX).map(|k| (k, v.as_str())))
+            .map_while(|(k, v)| k.strip_prefix(prefix).map(|k| (k, v.as_str())))
             .collect();
-        Self { ours }
+        Self { prefix, ours }
     }
 
     fn get(&self, key: &str) -> Option<&'a str> {
@@ -105,20 +130,41 @@ impl<'a> Reader<'a> {
     ) -> Result<Option<T>, AnnotationError> {
         match self.get(key) {
             None => Ok(None),
-            Some(value) => parse(value).map(Some).map_err(|reason| AnnotationError {
-                key: key.to_owned(),
-                value: value.to_owned(),
-                reason,
-            }),
+            Some(value) => parse(value)
+                .map(Some)
+                .map_err(|reason| AnnotationError::Invalid {
+                    key: format!("{}{key}", self.prefix),
+                    value: value.to_owned(),
+                    reason,
+                }),
         }
+    }
+
+    /// The fail-closed check: every key under the prefix is implemented, ignored
+    /// with a Warning (returned), or rejects the Ingress.
+    fn check_keys(&self) -> Result<Vec<String>, AnnotationError> {
+        let mut ignored = Vec::new();
+        for (name, _) in &self.ours {
+            let full = format!("{}{name}", self.prefix);
+            match registry::verdict(name, &full) {
+                registry::Verdict::Supported => {}
+                registry::Verdict::Ignored(m) => ignored.push(m),
+                registry::Verdict::Rejecting(m) => return Err(AnnotationError::Unsupported(m)),
+            }
+        }
+        Ok(ignored)
     }
 }
 
-/// Parses every annotation Ferrule understands; unknown ones are ignored.
+/// Parses the annotations under `prefix` (with its `/`, e.g. [`PREFIX`]): every key
+/// Ferrule implements into its typed value, and the fail-closed check for the
+/// others. The first error rejects the whole Ingress.
 pub fn parse(
     annotations: &BTreeMap<String, String>,
-) -> Result<IngressAnnotations, AnnotationError> {
-    let r = Reader::new(annotations);
+    prefix: &str,
+) -> Result<Parsed, AnnotationError> {
+    let r = Reader::new(annotations, prefix);
+    let ignored = r.check_keys()?;
     let mut out = IngressAnnotations::default();
     redirect::parse(&r, &mut out)?;
     proxy::parse(&r, &mut out)?;
@@ -126,7 +172,10 @@ pub fn parse(
     balancing::parse(&r, &mut out)?;
     canary::parse(&r, &mut out)?;
     snippets::parse(&r, &mut out)?;
-    Ok(out)
+    Ok(Parsed {
+        values: out,
+        ignored,
+    })
 }
 
 #[cfg(test)]

@@ -2,7 +2,50 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::registry::{Family, Risk::*, Scope::*, key};
 use super::{AnnotationError, IngressAnnotations, Reader, value};
+/// The family's keys (see `registry.rs`).
+pub(super) const FAMILY: Family = Family {
+    name: "proxy",
+    keys: &[
+        key(
+            "backend-protocol",
+            Location,
+            Low,
+            "HTTP, HTTPS, GRPC or GRPCS to the backend",
+        ),
+        key(
+            "proxy-body-size",
+            Location,
+            Low,
+            "largest request body (client_max_body_size)",
+        ),
+        key(
+            "proxy-connect-timeout",
+            Location,
+            Low,
+            "seconds to connect to the backend",
+        ),
+        key(
+            "proxy-read-timeout",
+            Location,
+            Low,
+            "seconds between two reads from the backend",
+        ),
+        key(
+            "proxy-send-timeout",
+            Location,
+            Low,
+            "seconds between two writes to the backend",
+        ),
+        key(
+            "service-upstream",
+            Backend,
+            Low,
+            "proxy to the Service's ClusterIP instead of its endpoints",
+        ),
+    ],
+};
 
 /// Protocol NGINX speaks to the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

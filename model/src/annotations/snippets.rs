@@ -6,7 +6,26 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::registry::{Family, Risk::*, Scope::*, key};
 use super::{AnnotationError, IngressAnnotations, Reader};
+/// The family's keys (see `registry.rs`).
+pub(super) const FAMILY: Family = Family {
+    name: "snippets",
+    keys: &[
+        key(
+            "configuration-snippet",
+            Location,
+            Critical,
+            "raw NGINX text in each location (administrator-enabled)",
+        ),
+        key(
+            "server-snippet",
+            Server,
+            Critical,
+            "raw NGINX text in the server block (administrator-enabled)",
+        ),
+    ],
+};
 
 /// An opaque snippet of NGINX configuration, attributed to its Ingress.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

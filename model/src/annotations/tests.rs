@@ -8,8 +8,8 @@ fn check(pairs: &[(&str, &str)], expected: &str) {
         .iter()
         .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
         .collect();
-    let got = match parse(&map) {
-        Ok(a) => format!("{a:?}"),
+    let got = match parse(&map, PREFIX) {
+        Ok(a) => format!("{:?} ignored: {:?}", a.values, a.ignored),
         Err(e) => format!("error: {e}"),
     };
     assert!(
@@ -232,8 +232,64 @@ fn snippets_are_kept_opaque() {
 }
 
 #[test]
-fn unknown_annotations_are_ignored() {
-    check(&[("not-a-thing", "whatever")], "IngressAnnotations {");
+fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
+    check(
+        &[("not-a-thing", "whatever")],
+        "ignored: [\"annotation nginx.ingress.kubernetes.io/not-a-thing is not one ingress-nginx or Ferrule knows (misspelt?) and is ignored\"]",
+    );
+    check(
+        &[("enable-cors", "true"), ("ssl-redirect", "false")],
+        "ssl_redirect: Some(false)",
+    );
+    check(
+        &[("enable-cors", "true")],
+        "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored\"]",
+    );
+    for key in [
+        "whitelist-source-range",
+        "allowlist-source-range",
+        "denylist-source-range",
+        "auth-url",
+        "auth-type",
+        "auth-tls-secret",
+        "limit-rps",
+        "satisfy",
+        "enable-global-auth",
+        "ssl-passthrough",
+        "enable-modsecurity",
+        "auth-brand-new",
+    ] {
+        check(
+            &[(key, "x"), ("ssl-redirect", "false")],
+            &format!("error: annotation nginx.ingress.kubernetes.io/{key} "),
+        );
+    }
+}
+
+#[test]
+fn another_prefix_is_read_and_the_default_one_is_then_not_ours() {
+    let map: BTreeMap<String, String> = [
+        ("custom.io/ssl-redirect", "false"),
+        ("custom.io/enable-cors", "true"),
+        ("nginx.ingress.kubernetes.io/auth-url", "http://auth"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let got = parse(&map, "custom.io/").unwrap();
+    assert_eq!(got.values.ssl_redirect, Some(false));
+    assert_eq!(got.ignored.len(), 1);
+    assert!(got.ignored[0].contains("custom.io/enable-cors"), "{got:?}");
+    let err = parse(
+        &[("custom.io/proxy-body-size".to_owned(), "x".to_owned())].into(),
+        "custom.io/",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("annotation custom.io/proxy-body-size: invalid value"),
+        "{err}"
+    );
 }
 
 /// Every value the balancer API (lua/ferrule/validate.lua, lua/ferrule/expr.lua) would

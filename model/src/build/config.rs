@@ -65,6 +65,34 @@ impl Hsts {
     }
 }
 
+/// A ConfigMap key Ferrule does not implement: never silently dropped. One that
+/// restricts access for every host is an error (a new pod is then not Ready: see
+/// the controller's readiness), any other a Warning.
+fn unimplemented_key(r: &ResourceRef, key: &str) -> Problem {
+    let restricts = key.ends_with("-source-range")
+        || key.starts_with("global-auth-")
+        || key.starts_with("global-rate-limit")
+        || key.starts_with("block-")
+        || key.contains("modsecurity")
+        || key.contains("owasp");
+    if restricts {
+        Problem {
+            resource: r.clone(),
+            severity: Severity::Error,
+            message: format!(
+                "key {key} restricts access and Ferrule does not implement it yet; \
+                 the hosts are served without it"
+            ),
+        }
+    } else {
+        Problem {
+            resource: r.clone(),
+            severity: Severity::Warning,
+            message: format!("key {key} is not implemented by Ferrule and is ignored"),
+        }
+    }
+}
+
 /// Reads the ConfigMap's keys into `g` and `hsts`.
 fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Problem>) {
     let r = ResourceRef::new(
@@ -82,6 +110,7 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
             message: format!("key {key}: invalid value {v:?}: {reason}; using the default"),
         })
     };
+    let mut unimplemented = Vec::new();
     for (key, v) in data {
         let v = v.as_str();
         match key.as_str() {
@@ -122,7 +151,8 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
             "server-snippet" => g.server_snippet = Some(v.to_owned()),
             "location-snippet" => g.location_snippet = Some(v.to_owned()),
-            _ => {}
+            _ => unimplemented.push(unimplemented_key(&r, key)),
         }
     }
+    problems.extend(unimplemented);
 }

@@ -66,17 +66,32 @@ pub fn build(snap: &Snapshot) -> Model {
     ours.sort_by(|a, b| age_key(a).cmp(&age_key(b)));
 
     let mut canaries = Vec::new();
+    let prefix = format!("{}/", snap.settings.annotations_prefix);
     for ing in ours {
         let r = ingress_ref(ing);
         let empty = BTreeMap::new();
-        match annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty)) {
-            Err(e) => b.problem(
-                &r,
-                Severity::Error,
-                format!("{e}; the Ingress is not served"),
-            ),
-            Ok(a) if a.canary.is_some() => canaries.push((ing, r, a)),
-            Ok(a) => b.add_ingress(ing, &r, &a),
+        let parsed =
+            annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty), &prefix);
+        let a = match parsed {
+            Err(e) => {
+                b.problem(
+                    &r,
+                    Severity::Error,
+                    format!("{e}; the Ingress is not served"),
+                );
+                continue;
+            }
+            Ok(p) => {
+                for warning in p.ignored {
+                    b.problem(&r, Severity::Warning, warning);
+                }
+                p.values
+            }
+        };
+        if a.canary.is_some() {
+            canaries.push((ing, r, a));
+        } else {
+            b.add_ingress(ing, &r, &a);
         }
     }
     for (ing, r, a) in &canaries {

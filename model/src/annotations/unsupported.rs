@@ -1,0 +1,943 @@
+//! The ingress-nginx annotation families Ferrule does not implement yet. Each key
+//! is listed so that an Ingress carrying it is never served as if it were absent:
+//! a security key rejects its Ingress, any other is served with a Warning (see
+//! `registry::verdict`). A family that gets implemented moves to a file of its own
+//! with its parser (CONTRIBUTING.md, "Adding an annotation family").
+
+use super::registry::{Family, Key, Risk, Scope};
+
+/// A key Ferrule does not implement.
+const fn todo(
+    name: &'static str,
+    scope: Scope,
+    risk: Risk,
+    security: bool,
+    doc: &'static str,
+) -> Key {
+    Key {
+        name,
+        scope,
+        risk,
+        security,
+        supported: false,
+        doc,
+    }
+}
+
+use Risk::{Critical, High, Low, Medium};
+use Scope::{Backend, Location, Server};
+
+/// Client address allow and deny lists.
+pub(super) const SOURCE_RANGES: Family = Family {
+    name: "allow and deny lists",
+    keys: &[
+        todo(
+            "allowlist-source-range",
+            Location,
+            Medium,
+            true,
+            "client CIDRs allowed; others get 403",
+        ),
+        todo(
+            "whitelist-source-range",
+            Location,
+            Medium,
+            true,
+            "old name of allowlist-source-range",
+        ),
+        todo(
+            "denylist-source-range",
+            Location,
+            Medium,
+            true,
+            "client CIDRs refused with 403",
+        ),
+    ],
+};
+
+/// HTTP basic (and digest) authentication.
+pub(super) const BASIC_AUTH: Family = Family {
+    name: "basic auth",
+    keys: &[
+        todo(
+            "auth-type",
+            Location,
+            Low,
+            true,
+            "basic or digest authentication",
+        ),
+        todo(
+            "auth-secret",
+            Location,
+            Medium,
+            true,
+            "Secret with the htpasswd users",
+        ),
+        todo(
+            "auth-secret-type",
+            Location,
+            Low,
+            true,
+            "auth-file or auth-map",
+        ),
+        todo(
+            "auth-realm",
+            Location,
+            Medium,
+            true,
+            "realm shown by the browser",
+        ),
+    ],
+};
+
+/// Authentication by a subrequest to an external service.
+pub(super) const EXTERNAL_AUTH: Family = Family {
+    name: "external auth",
+    keys: &[
+        todo(
+            "auth-url",
+            Location,
+            High,
+            true,
+            "URL of the service that authorizes each request",
+        ),
+        todo(
+            "auth-method",
+            Location,
+            Low,
+            true,
+            "HTTP method of the auth subrequest",
+        ),
+        todo(
+            "auth-signin",
+            Location,
+            High,
+            true,
+            "where a 401 from the auth service redirects",
+        ),
+        todo(
+            "auth-signin-redirect-param",
+            Location,
+            Medium,
+            true,
+            "query parameter carrying the original URL",
+        ),
+        todo(
+            "auth-response-headers",
+            Location,
+            Medium,
+            true,
+            "auth response headers passed to the backend",
+        ),
+        todo(
+            "auth-request-redirect",
+            Location,
+            Medium,
+            true,
+            "X-Auth-Request-Redirect sent to the auth service",
+        ),
+        todo(
+            "auth-cache-key",
+            Location,
+            Medium,
+            true,
+            "cache key of auth answers",
+        ),
+        todo(
+            "auth-cache-duration",
+            Location,
+            Medium,
+            true,
+            "how long auth answers are cached",
+        ),
+        todo(
+            "auth-always-set-cookie",
+            Location,
+            Low,
+            true,
+            "Set-Cookie of the auth service on every answer",
+        ),
+        todo(
+            "auth-proxy-set-headers",
+            Location,
+            Medium,
+            true,
+            "ConfigMap of headers sent to the auth service",
+        ),
+        todo(
+            "auth-snippet",
+            Location,
+            Critical,
+            true,
+            "raw NGINX text in the auth location",
+        ),
+        todo(
+            "auth-keepalive",
+            Location,
+            Low,
+            true,
+            "keepalive connections to the auth service",
+        ),
+        todo(
+            "auth-keepalive-share-vars",
+            Location,
+            Low,
+            true,
+            "share variables with the auth subrequest",
+        ),
+        todo(
+            "auth-keepalive-requests",
+            Location,
+            Low,
+            true,
+            "requests per keepalive connection",
+        ),
+        todo(
+            "auth-keepalive-timeout",
+            Location,
+            Low,
+            true,
+            "idle timeout of keepalive connections",
+        ),
+        todo(
+            "enable-global-auth",
+            Location,
+            Low,
+            true,
+            "whether the ConfigMap's global-auth-url applies",
+        ),
+    ],
+};
+
+/// Client certificate authentication (mTLS).
+pub(super) const CLIENT_CERTIFICATES: Family = Family {
+    name: "client certificates",
+    keys: &[
+        todo(
+            "auth-tls-secret",
+            Server,
+            Medium,
+            true,
+            "Secret with the CA (and CRL) clients are checked against",
+        ),
+        todo(
+            "auth-tls-verify-client",
+            Server,
+            Medium,
+            true,
+            "on, off, optional or optional_no_ca",
+        ),
+        todo(
+            "auth-tls-verify-depth",
+            Server,
+            Low,
+            true,
+            "maximum client chain depth",
+        ),
+        todo(
+            "auth-tls-error-page",
+            Server,
+            High,
+            true,
+            "where a failed verification redirects",
+        ),
+        todo(
+            "auth-tls-pass-certificate-to-upstream",
+            Server,
+            Low,
+            true,
+            "client certificate sent to the backend",
+        ),
+        todo(
+            "auth-tls-match-cn",
+            Server,
+            High,
+            true,
+            "pattern the client certificate's CN must match",
+        ),
+    ],
+};
+
+/// Request rate, connection and bandwidth limits.
+pub(super) const RATE_LIMITS: Family = Family {
+    name: "rate limits",
+    keys: &[
+        todo(
+            "limit-rps",
+            Location,
+            Low,
+            true,
+            "requests per second per client address",
+        ),
+        todo(
+            "limit-rpm",
+            Location,
+            Low,
+            true,
+            "requests per minute per client address",
+        ),
+        todo(
+            "limit-connections",
+            Location,
+            Low,
+            true,
+            "concurrent connections per client address",
+        ),
+        todo(
+            "limit-burst-multiplier",
+            Location,
+            Low,
+            true,
+            "burst size as a multiple of the rate",
+        ),
+        todo(
+            "limit-rate",
+            Location,
+            Low,
+            true,
+            "response bandwidth per connection (KB/s)",
+        ),
+        todo(
+            "limit-rate-after",
+            Location,
+            Low,
+            true,
+            "bytes sent before limit-rate applies",
+        ),
+        todo(
+            "limit-allowlist",
+            Location,
+            Low,
+            true,
+            "client CIDRs not limited",
+        ),
+        todo(
+            "limit-whitelist",
+            Location,
+            Low,
+            true,
+            "old name of limit-allowlist",
+        ),
+        todo(
+            "global-rate-limit",
+            Location,
+            Low,
+            true,
+            "removed in ingress-nginx 1.x (memcached limits)",
+        ),
+        todo(
+            "global-rate-limit-window",
+            Location,
+            Low,
+            true,
+            "removed in ingress-nginx 1.x",
+        ),
+        todo(
+            "global-rate-limit-key",
+            Location,
+            Low,
+            true,
+            "removed in ingress-nginx 1.x",
+        ),
+        todo(
+            "global-rate-limit-ignored-cidrs",
+            Location,
+            Low,
+            true,
+            "removed in ingress-nginx 1.x",
+        ),
+    ],
+};
+
+/// How auth and allowlists combine.
+pub(super) const SATISFY: Family = Family {
+    name: "satisfy",
+    keys: &[todo(
+        "satisfy",
+        Location,
+        Low,
+        true,
+        "any or all of auth and allowlists",
+    )],
+};
+
+/// TLS passed through to the backend by SNI.
+pub(super) const PASSTHROUGH: Family = Family {
+    name: "ssl passthrough",
+    keys: &[todo(
+        "ssl-passthrough",
+        Server,
+        Low,
+        true,
+        "forward TLS by SNI without terminating it",
+    )],
+};
+
+/// The ModSecurity web application firewall (a module Debian's NGINX lacks).
+pub(super) const MODSECURITY: Family = Family {
+    name: "ModSecurity",
+    keys: &[
+        todo(
+            "enable-modsecurity",
+            Location,
+            Low,
+            true,
+            "the ModSecurity WAF",
+        ),
+        todo(
+            "enable-owasp-core-rules",
+            Location,
+            Low,
+            true,
+            "the OWASP core rule set",
+        ),
+        todo(
+            "modsecurity-transaction-id",
+            Location,
+            High,
+            true,
+            "transaction id from an NGINX variable",
+        ),
+        todo(
+            "modsecurity-snippet",
+            Location,
+            Critical,
+            true,
+            "raw ModSecurity rules",
+        ),
+    ],
+};
+
+/// Cross-origin resource sharing.
+pub(super) const CORS: Family = Family {
+    name: "CORS",
+    keys: &[
+        todo(
+            "enable-cors",
+            Location,
+            Low,
+            false,
+            "answer CORS preflights and add CORS headers",
+        ),
+        todo(
+            "cors-allow-origin",
+            Location,
+            Medium,
+            false,
+            "allowed origins",
+        ),
+        todo(
+            "cors-allow-methods",
+            Location,
+            Medium,
+            false,
+            "allowed methods",
+        ),
+        todo(
+            "cors-allow-headers",
+            Location,
+            Medium,
+            false,
+            "allowed request headers",
+        ),
+        todo(
+            "cors-expose-headers",
+            Location,
+            Medium,
+            false,
+            "response headers exposed to scripts",
+        ),
+        todo(
+            "cors-allow-credentials",
+            Location,
+            Low,
+            false,
+            "whether credentials are allowed",
+        ),
+        todo(
+            "cors-max-age",
+            Location,
+            Low,
+            false,
+            "how long a preflight is cached",
+        ),
+    ],
+};
+
+/// Redirects other than the ssl-redirect.
+pub(super) const REDIRECTS: Family = Family {
+    name: "redirects",
+    keys: &[
+        todo("app-root", Server, Medium, false, "redirect / to this path"),
+        todo(
+            "permanent-redirect",
+            Location,
+            Medium,
+            false,
+            "redirect every request to this URL",
+        ),
+        todo(
+            "permanent-redirect-code",
+            Location,
+            Low,
+            false,
+            "status of permanent-redirect",
+        ),
+        todo(
+            "temporal-redirect",
+            Location,
+            Medium,
+            false,
+            "temporary redirect to this URL",
+        ),
+        todo(
+            "temporal-redirect-code",
+            Location,
+            Low,
+            false,
+            "status of temporal-redirect",
+        ),
+        todo(
+            "from-to-www-redirect",
+            Server,
+            Low,
+            false,
+            "redirect between www.host and host",
+        ),
+        todo(
+            "preserve-trailing-slash",
+            Location,
+            Low,
+            false,
+            "keep the trailing slash in the ssl-redirect",
+        ),
+        todo(
+            "relative-redirects",
+            Location,
+            Low,
+            false,
+            "relative Location headers",
+        ),
+        todo(
+            "use-port-in-redirects",
+            Location,
+            Low,
+            false,
+            "the port in redirects NGINX makes",
+        ),
+    ],
+};
+
+/// Proxying settings beyond the timeouts and body size.
+pub(super) const PROXYING: Family = Family {
+    name: "proxying",
+    keys: &[
+        todo(
+            "proxy-buffering",
+            Location,
+            Low,
+            false,
+            "buffer backend responses",
+        ),
+        todo(
+            "proxy-buffer-size",
+            Location,
+            Low,
+            false,
+            "size of the first response buffer",
+        ),
+        todo(
+            "proxy-buffers-number",
+            Location,
+            Low,
+            false,
+            "number of response buffers",
+        ),
+        todo(
+            "proxy-busy-buffers-size",
+            Location,
+            Low,
+            false,
+            "buffers busy sending to the client",
+        ),
+        todo(
+            "proxy-max-temp-file-size",
+            Location,
+            Low,
+            false,
+            "largest response buffered to disk",
+        ),
+        todo(
+            "proxy-request-buffering",
+            Location,
+            Low,
+            false,
+            "buffer request bodies",
+        ),
+        todo(
+            "proxy-http-version",
+            Location,
+            Low,
+            false,
+            "HTTP version to the backend",
+        ),
+        todo(
+            "proxy-next-upstream",
+            Location,
+            Medium,
+            false,
+            "when to retry with the next endpoint",
+        ),
+        todo(
+            "proxy-next-upstream-tries",
+            Location,
+            Low,
+            false,
+            "how many endpoints to try",
+        ),
+        todo(
+            "proxy-next-upstream-timeout",
+            Location,
+            Low,
+            false,
+            "time limit for retries",
+        ),
+        todo(
+            "proxy-redirect-from",
+            Location,
+            Medium,
+            false,
+            "Location text replaced in responses",
+        ),
+        todo(
+            "proxy-redirect-to",
+            Location,
+            Medium,
+            false,
+            "its replacement",
+        ),
+        todo(
+            "proxy-cookie-domain",
+            Location,
+            Medium,
+            false,
+            "Set-Cookie domain rewriting",
+        ),
+        todo(
+            "proxy-cookie-path",
+            Location,
+            Medium,
+            false,
+            "Set-Cookie path rewriting",
+        ),
+        todo(
+            "client-body-buffer-size",
+            Location,
+            Low,
+            false,
+            "request body buffer size",
+        ),
+        todo(
+            "connection-proxy-header",
+            Location,
+            Low,
+            false,
+            "Connection header sent to the backend",
+        ),
+        todo(
+            "upstream-vhost",
+            Location,
+            Medium,
+            false,
+            "Host header sent to the backend",
+        ),
+        todo(
+            "x-forwarded-prefix",
+            Location,
+            Medium,
+            false,
+            "X-Forwarded-Prefix sent to the backend",
+        ),
+        todo(
+            "custom-headers",
+            Location,
+            Medium,
+            false,
+            "response headers from a ConfigMap",
+        ),
+        todo(
+            "enable-access-log",
+            Location,
+            Low,
+            false,
+            "access log for these locations",
+        ),
+        todo(
+            "enable-rewrite-log",
+            Location,
+            Low,
+            false,
+            "rewrite log for these locations",
+        ),
+        todo(
+            "http2-push-preload",
+            Location,
+            Low,
+            false,
+            "HTTP/2 push from Link headers (removed from NGINX)",
+        ),
+    ],
+};
+
+/// TLS towards the backend, and the server's TLS ciphers.
+pub(super) const BACKEND_TLS: Family = Family {
+    name: "backend TLS",
+    keys: &[
+        todo(
+            "proxy-ssl-secret",
+            Location,
+            Medium,
+            false,
+            "CA and client certificate for the backend",
+        ),
+        todo(
+            "proxy-ssl-verify",
+            Location,
+            Low,
+            false,
+            "verify the backend's certificate",
+        ),
+        todo(
+            "proxy-ssl-verify-depth",
+            Location,
+            Low,
+            false,
+            "backend chain depth",
+        ),
+        todo(
+            "proxy-ssl-name",
+            Location,
+            Medium,
+            false,
+            "name the backend certificate is checked for",
+        ),
+        todo(
+            "proxy-ssl-server-name",
+            Location,
+            Low,
+            false,
+            "send SNI to the backend",
+        ),
+        todo(
+            "proxy-ssl-protocols",
+            Location,
+            Low,
+            false,
+            "TLS versions to the backend",
+        ),
+        todo(
+            "proxy-ssl-ciphers",
+            Location,
+            Low,
+            false,
+            "ciphers to the backend",
+        ),
+        todo("ssl-ciphers", Server, Low, false, "ciphers of the host"),
+        todo(
+            "ssl-prefer-server-ciphers",
+            Server,
+            Low,
+            false,
+            "server cipher preference",
+        ),
+    ],
+};
+
+/// Error pages and fallback backends.
+pub(super) const ERRORS: Family = Family {
+    name: "errors and fallbacks",
+    keys: &[
+        todo(
+            "custom-http-errors",
+            Location,
+            Low,
+            false,
+            "statuses answered by the default backend",
+        ),
+        todo(
+            "default-backend",
+            Location,
+            Low,
+            false,
+            "Service for unmatched paths of the Ingress",
+        ),
+        todo(
+            "disable-proxy-intercept-errors",
+            Location,
+            Low,
+            false,
+            "pass backend errors through",
+        ),
+    ],
+};
+
+/// Host-level additions.
+pub(super) const SERVER: Family = Family {
+    name: "server",
+    keys: &[
+        todo(
+            "server-alias",
+            Server,
+            Medium,
+            false,
+            "more host names for the server",
+        ),
+        todo(
+            "stream-snippet",
+            Server,
+            Critical,
+            false,
+            "raw NGINX text in the stream block",
+        ),
+    ],
+};
+
+/// Request mirroring.
+pub(super) const MIRROR: Family = Family {
+    name: "mirror",
+    keys: &[
+        todo(
+            "mirror-target",
+            Location,
+            High,
+            false,
+            "URL requests are copied to",
+        ),
+        todo(
+            "mirror-host",
+            Location,
+            High,
+            false,
+            "Host header of the copies",
+        ),
+        todo(
+            "mirror-request-body",
+            Location,
+            Low,
+            false,
+            "whether copies carry the body",
+        ),
+    ],
+};
+
+/// Affinity settings beyond the implemented cookie affinity.
+pub(super) const AFFINITY: Family = Family {
+    name: "affinity (more)",
+    keys: &[
+        todo(
+            "affinity-mode",
+            Backend,
+            Low,
+            false,
+            "balanced or persistent stickiness",
+        ),
+        todo(
+            "session-cookie-conditional-samesite-none",
+            Backend,
+            Low,
+            false,
+            "SameSite=None only for browsers that take it",
+        ),
+        todo(
+            "upstream-hash-by-subset",
+            Backend,
+            Low,
+            false,
+            "hash onto a subset of endpoints",
+        ),
+        todo(
+            "upstream-hash-by-subset-size",
+            Backend,
+            Low,
+            false,
+            "size of that subset",
+        ),
+    ],
+};
+
+/// Tracing and metrics exporters (modules Debian's NGINX lacks).
+pub(super) const TRACING: Family = Family {
+    name: "tracing",
+    keys: &[
+        todo(
+            "enable-opentelemetry",
+            Location,
+            Low,
+            false,
+            "OpenTelemetry spans",
+        ),
+        todo(
+            "opentelemetry-trust-incoming-span",
+            Location,
+            Low,
+            false,
+            "continue incoming spans",
+        ),
+        todo(
+            "opentelemetry-operation-name",
+            Location,
+            Medium,
+            false,
+            "span name",
+        ),
+        todo(
+            "enable-opentracing",
+            Location,
+            Low,
+            false,
+            "OpenTracing (removed from ingress-nginx)",
+        ),
+        todo(
+            "opentracing-trust-incoming-span",
+            Location,
+            Low,
+            false,
+            "removed from ingress-nginx",
+        ),
+        todo(
+            "enable-influxdb",
+            Location,
+            Low,
+            false,
+            "InfluxDB metrics (removed from ingress-nginx)",
+        ),
+        todo(
+            "influxdb-measurement",
+            Location,
+            Low,
+            false,
+            "removed from ingress-nginx",
+        ),
+        todo(
+            "influxdb-port",
+            Location,
+            Low,
+            false,
+            "removed from ingress-nginx",
+        ),
+        todo(
+            "influxdb-host",
+            Location,
+            Low,
+            false,
+            "removed from ingress-nginx",
+        ),
+        todo(
+            "influxdb-server-name",
+            Location,
+            Low,
+            false,
+            "removed from ingress-nginx",
+        ),
+    ],
+};
