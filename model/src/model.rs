@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::annotations::{Affinity, BackendProtocol, Canary, LoadBalance, Snippet};
+use crate::annotations::{
+    Affinity, BackendProtocol, Canary, GlobalSourceRanges, LoadBalance, Snippet, SourceRanges,
+};
 
 /// Identifies a Kubernetes object that contributed to the model.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -214,6 +216,8 @@ pub struct LocationSettings {
     pub rewrite_target: Option<String>,
     /// `configuration-snippet` (only when snippets are allowed).
     pub configuration_snippet: Option<Snippet>,
+    /// Client address allow and deny lists (the Ingress's, else the ConfigMap's).
+    pub source_ranges: SourceRanges,
 }
 
 /// An upstream: one Service port and its ready endpoints.
@@ -308,6 +312,9 @@ pub struct Global {
     /// (ConfigMap `hsts`, `hsts-max-age`, `hsts-include-subdomains`, `hsts-preload`);
     /// `None` when `hsts` is false.
     pub hsts: Option<String>,
+    /// ConfigMap `whitelist-source-range` / `denylist-source-range`: the lists of
+    /// locations whose Ingress sets none, and of the default backend.
+    pub source_ranges: GlobalSourceRanges,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

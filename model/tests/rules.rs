@@ -1681,12 +1681,9 @@ fn canary_on_the_primarys_own_service_is_a_problem_on_the_canary() {
 fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     let yaml = docs![
         app("default/web", "10.0.0.1"),
-        Ing::new("default/allowlist", 1)
-            .ann(
-                "nginx.ingress.kubernetes.io/whitelist-source-range",
-                "10.0.0.0/8"
-            )
-            .rule("allowlist.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/basic", 1)
+            .ann("nginx.ingress.kubernetes.io/auth-type", "basic")
+            .rule("basic.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/auth", 1)
             .ann(
                 "nginx.ingress.kubernetes.io/auth-url",
@@ -1705,7 +1702,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     let m = check(
         &yaml,
         &[
-            ("allowlist.test", "/", "404"),
+            ("basic.test", "/", "404"),
             ("auth.test", "/", "404"),
             ("cors.test", "/", "default_web_80"),
             ("other-prefix.test", "/", "default_web_80"),
@@ -1715,8 +1712,8 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
         &m,
         &[
             (
-                "Ingress default/allowlist",
-                "annotation nginx.ingress.kubernetes.io/whitelist-source-range (allow and deny lists) restricts access and Ferrule does not implement it yet",
+                "Ingress default/basic",
+                "annotation nginx.ingress.kubernetes.io/auth-type (basic auth) restricts access and Ferrule does not implement it yet",
             ),
             (
                 "Ingress default/auth",
@@ -1734,7 +1731,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
             .find(|p| p.resource.name == name)
             .map(|p| p.severity)
     };
-    assert_eq!(severity("allowlist"), Some(Severity::Error));
+    assert_eq!(severity("basic"), Some(Severity::Error));
     assert_eq!(severity("auth"), Some(Severity::Error));
     assert_eq!(severity("cors"), Some(Severity::Warning));
     expect_no_problems_on(&m, "Ingress default/other-prefix");
@@ -1745,7 +1742,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
 #[test]
 fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
-        ("whitelist-source-range", "10.0.0.0/8"),
+        ("block-cidrs", "10.0.0.0/8"),
         ("global-auth-url", "http://auth.example/"),
         ("use-gzip", "true"),
         ("proxy-body-size", "2m"),
@@ -1769,7 +1766,7 @@ fn configmap_unimplemented_keys_are_reported() {
             ),
             (
                 Severity::Error,
-                "key whitelist-source-range restricts access and Ferrule does not implement it yet; the hosts are served without it"
+                "key block-cidrs restricts access and Ferrule does not implement it yet; the hosts are served without it"
             ),
         ]
         .map(|(s, t)| (s == Severity::Error, t)))

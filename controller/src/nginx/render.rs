@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ferrule_model::annotations::BackendProtocol;
+use ferrule_model::annotations::{BackendProtocol, SourceRanges};
 use ferrule_model::route;
 use ferrule_model::{DEFAULT_SERVER, Location, Model, PathMatch, ResourceRef, Server, Target};
 use serde::Serialize;
@@ -622,6 +622,7 @@ fn location_view(
         },
         rewrite: st.rewrite_target.clone(),
         snippet: st.configuration_snippet.as_ref().map(|s| s.0.clone()),
+        source_ranges: st.source_ranges.clone(),
         backend,
         status,
         include,
@@ -636,6 +637,7 @@ fn default_location(model: &Model) -> LocationView {
     LocationView {
         source: "Controller/default-backend/".to_owned(),
         path: "/".to_owned(),
+        source_ranges: model.global.source_ranges.location(),
         cookie_path: backend.is_some().then(|| "/".to_owned()),
         ewma,
         backend,
@@ -817,6 +819,8 @@ struct LocationView {
     rewrite_from: String,
     rewrite: Option<String>,
     snippet: Option<String>,
+    /// Client address lists (access phase: `deny`, then `allow` and `deny all`).
+    source_ranges: SourceRanges,
     backend: Option<String>,
     status: u16,
     include: String,

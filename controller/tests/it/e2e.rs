@@ -386,7 +386,7 @@ async fn status_and_events_are_written() {
         "guarded",
         "guarded.e2e",
         &[("/", "Prefix", "echo")],
-        &[("whitelist-source-range", "10.0.0.0/8")],
+        &[("auth-type", "basic")],
     ));
     c.apply(&k8s_ingress(
         ns,
@@ -395,10 +395,7 @@ async fn status_and_events_are_written() {
         &[("/", "Prefix", "echo")],
         &[("enable-cors", "true")],
     ));
-    for (name, key) in [
-        ("guarded", "whitelist-source-range"),
-        ("cors", "enable-cors"),
-    ] {
+    for (name, key) in [("guarded", "auth-type"), ("cors", "enable-cors")] {
         let warned = wait_until(Duration::from_secs(15), || async {
             let events = c.json(&["get", "events.events.k8s.io", "-n", ns]);
             events["items"].as_array().into_iter().flatten().any(|e| {
@@ -422,7 +419,7 @@ async fn status_and_events_are_written() {
     assert_eq!(
         f.get("guarded.e2e", "/").await.0,
         404,
-        "not served without its allowlist"
+        "not served without its auth"
     );
     let guarded = f
         .resource("Ingress", ns, "guarded")

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod access;
 mod affinity;
 mod canary;
 mod conformance;

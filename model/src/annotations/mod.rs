@@ -13,6 +13,7 @@ mod redirect;
 pub mod registry;
 mod rewrite;
 mod snippets;
+pub mod source_ranges;
 mod unsupported;
 pub(crate) mod value;
 
@@ -22,6 +23,7 @@ pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use canary::{Canary, CanaryAffinity};
 pub use proxy::BackendProtocol;
 pub use snippets::Snippet;
+pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
 
 /// The default prefix of every annotation Ferrule reads (`--annotations-prefix`
 /// changes it, as in ingress-nginx), with its `/`.
@@ -91,6 +93,8 @@ pub struct IngressAnnotations {
     pub configuration_snippet: Option<Snippet>,
     /// `server-snippet`.
     pub server_snippet: Option<Snippet>,
+    /// `allowlist-source-range` / `whitelist-source-range`, `denylist-source-range`.
+    pub source_ranges: IngressSourceRanges,
 }
 
 /// Reads the annotation values of one Ingress.
@@ -172,6 +176,7 @@ pub fn parse(
     balancing::parse(&r, &mut out)?;
     canary::parse(&r, &mut out)?;
     snippets::parse(&r, &mut out)?;
+    source_ranges::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,
         ignored,

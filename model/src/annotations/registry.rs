@@ -76,7 +76,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::balancing::FAMILY,
     &super::canary::FAMILY,
     &super::snippets::FAMILY,
-    &super::unsupported::SOURCE_RANGES,
+    &super::source_ranges::FAMILY,
     &super::unsupported::BASIC_AUTH,
     &super::unsupported::EXTERNAL_AUTH,
     &super::unsupported::CLIENT_CERTIFICATES,
@@ -215,10 +215,8 @@ mod tests {
         };
         check("ssl-redirect", "supported");
         check("canary-by-cookie", "supported");
-        check(
-            "whitelist-source-range",
-            "rejecting: annotation p/whitelist-source-range (allow and deny lists)",
-        );
+        check("whitelist-source-range", "supported");
+        check("denylist-source-range", "supported");
         check(
             "auth-url",
             "rejecting: annotation p/auth-url (external auth)",

@@ -246,9 +246,6 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
         "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored\"]",
     );
     for key in [
-        "whitelist-source-range",
-        "allowlist-source-range",
-        "denylist-source-range",
         "auth-url",
         "auth-type",
         "auth-tls-secret",

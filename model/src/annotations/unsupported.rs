@@ -27,34 +27,6 @@ const fn todo(
 use Risk::{Critical, High, Low, Medium};
 use Scope::{Backend, Location, Server};
 
-/// Client address allow and deny lists.
-pub(super) const SOURCE_RANGES: Family = Family {
-    name: "allow and deny lists",
-    keys: &[
-        todo(
-            "allowlist-source-range",
-            Location,
-            Medium,
-            true,
-            "client CIDRs allowed; others get 403",
-        ),
-        todo(
-            "whitelist-source-range",
-            Location,
-            Medium,
-            true,
-            "old name of allowlist-source-range",
-        ),
-        todo(
-            "denylist-source-range",
-            Location,
-            Medium,
-            true,
-            "client CIDRs refused with 403",
-        ),
-    ],
-};
-
 /// HTTP basic (and digest) authentication.
 pub(super) const BASIC_AUTH: Family = Family {
     name: "basic auth",

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::annotations::{balancing, value};
+use crate::annotations::{balancing, source_ranges, value};
 use crate::model::{Global, Problem, ResourceRef, Severity};
 
 /// Reads the ConfigMap into global settings. Invalid values are reported on the
@@ -151,6 +151,30 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
             "server-snippet" => g.server_snippet = Some(v.to_owned()),
             "location-snippet" => g.location_snippet = Some(v.to_owned()),
+            // An invalid list fails closed: every location relying on it answers 403
+            // (the default, no list, would serve everyone).
+            "whitelist-source-range" | "denylist-source-range" => {
+                let allow = key == "whitelist-source-range";
+                match source_ranges::cidr_list(v) {
+                    Ok(l) if allow => g.source_ranges.allow = Some(l),
+                    Ok(l) => g.source_ranges.deny = Some(l),
+                    Err(e) => {
+                        if allow {
+                            g.source_ranges.allow_invalid = true;
+                        } else {
+                            g.source_ranges.deny_invalid = true;
+                        }
+                        unimplemented.push(Problem {
+                            resource: r.clone(),
+                            severity: Severity::Error,
+                            message: format!(
+                                "key {key}: invalid value {v:?}: {e}; every location without \
+                                 its own list answers 403 until it is fixed"
+                            ),
+                        });
+                    }
+                }
+            }
             _ => unimplemented.push(unimplemented_key(&r, key)),
         }
     }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 
-use crate::annotations::{self, IngressAnnotations};
+use crate::annotations::{self, IngressAnnotations, SourceRanges};
 use crate::model::*;
 use crate::snapshot::Snapshot;
 
@@ -343,6 +343,7 @@ impl Builder<'_> {
             } else {
                 None
             },
+            source_ranges: SourceRanges::or_defaults(&a.source_ranges, &self.global.source_ranges),
         }
     }
 

@@ -1,0 +1,170 @@
+//! Access control through real NGINX, as a client sees it: allow and deny lists
+//! (annotations and the ConfigMap's defaults) answer 403, from the client's address.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+
+/// A GET from source address `from` (any 127.0.0.0/8 address is local): (status,
+/// the echo's JSON).
+async fn get_from(f: &Ferrule, from: &str, host: &str) -> (u16, Value) {
+    let c = reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let r = c
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", host)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+fn ing(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
+    let mut a = vec![("ssl-redirect", "false")];
+    a.extend_from_slice(annotations);
+    ingress("demo", name, T0, host, &[("/", "Prefix", "echo")], &a)
+}
+
+fn configmap(data: &[(&str, &str)]) -> String {
+    let data: String = data
+        .iter()
+        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule, namespace: demo }}\ndata:\n{data}"
+    )
+}
+
+#[tokio::test]
+async fn allow_and_deny_lists_answer_403_to_other_clients() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "allow.yaml",
+        &ing(
+            "allow",
+            "allow.test",
+            &[("allowlist-source-range", "127.0.0.5, 10.0.0.0/8")],
+        ),
+    );
+    m.write(
+        "old.yaml",
+        &ing(
+            "old",
+            "old.test",
+            &[("whitelist-source-range", "127.0.0.6/32")],
+        ),
+    );
+    m.write(
+        "deny.yaml",
+        &ing(
+            "deny",
+            "deny.test",
+            &[("denylist-source-range", "127.0.0.7")],
+        ),
+    );
+    m.write("open.yaml", &ing("open", "open.test", &[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    let (s, v) = get_from(&f, "127.0.0.5", "allow.test").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(
+        v["headers"]["x-real-ip"], "127.0.0.5",
+        "the backend sees the client"
+    );
+    assert_eq!(get_from(&f, "127.0.0.1", "allow.test").await.0, 403);
+    assert_eq!(get_from(&f, "127.0.0.6", "old.test").await.0, 200);
+    assert_eq!(get_from(&f, "127.0.0.5", "old.test").await.0, 403);
+    assert_eq!(get_from(&f, "127.0.0.7", "deny.test").await.0, 403);
+    assert_eq!(get_from(&f, "127.0.0.1", "deny.test").await.0, 200);
+    assert_eq!(get_from(&f, "127.0.0.9", "open.test").await.0, 200);
+    let allow = f.resource("Ingress", "demo", "allow").await.unwrap();
+    assert_eq!(allow["state"], "applied", "{allow}");
+
+    // An endpoint change of an allowlisted location needs no reload.
+    let workers = f.worker_pids();
+    let other = Echo::start("127.0.0.3").await;
+    m.write("svc.yaml", &service("demo", "echo", &[other.addr]));
+    let moved = wait_until(Duration::from_secs(5), || async {
+        get_from(&f, "127.0.0.5", "allow.test").await.1["backend"] == other.addr.to_string()
+    })
+    .await;
+    assert!(moved, "{}", f.logs());
+    assert_eq!(f.worker_pids(), workers, "no reload");
+    assert_eq!(get_from(&f, "127.0.0.1", "allow.test").await.0, 403);
+
+    // An invalid list rejects its Ingress (never served without it).
+    m.write(
+        "allow.yaml",
+        &ing(
+            "allow",
+            "allow.test",
+            &[("allowlist-source-range", "127.0.0.5; allow all")],
+        ),
+    );
+    let rejected = wait_until(Duration::from_secs(5), || async {
+        f.resource("Ingress", "demo", "allow")
+            .await
+            .is_some_and(|r| r["state"] == "rejected")
+    })
+    .await;
+    assert!(rejected, "{:?}", f.resources().await);
+    assert_eq!(get_from(&f, "127.0.0.5", "allow.test").await.0, 404);
+}
+
+#[tokio::test]
+async fn the_configmap_lists_are_the_default_an_ingress_replaces() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[("whitelist-source-range", "127.0.0.5")]),
+    );
+    m.write("plain.yaml", &ing("plain", "plain.test", &[]));
+    m.write(
+        "own.yaml",
+        &ing(
+            "own",
+            "own.test",
+            &[("allowlist-source-range", "127.0.0.6")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(get_from(&f, "127.0.0.5", "plain.test").await.0, 200);
+    assert_eq!(get_from(&f, "127.0.0.1", "plain.test").await.0, 403);
+    assert_eq!(get_from(&f, "127.0.0.6", "own.test").await.0, 200);
+    assert_eq!(get_from(&f, "127.0.0.5", "own.test").await.0, 403);
+
+    // An invalid global list fails closed: 403 for every location relying on it,
+    // reported on the ConfigMap; an Ingress with its own list keeps it.
+    m.write(
+        "cm.yaml",
+        &configmap(&[("whitelist-source-range", "127.0.0.5/99")]),
+    );
+    let closed = wait_until(Duration::from_secs(5), || async {
+        get_from(&f, "127.0.0.5", "plain.test").await.0 == 403
+    })
+    .await;
+    assert!(closed, "{}", f.logs());
+    let cm = f.resource("ConfigMap", "demo", "ferrule").await.unwrap();
+    assert_eq!(cm["state"], "rejected", "{cm}");
+    assert!(
+        cm["message"]
+            .as_str()
+            .unwrap()
+            .contains("whitelist-source-range"),
+        "{cm}"
+    );
+    assert_eq!(get_from(&f, "127.0.0.6", "own.test").await.0, 200);
+}
