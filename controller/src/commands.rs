@@ -147,7 +147,6 @@ pub fn render(model: &Model, opts: RenderOptions) -> Result<usize> {
     Ok(specs.len())
 }
 
-/// `ferrule validate`: config safety without serving; prints problems per resource.
 /// The migration report of `ferrule validate`: per Ingress Ferrule serves, what it
 /// does with each annotation under the prefix (supported, ignored with a Warning,
 /// or rejecting the Ingress). Invalid values follow among the problems.
@@ -182,6 +181,8 @@ fn migration_report(snap: &Snapshot) {
     }
 }
 
+/// `ferrule validate`: config safety without serving; prints the migration report,
+/// then problems per resource.
 pub async fn validate(
     snap: &Snapshot,
     model: &Model,

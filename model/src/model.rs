@@ -315,6 +315,9 @@ pub struct Global {
     /// ConfigMap `whitelist-source-range` / `denylist-source-range`: the lists of
     /// locations whose Ingress sets none, and of the default backend.
     pub source_ranges: GlobalSourceRanges,
+    /// Where the client address comes from (ConfigMap `use-forwarded-headers`,
+    /// `use-proxy-protocol`, `proxy-real-ip-cidr`, …).
+    pub client_address: crate::build::real_ip::ClientAddress,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

@@ -168,3 +168,169 @@ async fn the_configmap_lists_are_the_default_an_ingress_replaces() {
     );
     assert_eq!(get_from(&f, "127.0.0.6", "own.test").await.0, 200);
 }
+
+/// A raw HTTP/1.1 exchange from source address `from`, `prefix` (a PROXY protocol
+/// line, or nothing) first: (status, the echo's JSON).
+async fn raw_from(
+    f: &Ferrule,
+    from: &str,
+    prefix: &str,
+    host: &str,
+    xff: Option<&str>,
+) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut s = socket
+        .connect(format!("127.0.0.1:{}", f.http).parse().unwrap())
+        .await
+        .unwrap();
+    let xff = xff
+        .map(|x| format!("X-Forwarded-For: {x}\r\n"))
+        .unwrap_or_default();
+    let req = format!("{prefix}GET / HTTP/1.1\r\nHost: {host}\r\n{xff}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut raw)).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    // The echo answers with a chunked body: its JSON is between the chunk sizes.
+    let json = body
+        .find('{')
+        .and_then(|i| body.rfind('}').map(|j| &body[i..=j]));
+    (
+        status,
+        json.and_then(|j| serde_json::from_str(j).ok())
+            .unwrap_or(Value::Null),
+    )
+}
+
+/// Behind a proxy: the client address comes from X-Forwarded-For of trusted
+/// peers only, and the allowlist and the backend both see it.
+#[tokio::test]
+async fn forwarded_headers_are_believed_from_trusted_proxies_only() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("use-forwarded-headers", "true"),
+            ("proxy-real-ip-cidr", "127.0.0.1/32"),
+            ("compute-full-forwarded-for", "true"),
+        ]),
+    );
+    m.write(
+        "allow.yaml",
+        &ing(
+            "allow",
+            "allow.test",
+            &[("allowlist-source-range", "10.1.2.3")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+
+    // The trusted proxy relays a client: recursive, from the right.
+    let (s, v) = raw_from(
+        &f,
+        "127.0.0.1",
+        "",
+        "allow.test",
+        Some("10.9.9.9, 10.1.2.3"),
+    )
+    .await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(v["headers"]["x-real-ip"], "10.1.2.3", "{v}");
+    assert_eq!(
+        v["headers"]["x-forwarded-for"], "10.9.9.9, 10.1.2.3, 10.1.2.3",
+        "{v}"
+    );
+    // Anyone else claiming that address is still itself.
+    assert_eq!(
+        raw_from(&f, "127.0.0.8", "", "allow.test", Some("10.1.2.3"))
+            .await
+            .0,
+        403
+    );
+    assert_eq!(
+        raw_from(&f, "127.0.0.1", "", "allow.test", None).await.0,
+        403
+    );
+
+    // Without proxy-real-ip-cidr no peer is trusted (ingress-nginx would trust all),
+    // and the ConfigMap says so.
+    m.write("cm.yaml", &configmap(&[("use-forwarded-headers", "true")]));
+    let untrusted = wait_until(Duration::from_secs(5), || async {
+        raw_from(&f, "127.0.0.1", "", "allow.test", Some("10.1.2.3"))
+            .await
+            .0
+            == 403
+    })
+    .await;
+    assert!(untrusted, "{}", f.logs());
+    let warned = wait_until(Duration::from_secs(5), || async {
+        f.resource("ConfigMap", "demo", "ferrule")
+            .await
+            .is_some_and(|cm| {
+                cm["state"] == "applied"
+                    && cm["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("proxy-real-ip-cidr names no proxy")
+            })
+    })
+    .await;
+    assert!(warned, "{:?}", f.resources().await);
+}
+
+/// PROXY protocol on the listeners: the address of a trusted proxy's PROXY line.
+#[tokio::test]
+async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("use-proxy-protocol", "true"),
+            ("proxy-real-ip-cidr", "127.0.0.1"),
+        ]),
+    );
+    m.write(
+        "allow.yaml",
+        &ing(
+            "allow",
+            "allow.test",
+            &[("allowlist-source-range", "10.1.2.3")],
+        ),
+    );
+    let f = Ferrule::spawn(m.path(), &["--configmap", "demo/ferrule"]);
+    f.wait_ready(Duration::from_secs(20)).await;
+    let line = |client: &str| format!("PROXY TCP4 {client} 127.0.0.1 40000 80\r\n");
+
+    let (s, v) = raw_from(&f, "127.0.0.1", &line("10.1.2.3"), "allow.test", None).await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(v["headers"]["x-real-ip"], "10.1.2.3", "{v}");
+    assert_eq!(v["headers"]["x-forwarded-for"], "10.1.2.3", "{v}");
+    assert_eq!(
+        raw_from(&f, "127.0.0.1", &line("10.7.7.7"), "allow.test", None)
+            .await
+            .0,
+        403
+    );
+    // An untrusted peer's line is not believed.
+    assert_eq!(
+        raw_from(&f, "127.0.0.8", &line("10.1.2.3"), "allow.test", None)
+            .await
+            .0,
+        403
+    );
+}

@@ -3,6 +3,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::annotations::{balancing, source_ranges, value};
+use crate::build::real_ip;
 use crate::model::{Global, Problem, ResourceRef, Severity};
 
 /// Reads the ConfigMap into global settings. Invalid values are reported on the
@@ -111,6 +112,7 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
         })
     };
     let mut unimplemented = Vec::new();
+    g.client_address = real_ip::read(&r, |k| data.get(k).map(String::as_str), &mut unimplemented);
     for (key, v) in data {
         let v = v.as_str();
         match key.as_str() {
@@ -175,6 +177,7 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                     }
                 }
             }
+            k if real_ip::KEYS.contains(&k) => {}
             _ => unimplemented.push(unimplemented_key(&r, key)),
         }
     }

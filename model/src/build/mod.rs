@@ -11,6 +11,7 @@ mod config;
 mod endpoints;
 pub(crate) mod hosts;
 mod path_regex;
+pub mod real_ip;
 mod tls;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

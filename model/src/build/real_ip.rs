@@ -1,0 +1,104 @@
+//! The real client address (ConfigMap `use-forwarded-headers`, `enable-real-ip`,
+//! `forwarded-for-header`, `proxy-real-ip-cidr`, `use-proxy-protocol`,
+//! `compute-full-forwarded-for`): which address allow and deny lists see and the
+//! backend receives. Allowlists are worthless without it behind a load balancer,
+//! and dangerous with a wrong one: a client address is taken from a header or a
+//! PROXY protocol line only when the connection comes from a trusted proxy.
+//!
+//! Difference from ingress-nginx, on purpose: ingress-nginx trusts every peer
+//! (`proxy-real-ip-cidr` defaults to `0.0.0.0/0`), so any client that can reach the
+//! listeners chooses its own address and walks through every allowlist. Ferrule
+//! trusts no peer until `proxy-real-ip-cidr` names the proxies, and says so.
+
+use serde::{Deserialize, Serialize};
+
+use crate::annotations::{Cidr, source_ranges, value};
+use crate::model::{Problem, ResourceRef, Severity};
+
+/// Where the client address comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct ClientAddress {
+    /// The listeners expect a PROXY protocol header (`use-proxy-protocol`).
+    pub proxy_protocol: bool,
+    /// `real_ip_header`: a request header (`forwarded-for-header`) or
+    /// `proxy_protocol`; `None`: the connection's address.
+    pub real_ip_header: Option<String>,
+    /// The proxies whose header or PROXY line is believed (`proxy-real-ip-cidr`).
+    pub trusted: Vec<Cidr>,
+    /// `X-Forwarded-For` to the backend keeps the incoming list and appends the
+    /// client (`compute-full-forwarded-for`), instead of the client alone.
+    pub full_forwarded_for: bool,
+}
+
+/// The keys this file reads, for the ConfigMap reader's dispatch.
+pub(crate) const KEYS: &[&str] = &[
+    "use-forwarded-headers",
+    "enable-real-ip",
+    "forwarded-for-header",
+    "proxy-real-ip-cidr",
+    "use-proxy-protocol",
+    "compute-full-forwarded-for",
+];
+
+/// Reads the family's keys of the ConfigMap `r` (`get` looks a key up).
+pub(crate) fn read<'a>(
+    r: &ResourceRef,
+    get: impl Fn(&str) -> Option<&'a str>,
+    problems: &mut Vec<Problem>,
+) -> ClientAddress {
+    // (key, value, reason) of each invalid value
+    let mut invalid: Vec<(&str, &str, String)> = Vec::new();
+    let mut flag = |key: &'static str| match get(key) {
+        None => false,
+        Some(v) => value::boolean(v.trim()).unwrap_or_else(|e| {
+            invalid.push((key, v, e));
+            false
+        }),
+    };
+    let forwarded = flag("use-forwarded-headers") | flag("enable-real-ip");
+    let proxy_protocol = flag("use-proxy-protocol");
+    let full_forwarded_for = flag("compute-full-forwarded-for");
+    let mut header = "X-Forwarded-For".to_owned();
+    if let Some(v) = get("forwarded-for-header") {
+        match value::token(v.trim()) {
+            Ok(h) => header = h,
+            Err(e) => invalid.push(("forwarded-for-header", v, e)),
+        }
+    }
+    let mut trusted = Vec::new();
+    if let Some(v) = get("proxy-real-ip-cidr") {
+        match source_ranges::cidr_list(v) {
+            Ok(l) => trusted = l,
+            Err(e) => invalid.push(("proxy-real-ip-cidr", v, e)),
+        }
+    }
+    for (key, v, reason) in invalid {
+        problems.push(Problem {
+            resource: r.clone(),
+            severity: Severity::Error,
+            message: format!("key {key}: invalid value {v:?}: {reason}; using the default"),
+        });
+    }
+    let real_ip_header = if proxy_protocol {
+        Some("proxy_protocol".to_owned())
+    } else {
+        forwarded.then_some(header)
+    };
+    if real_ip_header.is_some() && trusted.is_empty() {
+        problems.push(Problem {
+            resource: r.clone(),
+            severity: Severity::Warning,
+            message: "proxy-real-ip-cidr names no proxy: no peer is trusted, and every \
+                      client address is the connection's (ingress-nginx would trust every \
+                      peer, letting any client choose its address); set it to the addresses \
+                      of your load balancers"
+                .to_owned(),
+        });
+    }
+    ClientAddress {
+        proxy_protocol,
+        real_ip_header,
+        trusted,
+        full_forwarded_for,
+    }
+}
