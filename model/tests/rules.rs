@@ -381,6 +381,41 @@ fn hosts_exact_before_wildcard_and_wildcard_is_one_label() {
     );
 }
 
+/// NGINX matches the Host header (lower-cased) against a wildcard's one label: a
+/// label DNS would not hold must not be served, nor be reflected in redirects and
+/// `X-Forwarded-Host` to the wildcard's backend.
+#[test]
+fn hosts_wildcard_label_is_a_dns_label() {
+    let yaml = docs![
+        app("default/wild", "10.0.0.2"),
+        ingress(
+            "default/w",
+            1,
+            "*.foo.com",
+            &[("/", "Prefix", "wild", "80")]
+        ),
+    ];
+    let longest = format!("{}.foo.com", "a".repeat(63));
+    let too_long = format!("{}.foo.com", "a".repeat(64));
+    check(
+        &yaml,
+        &[
+            ("good.foo.com", "/", "default_wild_80"),
+            ("Good-1.FOO.com", "/", "default_wild_80"),
+            ("0.foo.com", "/", "default_wild_80"),
+            (&longest, "/", "default_wild_80"),
+            ("a@evil.foo.com", "/", "404"),
+            ("a_b.foo.com", "/", "404"),
+            ("a\\.foo.com", "/", "404"),
+            ("-a.foo.com", "/", "404"),
+            ("a-.foo.com", "/", "404"),
+            ("*.foo.com", "/", "404"),
+            ("\u{e9}.foo.com", "/", "404"),
+            (&too_long, "/", "404"),
+        ],
+    );
+}
+
 #[test]
 fn hosts_exact_server_does_not_fall_back_to_wildcard_paths() {
     // The exact server owns the host: a path only the wildcard serves is not reachable

@@ -173,6 +173,38 @@ async fn host_rules_exact_wildcard_case_and_unknown() {
     }
 }
 
+/// A wildcard's `*` is one DNS label: a Host header with another first label (which
+/// NGINX takes) is not served by the wildcard Ingress, nor reflected to its backend in
+/// `X-Forwarded-Host` or in a redirect; upper case is (NGINX lower-cases the host).
+#[tokio::test]
+async fn wildcard_host_serves_dns_labels_only() {
+    let wild = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "wild", &[wild.addr]));
+    m.write(
+        "wild.yaml",
+        &Ing::new("demo", "wild", T0)
+            .rule("*.foo.test", &[("/", "Prefix", "wild")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let w = wild.addr.to_string();
+    for host in ["good.foo.test", "Good-1.FOO.test", "0.foo.test"] {
+        assert_eq!(f.backend(host, "/p").await, (200, w.clone()), "host {host}");
+    }
+    for host in [
+        "a@evil.foo.test",
+        "a_b.foo.test",
+        "a\\.foo.test",
+        "-a.foo.test",
+        "a-.foo.test",
+        "*.foo.test",
+    ] {
+        let (s, backend) = f.backend(host, "/p").await;
+        assert_eq!(s, 404, "host {host} must not be served (got {backend:?})");
+    }
+}
+
 /// The path matching table of the Kubernetes documentation
 /// (<https://kubernetes.io/docs/concepts/services-networking/ingress/#examples>),
 /// plus case sensitivity: each row is its own host.
