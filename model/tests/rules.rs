@@ -966,8 +966,11 @@ fn backend_endpoint_ports_the_balancer_api_takes() {
 }
 
 /// The balancer API takes backend names of 1 to 1024 bytes without control characters
-/// (lua/ferrule/validate.lua `MAX_NAME`); names from an API server are far inside that,
-/// but a manifests directory is not checked. A name the API would refuse is a problem
+/// (lua/ferrule/validate.lua `MAX_NAME`), and NGINX must get the name the balancer
+/// gets: the configuration's quoting drops control characters, C1 ones too (the
+/// location of `collide\u{85}` would use the backend of `collide`); what it escapes
+/// (`"`, `\`) NGINX reads back. Names from an API server are far inside that, but a
+/// manifests directory's port names are not checked. A name refused is a problem
 /// naming the reference, and the path answers 503.
 #[test]
 fn backend_names_the_balancer_api_takes() {
@@ -980,6 +983,12 @@ fn backend_names_the_balancer_api_takes() {
         ("a\u{7}b", false),
         ("a\u{1f}b", false),
         ("a\u{7f}b", false),
+        ("collide\u{85}", false),
+        ("a\u{80}b", false),
+        ("a\u{9f}b", false),
+        ("a\"b", true),
+        ("a\\b", true),
+        ("\u{a0}\u{e9}", true),
     ] {
         let yaml = docs![
             service(&format!("default/{svc}"), &[("http", 80, "web")]),
