@@ -673,11 +673,12 @@ async fn routes_without_endpoints_answer_503() {
         "svc-empty.yaml",
         &service_endpoints("demo", "empty", a.addr.port(), &[]),
     );
-    // The manifests source accepts names Kubernetes would not: a `$` in a name must
-    // stay literal where NGINX expands variables (the backend name).
+    // The manifests source accepts port names Kubernetes would not (it refuses such
+    // object names): a `$` in one must stay literal where NGINX expands variables
+    // (the backend name, `demo_odd_p$http_x_pick`).
     m.write(
         "svc-odd.yaml",
-        &service("demo", "odd$http_x_pick", &[a.addr]),
+        &service("demo", "odd", &[a.addr]).replace("name: http,", "name: p$http_x_pick,"),
     );
     m.write(
         "ing.yaml",
@@ -688,10 +689,16 @@ async fn routes_without_endpoints_answer_503() {
                     ("/unready", "Prefix", "unready"),
                     ("/empty", "Prefix", "empty"),
                     ("/missing", "Prefix", "does-not-exist"),
-                    ("/odd", "Prefix", "odd$http_x_pick"),
                 ],
             )
             .yaml(),
+    );
+    m.write(
+        "ing-odd.yaml",
+        &Ing::new("demo", "odd", T0)
+            .rule("e.test", &[("/odd", "Prefix", "odd")])
+            .yaml()
+            .replace(r#""number": 80"#, r#""name": "p$http_x_pick""#),
     );
     let f = Ferrule::start(m.path(), &[]).await;
     for p in ["/unready", "/empty/x", "/missing", "/missing/y"] {
@@ -704,7 +711,7 @@ async fn routes_without_endpoints_answer_503() {
         "503"
     );
     assert_eq!(f.backend("e.test", "/odd").await, (200, a.addr.to_string()));
-    let (s, _, _) = send(&f, "GET", "e.test", "/odd", &[("X-Pick-80", "x")], None).await;
+    let (s, _, _) = send(&f, "GET", "e.test", "/odd", &[("X-Pick", "x")], None).await;
     assert_eq!(s, 200, "a request header cannot rename the backend");
     // The endpoint becomes ready: served without anything else changing.
     m.write(

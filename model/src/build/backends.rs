@@ -288,7 +288,9 @@ pub(crate) fn balancer_name_ok(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_BACKEND_NAME && !name.chars().any(char::is_control)
 }
 
-/// `namespace_service_port`: `_` never occurs in Kubernetes names, so this is unambiguous.
+/// `namespace_service_port`: `_` never occurs in a Kubernetes namespace or Service
+/// name (the manifests source refuses such names as the API server does), so this is
+/// unambiguous.
 pub(crate) fn backend_name(ns: &str, svc: &str, port: &str) -> String {
     format!("{ns}_{svc}_{port}")
 }
