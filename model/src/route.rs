@@ -31,13 +31,17 @@ pub fn route(model: &Model, host: &str, path: &str) -> Outcome {
     }
 }
 
-/// The server for a host: exact, then a wildcard one label up, then the catch-all.
+/// The server for a (lower-cased) host: exact, then a wildcard one label up, whose `*`
+/// stands for one DNS label, then the catch-all.
 pub fn server_for<'m>(model: &'m Model, host: &str) -> Option<&'m Server> {
-    if let Some(s) = model.server(host) {
+    // `*.foo.com` is the key of a wildcard server, not a host it serves
+    if let Some(s) = model.server(host)
+        && !host.starts_with("*.")
+    {
         return Some(s);
     }
     if let Some((label, rest)) = host.split_once('.')
-        && !label.is_empty()
+        && dns_label(label)
         && let Some(s) = model.server(&format!("*.{rest}"))
     {
         debug_assert!(covers(std::slice::from_ref(&s.host), host));
@@ -45,6 +49,23 @@ pub fn server_for<'m>(model: &'m Model, host: &str) -> Option<&'m Server> {
     }
     model.server(DEFAULT_SERVER)
 }
+
+/// Whether `label` (lower-cased) is a DNS label, `[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?`:
+/// what each label of a rule host must be, and what the `*` of a wildcard host stands
+/// for in a request's host. NGINX must match the same: [`WILDCARD_LABEL`].
+pub fn dns_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// [`dns_label`] as a PCRE pattern, for the `server_name` regex of a wildcard host
+/// (NGINX lower-cases the host before it matches server names).
+pub const WILDCARD_LABEL: &str = "[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?";
 
 /// The location for a path: an exact one first; then the prefix and regex locations
 /// in [`precedence`] order (the longest path first), the first that matches. Without

@@ -381,6 +381,41 @@ fn hosts_exact_before_wildcard_and_wildcard_is_one_label() {
     );
 }
 
+/// NGINX matches the Host header (lower-cased) against a wildcard's one label: a
+/// label DNS would not hold must not be served, nor be reflected in redirects and
+/// `X-Forwarded-Host` to the wildcard's backend.
+#[test]
+fn hosts_wildcard_label_is_a_dns_label() {
+    let yaml = docs![
+        app("default/wild", "10.0.0.2"),
+        ingress(
+            "default/w",
+            1,
+            "*.foo.com",
+            &[("/", "Prefix", "wild", "80")]
+        ),
+    ];
+    let longest = format!("{}.foo.com", "a".repeat(63));
+    let too_long = format!("{}.foo.com", "a".repeat(64));
+    check(
+        &yaml,
+        &[
+            ("good.foo.com", "/", "default_wild_80"),
+            ("Good-1.FOO.com", "/", "default_wild_80"),
+            ("0.foo.com", "/", "default_wild_80"),
+            (&longest, "/", "default_wild_80"),
+            ("a@evil.foo.com", "/", "404"),
+            ("a_b.foo.com", "/", "404"),
+            ("a\\.foo.com", "/", "404"),
+            ("-a.foo.com", "/", "404"),
+            ("a-.foo.com", "/", "404"),
+            ("*.foo.com", "/", "404"),
+            ("\u{e9}.foo.com", "/", "404"),
+            (&too_long, "/", "404"),
+        ],
+    );
+}
+
 #[test]
 fn hosts_exact_server_does_not_fall_back_to_wildcard_paths() {
     // The exact server owns the host: a path only the wildcard serves is not reachable
@@ -931,8 +966,11 @@ fn backend_endpoint_ports_the_balancer_api_takes() {
 }
 
 /// The balancer API takes backend names of 1 to 1024 bytes without control characters
-/// (lua/ferrule/validate.lua `MAX_NAME`); names from an API server are far inside that,
-/// but a manifests directory is not checked. A name the API would refuse is a problem
+/// (lua/ferrule/validate.lua `MAX_NAME`), and NGINX must get the name the balancer
+/// gets: the configuration's quoting drops control characters, C1 ones too (the
+/// location of `collide\u{85}` would use the backend of `collide`); what it escapes
+/// (`"`, `\`) NGINX reads back. Names from an API server are far inside that, but a
+/// manifests directory's port names are not checked. A name refused is a problem
 /// naming the reference, and the path answers 503.
 #[test]
 fn backend_names_the_balancer_api_takes() {
@@ -945,6 +983,12 @@ fn backend_names_the_balancer_api_takes() {
         ("a\u{7}b", false),
         ("a\u{1f}b", false),
         ("a\u{7f}b", false),
+        ("collide\u{85}", false),
+        ("a\u{80}b", false),
+        ("a\u{9f}b", false),
+        ("a\"b", true),
+        ("a\\b", true),
+        ("\u{a0}\u{e9}", true),
     ] {
         let yaml = docs![
             service(&format!("default/{svc}"), &[("http", 80, "web")]),

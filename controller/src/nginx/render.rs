@@ -554,13 +554,18 @@ fn server_names_bucket<'a>(hosts: impl Iterator<Item = &'a str>) -> usize {
 }
 
 /// NGINX `server_name`: exact names as they are; a wildcard becomes a regular
-/// expression matching exactly one label (NGINX's own `*.` matches several).
+/// expression matching exactly one DNS label (NGINX's own `*.` matches several, and
+/// any bytes in them: `a@evil`, `a_b`), as [`route::dns_label`] does.
 fn server_name(host: &str) -> String {
     if host == DEFAULT_SERVER {
         return "_".to_owned();
     }
     match host.strip_prefix("*.") {
-        Some(rest) => format!("~^[^.]+\\.{}$", rest.replace('.', "\\.")),
+        Some(rest) => format!(
+            "~^{}\\.{}$",
+            route::WILDCARD_LABEL,
+            rest.replace('.', "\\.")
+        ),
         None => host.to_owned(),
     }
 }

@@ -146,6 +146,11 @@ fn decode_file(path: &Path, config_map: Option<(&str, &str)>) -> Result<Snapshot
         if value.is_null() {
             continue;
         }
+        check_names(&value).map_err(|message| ManifestError::Document {
+            path: path.to_owned(),
+            index,
+            message,
+        })?;
         let added =
             objects::add(&mut part, value, config_map).map_err(|e| ManifestError::Document {
                 path: path.to_owned(),
@@ -159,6 +164,88 @@ fn decode_file(path: &Path, config_map: Option<(&str, &str)>) -> Result<Snapshot
         }
     }
     Ok(part)
+}
+
+/// Refuses, as the API server does, an object of a kind Ferrule reads (or of a
+/// `List`) whose namespace is not a DNS-1123 label or whose name is not a DNS-1035
+/// label (a Service) or a DNS-1123 subdomain (the others). The model relies on it: a
+/// backend is named `namespace_service_port`, which no `_` may make ambiguous, and
+/// every name must reach NGINX's configuration as it is.
+fn check_names(value: &serde_json::Value) -> Result<(), String> {
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    let (name_ok, rule): (fn(&str) -> bool, &str) = match kind {
+        "List" => {
+            let items = value.get("items").and_then(|i| i.as_array());
+            return items.into_iter().flatten().try_for_each(check_names);
+        }
+        "Service" => (dns1035_label, DNS1035_LABEL),
+        "Ingress" | "IngressClass" | "EndpointSlice" | "Secret" | "ConfigMap" => {
+            (dns1123_subdomain, DNS1123_SUBDOMAIN)
+        }
+        _ => return Ok(()),
+    };
+    // Missing is empty; a value that is no string is the decoder's to report.
+    let field = |key: &str| match value.get("metadata").and_then(|m| m.get(key)) {
+        None | Some(serde_json::Value::Null) => Some(""),
+        Some(v) => v.as_str(),
+    };
+    let name = field("name");
+    if let Some(name) = name
+        && !name_ok(name)
+    {
+        return Err(format!(
+            "{kind} name {name:?} is invalid: Kubernetes requires {rule}"
+        ));
+    }
+    let name = name.unwrap_or_default();
+    // Without one, a namespaced object is in `default`; an IngressClass has none.
+    if let Some(namespace) = field("namespace")
+        && kind != "IngressClass"
+        && !namespace.is_empty()
+        && !dns1123_label(namespace)
+    {
+        return Err(format!(
+            "{kind} {name:?}: namespace {namespace:?} is invalid: Kubernetes requires \
+             {DNS1123_LABEL}"
+        ));
+    }
+    Ok(())
+}
+
+const DNS1123_LABEL: &str = "a DNS-1123 label (at most 63 characters: lower-case letters, \
+                             digits and '-', starting and ending with a letter or digit)";
+const DNS1035_LABEL: &str = "a DNS-1035 label (at most 63 characters: lower-case letters, \
+                             digits and '-', starting with a letter and ending with a letter \
+                             or digit)";
+const DNS1123_SUBDOMAIN: &str = "a DNS-1123 subdomain (at most 253 characters: labels of \
+                                 lower-case letters, digits and '-', starting and ending with a \
+                                 letter or digit, joined by '.')";
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, of any length.
+fn label_chars(s: &str) -> bool {
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    let b = s.as_bytes();
+    b.first().is_some_and(alnum)
+        && b.last().is_some_and(alnum)
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+}
+
+/// A namespace: `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+fn dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && label_chars(s)
+}
+
+/// A Service name: `[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+fn dns1035_label(s: &str) -> bool {
+    dns1123_label(s) && s.as_bytes()[0].is_ascii_lowercase()
+}
+
+/// Most names: DNS-1123 labels of any length joined by `.`, at most 253 characters.
+fn dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(label_chars)
 }
 
 /// The documents of one file (empty documents, e.g. a trailing `---`, as `null`, so
@@ -368,6 +455,143 @@ mod tests {
         std::fs::write(dir.path().join("e.yaml"), "kind: [").unwrap();
         let err = super::load(dir.path(), Settings::default(), None).unwrap_err();
         assert!(err.to_string().contains("e.yaml"), "{err}");
+    }
+
+    /// Kubernetes refuses an object whose namespace or name is not a DNS name (a
+    /// label for namespaces and Services, a subdomain otherwise): backend names
+    /// `namespace_service_port` rely on it (namespace `a_b` + Service `c` and `a` +
+    /// `b_c` would share one), and NGINX's configuration cannot hold every character.
+    /// A manifests directory is refused the same: a manifest error naming the file,
+    /// kind and name, the file's other objects held back as for a file that does not
+    /// parse, the other files current.
+    #[test]
+    fn names_kubernetes_refuses_are_manifest_errors() {
+        let long_subdomain = "i".repeat(253);
+        let too_long_subdomain = "i".repeat(254);
+        let long_label = "s".repeat(63);
+        let too_long_label = "s".repeat(64);
+        // (kind, namespace, name, what the error names; None: loads)
+        let cases: &[(&str, &str, &str, Option<&str>)] = &[
+            ("Service", "a_b", "c", Some("namespace \"a_b\"")),
+            ("Service", "a", "b_c", Some("Service name \"b_c\"")),
+            (
+                "Service",
+                "demo",
+                "collide\u{85}",
+                Some("\"collide\\u{85}\""),
+            ),
+            ("Service", "demo", "s\u{7}", Some("\"s\\u{7}\"")),
+            ("Service", "Demo", "web", Some("namespace \"Demo\"")),
+            ("Service", "demo", "Web", Some("Service name \"Web\"")),
+            ("Service", "demo", "a.b", Some("Service name \"a.b\"")),
+            ("Service", "demo", "1st", Some("Service name \"1st\"")),
+            ("Service", "demo", "web-", Some("Service name \"web-\"")),
+            ("Service", "demo", "", Some("Service name \"\"")),
+            (
+                "Service",
+                "demo",
+                &too_long_label,
+                Some("Service name \"sss"),
+            ),
+            ("Service", &too_long_label, "web", Some("namespace \"sss")),
+            ("Service", "demo", &long_label, None),
+            ("Service", &long_label, "web-1", None),
+            ("Service", "", "web", None),
+            ("Ingress", "demo", "a.b-c.0", None),
+            ("Ingress", "demo", &long_subdomain, None),
+            (
+                "Ingress",
+                "demo",
+                &too_long_subdomain,
+                Some("Ingress name \"iii"),
+            ),
+            ("Ingress", "demo", "a_b", Some("Ingress name \"a_b\"")),
+            ("Ingress", "demo", "a..b", Some("Ingress name \"a..b\"")),
+            ("Ingress", "demo", "-a", Some("Ingress name \"-a\"")),
+            ("Ingress", "d.e", "a", Some("namespace \"d.e\"")),
+            ("Secret", "demo", "tls.example.com", None),
+            ("Secret", "demo", "tls key", Some("Secret name \"tls key\"")),
+            ("ConfigMap", "demo", "cfg", None),
+            ("ConfigMap", "demo", "cfg$", Some("ConfigMap name \"cfg$\"")),
+            ("IngressClass", "", "nginx.example", None),
+            (
+                "IngressClass",
+                "",
+                "Nginx",
+                Some("IngressClass name \"Nginx\""),
+            ),
+            ("EndpointSlice", "demo", "web-x1", None),
+            (
+                "EndpointSlice",
+                "demo",
+                "web_x1",
+                Some("EndpointSlice name \"web_x1\""),
+            ),
+            // not read by Ferrule: not its business
+            ("Deployment", "a_b", "c_d", None),
+        ];
+        for (kind, ns, name, error) in cases {
+            let api_version = match *kind {
+                "Ingress" | "IngressClass" => "networking.k8s.io/v1",
+                "EndpointSlice" => "discovery.k8s.io/v1",
+                "Deployment" => "apps/v1",
+                _ => "v1",
+            };
+            let mut doc = serde_json::json!({
+                "apiVersion": api_version,
+                "kind": kind,
+                "metadata": { "name": name, "namespace": ns },
+            });
+            if *kind == "EndpointSlice" {
+                doc["addressType"] = "IPv4".into();
+                doc["endpoints"] = serde_json::json!([]);
+            }
+            let in_list: serde_json::Value =
+                serde_yaml::from_str(&SVC.replace("NAME", "in-list")).unwrap();
+            let list =
+                serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": [in_list, doc] });
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("good.yaml"), SVC.replace("NAME", "good")).unwrap();
+            // the object alone, and in a List after a valid one (serde_yaml writes
+            // control characters escaped: a raw U+0085 would be a line break)
+            for (file, text) in [
+                ("object.yaml", serde_yaml::to_string(&doc).unwrap()),
+                ("list.yaml", serde_yaml::to_string(&list).unwrap()),
+            ] {
+                std::fs::write(dir.path().join(file), text).unwrap();
+                let files = fingerprint(dir.path()).unwrap();
+                let (snap, errors) =
+                    load_cached(&files, Settings::default(), None, &mut Cache::default());
+                let mut want = vec!["good"];
+                match error {
+                    None => {
+                        assert!(errors.is_empty(), "{kind} {ns}/{name}: {errors:?}");
+                        if *kind == "Service" {
+                            want.push(name);
+                        }
+                        if file == "list.yaml" {
+                            want.push("in-list");
+                        }
+                    }
+                    Some(what) => {
+                        let e = errors
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join("\n");
+                        assert_eq!(errors.len(), 1, "{kind} {ns}/{name}: {e}");
+                        for part in [file, kind, what] {
+                            assert!(e.contains(part), "{kind} {ns}/{name}: {e:?} lacks {part:?}");
+                        }
+                        // the offline commands fail on it
+                        assert!(super::load(dir.path(), Settings::default(), None).is_err());
+                    }
+                }
+                want.sort();
+                assert_eq!(services(&snap), want, "{kind} {ns}/{name} in {file}");
+                std::fs::remove_file(dir.path().join(file)).unwrap();
+            }
+        }
     }
 
     /// A ConfigMap volume: the files live in `..<timestamp>/`, `..data` links to the

@@ -173,6 +173,38 @@ async fn host_rules_exact_wildcard_case_and_unknown() {
     }
 }
 
+/// A wildcard's `*` is one DNS label: a Host header with another first label (which
+/// NGINX takes) is not served by the wildcard Ingress, nor reflected to its backend in
+/// `X-Forwarded-Host` or in a redirect; upper case is (NGINX lower-cases the host).
+#[tokio::test]
+async fn wildcard_host_serves_dns_labels_only() {
+    let wild = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "wild", &[wild.addr]));
+    m.write(
+        "wild.yaml",
+        &Ing::new("demo", "wild", T0)
+            .rule("*.foo.test", &[("/", "Prefix", "wild")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let w = wild.addr.to_string();
+    for host in ["good.foo.test", "Good-1.FOO.test", "0.foo.test"] {
+        assert_eq!(f.backend(host, "/p").await, (200, w.clone()), "host {host}");
+    }
+    for host in [
+        "a@evil.foo.test",
+        "a_b.foo.test",
+        "a\\.foo.test",
+        "-a.foo.test",
+        "a-.foo.test",
+        "*.foo.test",
+    ] {
+        let (s, backend) = f.backend(host, "/p").await;
+        assert_eq!(s, 404, "host {host} must not be served (got {backend:?})");
+    }
+}
+
 /// The path matching table of the Kubernetes documentation
 /// (<https://kubernetes.io/docs/concepts/services-networking/ingress/#examples>),
 /// plus case sensitivity: each row is its own host.
@@ -641,11 +673,12 @@ async fn routes_without_endpoints_answer_503() {
         "svc-empty.yaml",
         &service_endpoints("demo", "empty", a.addr.port(), &[]),
     );
-    // The manifests source accepts names Kubernetes would not: a `$` in a name must
-    // stay literal where NGINX expands variables (the backend name).
+    // The manifests source accepts port names Kubernetes would not (it refuses such
+    // object names): a `$` in one must stay literal where NGINX expands variables
+    // (the backend name, `demo_odd_p$http_x_pick`).
     m.write(
         "svc-odd.yaml",
-        &service("demo", "odd$http_x_pick", &[a.addr]),
+        &service("demo", "odd", &[a.addr]).replace("name: http,", "name: p$http_x_pick,"),
     );
     m.write(
         "ing.yaml",
@@ -656,10 +689,16 @@ async fn routes_without_endpoints_answer_503() {
                     ("/unready", "Prefix", "unready"),
                     ("/empty", "Prefix", "empty"),
                     ("/missing", "Prefix", "does-not-exist"),
-                    ("/odd", "Prefix", "odd$http_x_pick"),
                 ],
             )
             .yaml(),
+    );
+    m.write(
+        "ing-odd.yaml",
+        &Ing::new("demo", "odd", T0)
+            .rule("e.test", &[("/odd", "Prefix", "odd")])
+            .yaml()
+            .replace(r#""number": 80"#, r#""name": "p$http_x_pick""#),
     );
     let f = Ferrule::start(m.path(), &[]).await;
     for p in ["/unready", "/empty/x", "/missing", "/missing/y"] {
@@ -672,7 +711,7 @@ async fn routes_without_endpoints_answer_503() {
         "503"
     );
     assert_eq!(f.backend("e.test", "/odd").await, (200, a.addr.to_string()));
-    let (s, _, _) = send(&f, "GET", "e.test", "/odd", &[("X-Pick-80", "x")], None).await;
+    let (s, _, _) = send(&f, "GET", "e.test", "/odd", &[("X-Pick", "x")], None).await;
     assert_eq!(s, 200, "a request header cannot rename the backend");
     // The endpoint becomes ready: served without anything else changing.
     m.write(

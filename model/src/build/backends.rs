@@ -113,13 +113,15 @@ impl<'a> ServiceIndex<'a> {
         };
         let service_port = port_ref.to_string();
         let name = backend_name(ns, &b.name, &service_port) + suffix;
-        // The API server's name rules keep names far inside the balancer's, but a
-        // manifests directory is not checked: a name the balancer API would refuse
-        // must not reach it (the whole backend would be refused).
+        // The API server's name rules (and the manifests source's) keep names far
+        // inside the balancer's, but an Ingress's port name is not checked in a
+        // manifests directory: a name the balancer API would refuse must not reach it
+        // (the whole backend would be refused), nor one NGINX would read differently.
         if !balancer_name_ok(&name) {
             return Err(format!(
                 "backend Service {ns}/{} port {service_port}: the backend name {name:?} is \
-                 not valid for the balancer (at most {MAX_BACKEND_NAME} bytes, no control characters)",
+                 not valid for the balancer (at most {MAX_BACKEND_NAME} bytes, no control \
+                 characters)",
                 b.name
             ));
         }
@@ -277,15 +279,18 @@ fn backend(
 /// The longest backend name the balancer API takes (lua/ferrule/validate.lua `MAX_NAME`).
 pub(crate) const MAX_BACKEND_NAME: usize = 1024;
 
-/// Whether the balancer API takes `name` as a backend name: not empty, at most
-/// [`MAX_BACKEND_NAME`] bytes, no ASCII control characters.
+/// Whether `name` can be a backend name: not empty, at most [`MAX_BACKEND_NAME`]
+/// bytes, and no control character. The balancer API refuses the ASCII ones, and the
+/// configuration's quoting (controller/src/nginx/emit.rs) drops every one, C1
+/// included, so NGINX would read another backend's name; what it escapes (`"`, `\`)
+/// NGINX reads back as it was.
 pub(crate) fn balancer_name_ok(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_BACKEND_NAME
-        && !name.bytes().any(|b| b < 0x20 || b == 0x7f)
+    !name.is_empty() && name.len() <= MAX_BACKEND_NAME && !name.chars().any(char::is_control)
 }
 
-/// `namespace_service_port`: `_` never occurs in Kubernetes names, so this is unambiguous.
+/// `namespace_service_port`: `_` never occurs in a Kubernetes namespace or Service
+/// name (the manifests source refuses such names as the API server does), so this is
+/// unambiguous.
 pub(crate) fn backend_name(ns: &str, svc: &str, port: &str) -> String {
     format!("{ns}_{svc}_{port}")
 }

@@ -1,20 +1,12 @@
 //! Host and path normalisation and validation.
 
+use crate::route::dns_label;
+
 /// Lower-cases and validates a rule host: DNS labels, optionally `*.` first.
 pub(crate) fn host(raw: &str) -> Result<String, String> {
     let h = raw.trim_end_matches('.').to_ascii_lowercase();
     let body = h.strip_prefix("*.").unwrap_or(&h);
-    let valid = !body.is_empty()
-        && h.len() <= 253
-        && body.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
+    let valid = !body.is_empty() && h.len() <= 253 && body.split('.').all(dns_label);
     if valid {
         Ok(h)
     } else {

@@ -222,18 +222,34 @@ fn quantifier(b: &[u8]) -> Option<Quantifier> {
         b'*' | b'+' => (true, true, 1),
         b'?' => (false, true, 1),
         _ => {
-            let end = b.iter().position(|&c| c == b'}')?;
-            let body = std::str::from_utf8(&b[1..end]).unwrap_or("");
-            let (lo, hi) = body.split_once(',').unwrap_or((body, body));
-            let number = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_digit());
-            if !number(lo) || !(hi.is_empty() || number(hi)) {
+            // `{n}`, `{n,}` or `{n,m}`, read no further than its digits: a `{` that
+            // opens none is a literal and the scan goes on after it, so looking
+            // ahead for a `}` would make the check quadratic in the path length.
+            let digits = |from: usize| b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
+            let lo = &b[1..1 + digits(1)];
+            let mut end = 1 + lo.len();
+            let hi = if b.get(end) == Some(&b',') {
+                let hi = &b[end + 1..end + 1 + digits(end + 1)];
+                end += 1 + hi.len();
+                Some(hi)
+            } else {
+                None
+            };
+            if lo.is_empty() || b.get(end) != Some(&b'}') {
                 return None;
             }
-            let min: u64 = lo.parse().unwrap_or(u64::MAX);
-            let max = if hi.is_empty() {
-                u64::MAX
-            } else {
-                hi.parse().unwrap_or(u64::MAX)
+            // digits only: a number too large for u64 is simply large
+            let number = |d: &[u8]| {
+                std::str::from_utf8(d)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(u64::MAX)
+            };
+            let min = number(lo);
+            let max = match hi {
+                None => min,
+                Some([]) => u64::MAX,
+                Some(hi) => number(hi),
             };
             (max > 1, min != max, end + 1)
         }
@@ -336,6 +352,49 @@ mod tests {
             "/(a{2,3})+",
         ] {
             check(p, "exponential");
+        }
+    }
+
+    /// The fastest of `runs` checks of `path`, stopping at the first faster than
+    /// `enough` (a pass needs one run that was not slowed down by another process).
+    fn fastest(path: &str, runs: usize, enough: std::time::Duration) -> std::time::Duration {
+        let mut best = std::time::Duration::MAX;
+        for _ in 0..runs {
+            let start = std::time::Instant::now();
+            let _ = std::hint::black_box(check_path(std::hint::black_box(path)));
+            best = best.min(start.elapsed());
+            if best < enough {
+                break;
+            }
+        }
+        best
+    }
+
+    /// A path is a request of the Ingress's author, who may be hostile to the others:
+    /// its check must take time linear in its length, whatever it holds. 8 times the
+    /// length may take 8 times as long (16 allows for noise); a quadratic check takes
+    /// 64 times as long (a 400 KB path of `{` took 55 s).
+    #[test]
+    fn the_check_is_linear_in_the_path_length() {
+        const N: usize = 25_000;
+        for unit in [
+            "{", "a{1", "{1,", "x{1,2", "{99", "(?i", "(?", "[[:a", "(a)", "\\d",
+        ] {
+            let path = |len: usize| format!("/{}", unit.repeat(len.div_ceil(unit.len())));
+            let (small, large) = (path(N), path(8 * N));
+            assert!(large.len() >= 200_000);
+            // warm up (allocations, caches)
+            fastest(&small, 3, std::time::Duration::ZERO);
+            let base = fastest(&small, 10, std::time::Duration::ZERO);
+            let bound = base * 16;
+            let took = fastest(&large, 5, bound);
+            assert!(
+                took < bound,
+                "{unit:?}: {} bytes took {took:?}, {} bytes {base:?}: {:.0} times as long",
+                large.len(),
+                small.len(),
+                took.as_secs_f64() / base.as_secs_f64()
+            );
         }
     }
 }
