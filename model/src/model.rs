@@ -10,7 +10,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
-    Affinity, BackendProtocol, Canary, GlobalSourceRanges, LoadBalance, Snippet, SourceRanges,
+    Affinity, BackendProtocol, BasicAuth, Canary, GlobalSourceRanges, LoadBalance, Snippet,
+    SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -218,6 +219,8 @@ pub struct LocationSettings {
     pub configuration_snippet: Option<Snippet>,
     /// Client address allow and deny lists (the Ingress's, else the ConfigMap's).
     pub source_ranges: SourceRanges,
+    /// HTTP basic authentication (`auth-type: basic`).
+    pub basic_auth: Option<BasicAuth>,
 }
 
 /// An upstream: one Service port and its ready endpoints.

@@ -4,24 +4,42 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Directories whose `*.conf` / `*.pem` files Ferrule owns: files it did not render
 /// this time are stale and removed.
-const MANAGED_DIRS: &[&str] = &["conf/servers", "conf/certs"];
+const MANAGED_DIRS: &[&str] = &["conf/servers", "conf/certs", AUTH_DIR];
 
-/// A file to write: contents and Unix mode.
+/// Where basic-auth users' files are, below the worker directory (the workers open
+/// them at each request).
+pub const AUTH_DIR: &str = "auth";
+
+/// A file to write: contents, Unix mode and owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileSpec {
     /// Contents.
     pub bytes: Vec<u8>,
     /// Permission bits (0o600 for keys and tokens).
     pub mode: u32,
+    /// The owner's uid when it is not the controller's (a file the NGINX workers
+    /// read with mode 0o600 belongs to their user).
+    pub owner: Option<u32>,
 }
 
-/// A file's previous contents and mode (`None`: it did not exist).
-type Previous = Option<(Vec<u8>, u32)>;
+impl FileSpec {
+    /// `bytes` with `mode`, owned by the controller.
+    pub fn new(bytes: Vec<u8>, mode: u32) -> Self {
+        Self {
+            bytes,
+            mode,
+            owner: None,
+        }
+    }
+}
+
+/// A file's previous contents, mode and owner (`None`: it did not exist).
+type Previous = Option<(Vec<u8>, u32, u32)>;
 
 /// What a write changed, so that it can be undone.
 #[derive(Debug, Default)]
@@ -55,8 +73,19 @@ impl Change {
 /// the page cache survives it); the next start repairs it, since it compares every
 /// file with what it renders and rewrites what differs.
 pub fn write_all(prefix: &Path, files: &BTreeMap<String, FileSpec>) -> std::io::Result<Change> {
+    write_managed(prefix, &[], files)
+}
+
+/// [`write_all`], with `more_managed` (absolute) directories whose files not in
+/// `files` are removed too; their files' keys are absolute paths.
+pub fn write_managed(
+    prefix: &Path,
+    more_managed: &[PathBuf],
+    files: &BTreeMap<String, FileSpec>,
+) -> std::io::Result<Change> {
     let mut change = Change::default();
-    let result = write_inner(prefix, files, &mut change).and_then(|()| sync_fs(prefix));
+    let result =
+        write_inner(prefix, more_managed, files, &mut change).and_then(|()| sync_fs(prefix));
     if let Err(e) = result {
         // Leave the tree as it was: a half-written change is worse than none.
         let _ = rollback(change);
@@ -67,6 +96,7 @@ pub fn write_all(prefix: &Path, files: &BTreeMap<String, FileSpec>) -> std::io::
 
 fn write_inner(
     prefix: &Path,
+    more_managed: &[PathBuf],
     files: &BTreeMap<String, FileSpec>,
     change: &mut Change,
 ) -> std::io::Result<()> {
@@ -76,13 +106,12 @@ fn write_inner(
         for (rel, spec) in files {
             let path = prefix.join(rel);
             let old = read(&path)?;
-            if old
-                .as_ref()
-                .is_some_and(|(b, m)| *b == spec.bytes && *m == spec.mode)
-            {
+            if old.as_ref().is_some_and(|(b, m, uid)| {
+                *b == spec.bytes && *m == spec.mode && spec.owner.is_none_or(|o| o == *uid)
+            }) {
                 continue;
             }
-            let tmp = write_temp(&path, &spec.bytes, spec.mode, false)?;
+            let tmp = write_temp(&path, &spec.bytes, spec.mode, spec.owner, false)?;
             staged.push((path, tmp, old));
         }
         Ok(())
@@ -102,8 +131,8 @@ fn write_inner(
         }
         change.undo.push((path, old));
     }
-    for dir in MANAGED_DIRS {
-        let dir = prefix.join(dir);
+    let managed = MANAGED_DIRS.iter().map(|d| prefix.join(d));
+    for dir in managed.chain(more_managed.iter().cloned()) {
         let Ok(entries) = fs::read_dir(&dir) else {
             continue;
         };
@@ -135,8 +164,8 @@ pub fn rollback(change: Change) -> std::io::Result<()> {
     };
     for (path, old) in change.undo.into_iter().rev() {
         match old {
-            Some((bytes, mode)) => {
-                let tmp = write_temp(&path, &bytes, mode, false)?;
+            Some((bytes, mode, uid)) => {
+                let tmp = write_temp(&path, &bytes, mode, Some(uid), false)?;
                 fs::rename(&tmp, &path)?;
             }
             None => match fs::remove_file(&path) {
@@ -152,7 +181,10 @@ pub fn rollback(change: Change) -> std::io::Result<()> {
 
 fn read(path: &Path) -> std::io::Result<Previous> {
     match fs::read(path) {
-        Ok(b) => Ok(Some((b, fs::metadata(path)?.permissions().mode() & 0o7777))),
+        Ok(b) => {
+            let meta = fs::metadata(path)?;
+            Ok(Some((b, meta.permissions().mode() & 0o7777, meta.uid())))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
@@ -167,7 +199,13 @@ fn sync_fs(path: &Path) -> std::io::Result<()> {
 
 /// Writes `bytes` with `mode` into a temporary file beside `path`; returns its path.
 /// Flushed only with `sync`: [`write_all`] renames many and flushes once.
-fn write_temp(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<PathBuf> {
+fn write_temp(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    owner: Option<u32>,
+    sync: bool,
+) -> std::io::Result<PathBuf> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir)?;
     let name = path
@@ -188,7 +226,13 @@ fn write_temp(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Resu
             f.sync_data()?;
         }
         // The umask may have narrowed `mode`, and a leftover temp kept its own.
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+        if let Some(uid) = owner
+            && uid != nix::unistd::geteuid().as_raw()
+        {
+            nix::unistd::chown(&tmp, Some(uid.into()), None)?;
+        }
+        Ok(())
     })();
     match written {
         Ok(()) => Ok(tmp),
@@ -209,7 +253,7 @@ fn remove_temps<'a>(temps: impl Iterator<Item = &'a Path>) {
 /// over `path`: for single files written outside [`write_all`] (token, default
 /// certificate, Lua sources).
 pub fn atomic_write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    let tmp = write_temp(path, bytes, mode, true)?;
+    let tmp = write_temp(path, bytes, mode, None, true)?;
     fs::rename(&tmp, path)
 }
 
@@ -218,10 +262,7 @@ mod tests {
     use super::*;
 
     fn spec(s: &str) -> FileSpec {
-        FileSpec {
-            bytes: s.as_bytes().to_vec(),
-            mode: 0o644,
-        }
+        FileSpec::new(s.as_bytes().to_vec(), 0o644)
     }
 
     #[test]
@@ -305,10 +346,7 @@ mod tests {
         let mut files = BTreeMap::new();
         files.insert(
             "conf/certs/x.pem".to_owned(),
-            FileSpec {
-                bytes: b"k".to_vec(),
-                mode: 0o600,
-            },
+            FileSpec::new(b"k".to_vec(), 0o600),
         );
         write_all(dir.path(), &files).unwrap();
         let mode = fs::metadata(dir.path().join("conf/certs/x.pem"))

@@ -340,16 +340,24 @@ impl Dataplane {
         let rendered = self.renderer.render(model)?;
         let mut specs: BTreeMap<String, FileSpec> = rendered
             .iter()
-            .map(|(k, v)| {
-                (
-                    k.clone(),
-                    FileSpec {
-                        bytes: v.text.clone().into_bytes(),
-                        mode: 0o644,
-                    },
-                )
-            })
+            .map(|(k, v)| (k.clone(), FileSpec::new(v.text.clone().into_bytes(), 0o644)))
             .collect();
+        // Basic-auth users: read by the workers at each request, so theirs (0600).
+        let opts = self.renderer.options();
+        let worker_uid = opts
+            .user
+            .as_deref()
+            .and_then(|u| nix::unistd::User::from_name(u).ok().flatten())
+            .map(|u| u.uid.as_raw());
+        for (file, users) in render::basic_auth_files(model) {
+            let key = match &opts.worker_dir {
+                None => file,
+                Some(dir) => dir.join(file).to_string_lossy().into_owned(),
+            };
+            let mut spec = FileSpec::new(users.as_bytes().to_vec(), 0o600);
+            spec.owner = worker_uid;
+            specs.insert(key, spec);
+        }
         // Certificates of hosts are not files: the balancer serves them by SNI from
         // its store, so private keys stay off the disk and a rotation writes nothing.
         if self.renderer.options().balancer == Balancer::Njs {
@@ -358,12 +366,21 @@ impl Dataplane {
         }
         specs.insert(
             render::DEFAULT_CERTIFICATE.to_owned(),
-            FileSpec {
-                bytes: self.default_pem.clone(),
-                mode: 0o600,
-            },
+            FileSpec::new(self.default_pem.clone(), 0o600),
         );
         Ok((rendered, specs))
+    }
+
+    /// Writes `specs` below the prefix (and the worker directory's managed files).
+    fn write(&self, specs: &BTreeMap<String, FileSpec>) -> std::io::Result<files::Change> {
+        let more: Vec<PathBuf> = self
+            .renderer
+            .options()
+            .worker_dir
+            .iter()
+            .map(|d| d.join(files::AUTH_DIR))
+            .collect();
+        files::write_managed(self.prefix(), &more, specs)
     }
 
     /// The reload path with config safety (see the module docs). `excl` is updated
@@ -387,7 +404,7 @@ impl Dataplane {
             let served = excl.apply(snap, &BTreeSet::new());
             let model = Arc::new(ferrule_model::build(&served));
             let (rendered, specs) = self.files(&model)?;
-            let change = files::write_all(self.prefix(), &specs)?;
+            let change = self.write(&specs)?;
             if change.is_empty() && self.serves(rendered.version()) {
                 // Exactly what NGINX serves already: no test, no reload.
                 return Ok(self.served(model, &served, excl, Applied::Unchanged, pass));
@@ -672,7 +689,7 @@ impl Dataplane {
     ) -> Result<Result<(), TestFailure>, ApplyError> {
         let model = ferrule_model::build(&excl.apply(snap, off));
         let (_, specs) = self.files(&model)?;
-        let change = files::write_all(self.prefix(), &specs)?;
+        let change = self.write(&specs)?;
         let result = self.test(pass).await;
         files::rollback(change)?;
         Ok(result)
@@ -726,7 +743,7 @@ impl Dataplane {
         let served = excl.apply(snap, &BTreeSet::new());
         let model = Arc::new(ferrule_model::build(&served));
         let (rendered, specs) = self.files(&model)?;
-        let change = files::write_all(self.prefix(), &specs)?;
+        let change = self.write(&specs)?;
         let applied = if change.is_empty() && self.serves(rendered.version()) {
             Applied::Unchanged
         } else {

@@ -465,6 +465,10 @@ impl Renderer {
         if !has_root {
             locations.push(default_location(model));
         }
+        // The users' files are opened by the workers: below the worker directory.
+        for b in locations.iter_mut().filter_map(|l| l.basic_auth.as_mut()) {
+            b.file = self.worker_path(&b.file);
+        }
         // Without a rewrite phase, balance() answers the ssl-redirect after the access
         // phase; a snippet may add access checks (auth_basic, allow), which must not
         // be asked for before the redirect to HTTPS.
@@ -518,6 +522,32 @@ pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
 /// A value for a directive that expands variables (`set`): a literal `$` is written
 /// as `${ferrule_dollar}` (defined in nginx.conf as a literal `$`), so that a name
 /// can never read a variable (e.g. a request header choosing the backend).
+/// `auth_basic` of a location: the realm and the users' file.
+#[derive(Debug, Clone, Serialize)]
+struct BasicAuthView {
+    realm: String,
+    file: String,
+}
+
+/// The users' file of basic-auth Secret `secret` (`namespace/name`), relative to the
+/// worker directory: named after the Secret alone, by a digest, so that no Ingress
+/// can name, read or replace another Secret's file (CVE-2020-8553).
+pub fn basic_auth_file(secret: &str) -> String {
+    let digest = blake3::hash(secret.as_bytes()).to_hex();
+    format!("{}/{}.htpasswd", super::files::AUTH_DIR, &digest[..32])
+}
+
+/// The users' files `model` needs (`basic_auth_file` → htpasswd lines).
+pub fn basic_auth_files(model: &Model) -> BTreeMap<String, &str> {
+    model
+        .servers
+        .iter()
+        .flat_map(|s| &s.locations)
+        .filter_map(|l| l.settings.basic_auth.as_ref())
+        .map(|b| (basic_auth_file(&b.secret), b.users.as_str()))
+        .collect()
+}
+
 fn literal_in_variables(value: &str) -> String {
     value.replace('$', "${ferrule_dollar}")
 }
@@ -613,10 +643,13 @@ fn location_view(
         }),
         // Canary and affinity are decided in the balancer phase: only these need
         // the rewrite phase.
+        // Authentication too: the ssl-redirect must come before a 401 asks for
+        // credentials over plain HTTP.
         rewrite_phase: backend.is_some()
             && (st.backend_protocol != BackendProtocol::Http
                 || st.rewrite_target.is_some()
-                || st.configuration_snippet.is_some()),
+                || st.configuration_snippet.is_some()
+                || st.basic_auth.is_some()),
         body_size: st.proxy_body_size.clone(),
         connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
@@ -628,6 +661,12 @@ fn location_view(
         rewrite: st.rewrite_target.clone(),
         snippet: st.configuration_snippet.as_ref().map(|s| s.0.clone()),
         source_ranges: st.source_ranges.clone(),
+        basic_auth: st.basic_auth.as_ref().map(|b| BasicAuthView {
+            // `auth_basic` expands variables: a `$` in the realm is literal (a realm
+            // that evaluates to "off" would switch authentication off).
+            realm: literal_in_variables(&b.realm),
+            file: basic_auth_file(&b.secret),
+        }),
         backend,
         status,
         include,
@@ -826,6 +865,8 @@ struct LocationView {
     snippet: Option<String>,
     /// Client address lists (access phase: `deny`, then `allow` and `deny all`).
     source_ranges: SourceRanges,
+    /// `auth_basic` and its users' file (access phase).
+    basic_auth: Option<BasicAuthView>,
     backend: Option<String>,
     status: u16,
     include: String,

@@ -197,11 +197,11 @@ fn every() -> watcher::Config {
     watcher::Config::default()
 }
 
-/// Whether a (stripped) Secret can serve TLS.
+/// Whether a (stripped) Secret can serve TLS or basic auth (an htpasswd `auth`).
 fn holds_tls(s: &Secret) -> bool {
-    s.data
-        .as_ref()
-        .is_some_and(|d| d.contains_key("tls.crt") || d.contains_key("tls.key"))
+    s.data.as_ref().is_some_and(|d| {
+        d.contains_key("tls.crt") || d.contains_key("tls.key") || d.contains_key("auth")
+    })
 }
 
 /// Annotations of an Ingress the model reads: ours (under any prefix that ends in
@@ -260,14 +260,16 @@ pub fn strip_slice(o: &mut EndpointSlice) {
     }
 }
 
-/// A TLS Secret is read for its certificate, key and CA only; its annotations (a
+/// A TLS Secret is read for its certificate, key and CA only, a basic-auth Secret
+/// for its htpasswd `auth` (so `auth-secret-type: auth-map` is not available in
+/// Kubernetes mode: its users are every key); its annotations (a
 /// `last-applied-configuration` there holds a second copy of the key) go.
 pub fn strip_secret(o: &mut Secret) {
     o.metadata.annotations = None;
     o.metadata.labels = None;
     o.metadata.owner_references = None;
     if let Some(data) = o.data.as_mut() {
-        data.retain(|k, _| matches!(k.as_str(), "tls.crt" | "tls.key" | "ca.crt"));
+        data.retain(|k, _| matches!(k.as_str(), "tls.crt" | "tls.key" | "ca.crt" | "auth"));
     }
 }
 

@@ -157,15 +157,19 @@ async fn the_configmap_lists_are_the_default_an_ingress_replaces() {
     })
     .await;
     assert!(closed, "{}", f.logs());
-    let cm = f.resource("ConfigMap", "demo", "ferrule").await.unwrap();
-    assert_eq!(cm["state"], "rejected", "{cm}");
-    assert!(
-        cm["message"]
-            .as_str()
-            .unwrap()
-            .contains("whitelist-source-range"),
-        "{cm}"
-    );
+    let reported = wait_until(Duration::from_secs(5), || async {
+        f.resource("ConfigMap", "demo", "ferrule")
+            .await
+            .is_some_and(|cm| {
+                cm["state"] == "rejected"
+                    && cm["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("whitelist-source-range")
+            })
+    })
+    .await;
+    assert!(reported, "{:?}", f.resources().await);
     assert_eq!(get_from(&f, "127.0.0.6", "own.test").await.0, 200);
 }
 
@@ -333,4 +337,251 @@ async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
             .0,
         403
     );
+}
+
+/// A Secret `name` in `demo` with `data` in `stringData`.
+fn secret(name: &str, data: &[(&str, &str)]) -> String {
+    let data: String = data
+        .iter()
+        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{ name: {name}, namespace: demo }}\nstringData:\n{data}"
+    )
+}
+
+/// Hashes of "s3cret" in every format this NGINX's auth_basic verifies
+/// (openssl passwd -apr1/-1/-5/-6, crypt(3) bcrypt and yescrypt, {SHA}, {SSHA}).
+const HASHES: &[(&str, &str)] = &[
+    ("apr1", "$apr1$abcdefgh$M2T3erDstkD7SsE2QQnfH0"),
+    ("md5", "$1$abcdefgh$7.vq19w/w3Vm.hk1FOA7Q/"),
+    (
+        "sha256",
+        "$5$abcdefgh$OcHWp0Vj4l19dnE2g4tHD4hbItEZgO0bjRV6LjwCLoA",
+    ),
+    (
+        "sha512",
+        "$6$abcdefgh$Z7KfoKnKTSZrzo5VZ0YubGLQOj9ov6sHo9TmE3zIU/LHKhpE30zCnZ0mcIXYf9r9rQ4DYaXoxAFSPFlcWdxjB.",
+    ),
+    (
+        "bcrypt",
+        "$2y$05$abcdefghijklmnopqrstuuLK7U1u6pVRmL7L1BBM2aS35PSZnDXlK",
+    ),
+    (
+        "yescrypt",
+        "$y$j9T$abcdefghijklmnop$tySFNIfWVy.ymkBDHEMW6bAQ07dlkLVGalgni.VV4l8",
+    ),
+    ("sha", "{SHA}/vNB+F2HQ559kaLUZbmHHvZrXpg="),
+    ("ssha", "{SSHA}hLwtZzF5GlUU5lfNH2fSFKRBCyFzYWx0MTIzNA=="),
+    ("plain", "{PLAIN}s3cret"),
+];
+
+/// A GET with basic credentials (`None`: without): status and WWW-Authenticate.
+async fn get_as(f: &Ferrule, host: &str, user: Option<(&str, &str)>) -> (u16, String) {
+    let mut req = client()
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", host);
+    if let Some((u, p)) = user {
+        req = req.basic_auth(u, Some(p));
+    }
+    let r = req.send().await.unwrap();
+    let challenge = r
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (r.status().as_u16(), challenge)
+}
+
+#[tokio::test]
+async fn basic_auth_asks_for_credentials_and_checks_every_hash_format() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let htpasswd: String = HASHES.iter().map(|(u, h)| format!("{u}:{h}\n")).collect();
+    m.write("users.yaml", &secret("users", &[("auth", &htpasswd)]));
+    m.write(
+        "map.yaml",
+        &secret("map", &[("alice", "{PLAIN}wonder"), ("bob", HASHES[0].1)]),
+    );
+    let basic = |secret: &'static str, extra: &[(&'static str, &'static str)]| {
+        let mut a = vec![("auth-type", "basic"), ("auth-secret", secret)];
+        a.extend_from_slice(extra);
+        a
+    };
+    m.write(
+        "file.yaml",
+        &ing(
+            "file",
+            "file.test",
+            &basic("users", &[("auth-realm", "Staff $only")]),
+        ),
+    );
+    m.write(
+        "mapped.yaml",
+        &ing(
+            "mapped",
+            "map.test",
+            &basic("map", &[("auth-secret-type", "auth-map")]),
+        ),
+    );
+    m.write(
+        "elsewhere.yaml",
+        &ing("elsewhere", "elsewhere.test", &basic("other/users", &[])),
+    );
+    m.write(
+        "missing.yaml",
+        &ing("missing", "missing.test", &basic("nosuch", &[])),
+    );
+    m.write(
+        "digest.yaml",
+        &ing(
+            "digest",
+            "digest.test",
+            &[("auth-type", "digest"), ("auth-secret", "users")],
+        ),
+    );
+    m.write(
+        "open.yaml",
+        &ing("open", "open.test", &[("auth-secret", "users")]),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    let (s, challenge) = get_as(&f, "file.test", None).await;
+    assert_eq!(s, 401, "{}", f.logs());
+    assert_eq!(challenge, "Basic realm=\"Staff $only\"");
+    for (user, _) in HASHES {
+        assert_eq!(
+            get_as(&f, "file.test", Some((user, "s3cret"))).await.0,
+            200,
+            "{user}"
+        );
+        assert_eq!(
+            get_as(&f, "file.test", Some((user, "wrong"))).await.0,
+            401,
+            "{user}"
+        );
+    }
+    assert_eq!(
+        get_as(&f, "map.test", Some(("alice", "wonder"))).await.0,
+        200
+    );
+    assert_eq!(get_as(&f, "map.test", Some(("bob", "s3cret"))).await.0, 200);
+    assert_eq!(
+        get_as(&f, "map.test", Some(("apr1", "s3cret"))).await.0,
+        401
+    );
+
+    // What cannot be set up is not served, and says why.
+    for (name, host, why) in [
+        (
+            "elsewhere",
+            "elsewhere.test",
+            "a Secret of another namespace is not read",
+        ),
+        ("missing", "missing.test", "Secret demo/nosuch not found"),
+        ("digest", "digest.test", "digest needs a module"),
+        ("open", "open.test", "without auth-type: basic"),
+    ] {
+        let r = f.resource("Ingress", "demo", name).await.unwrap();
+        assert_eq!(r["state"], "rejected", "{r}");
+        assert!(r["message"].as_str().unwrap().contains(why), "{r}");
+        assert_eq!(get_as(&f, host, None).await.0, 404, "{name}");
+    }
+
+    // The users' file is the workers' alone, named after the Secret only.
+    let auth_dir = f.prefix.path().join("nginx/auth");
+    let files: Vec<_> = std::fs::read_dir(&auth_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 2, "{files:?}");
+    for p in &files {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let meta = std::fs::metadata(p).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{p:?}");
+        let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(meta.uid(), nobody.uid.as_raw(), "{p:?}");
+        }
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.contains("file") && !name.contains("users"), "{name}");
+    }
+
+    // A rotated Secret applies; a broken one keeps the Ingress from being served.
+    m.write(
+        "users.yaml",
+        &secret("users", &[("auth", "carol:{PLAIN}new\n")]),
+    );
+    let rotated = wait_until(Duration::from_secs(5), || async {
+        get_as(&f, "file.test", Some(("carol", "new"))).await.0 == 200
+    })
+    .await;
+    assert!(rotated, "{}", f.logs());
+    assert_eq!(
+        get_as(&f, "file.test", Some(("apr1", "s3cret"))).await.0,
+        401
+    );
+    m.write(
+        "users.yaml",
+        &secret("users", &[("auth", "carol:plaintext\n")]),
+    );
+    let refused = wait_until(Duration::from_secs(5), || async {
+        f.resource("Ingress", "demo", "file")
+            .await
+            .is_some_and(|r| {
+                r["state"] == "rejected"
+                    && r["message"].as_str().unwrap_or_default().contains("line 1")
+            })
+    })
+    .await;
+    assert!(refused, "{:?}", f.resources().await);
+    // (403 while the old workers find their users' file gone: never a 200)
+    let gone = wait_until(Duration::from_secs(5), || async {
+        let s = get_as(&f, "file.test", Some(("carol", "new"))).await.0;
+        assert_ne!(s, 200, "served without its users");
+        s == 404
+    })
+    .await;
+    assert!(gone, "{}", f.logs());
+}
+
+/// The ssl-redirect comes before the 401: credentials are never asked for over
+/// plain HTTP on a host with TLS.
+#[tokio::test]
+async fn basic_auth_redirects_to_https_before_asking() {
+    let echo = Echo::start("127.0.0.2").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "web", &["tls.test"]);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("tls.yaml", &tls_secret("demo", "web-tls", &cert, &key));
+    m.write("users.yaml", &secret("users", &[("auth", "u:{PLAIN}p\n")]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "web", T0)
+            .rule("tls.test", &[("/", "Prefix", "echo")])
+            .tls(&["tls.test"], "web-tls")
+            .nginx("auth-type", "basic")
+            .nginx("auth-secret", "users")
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(get_as(&f, "tls.test", None).await.0, 308, "{}", f.logs());
+    let body = curl_tls(
+        &f,
+        "tls.test",
+        "/",
+        &["-w", "%{http_code}", "-o", "/dev/null"],
+    )
+    .await;
+    assert_eq!(body.trim(), "401");
+    let body = curl_tls(
+        &f,
+        "tls.test",
+        "/",
+        &["-u", "u:p", "-w", "%{http_code}", "-o", "/dev/null"],
+    )
+    .await;
+    assert_eq!(body.trim(), "200");
 }

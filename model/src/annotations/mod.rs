@@ -7,6 +7,7 @@
 //! not implement is a Warning, or rejects the Ingress when it restricts access.
 
 pub(crate) mod balancing;
+pub mod basic_auth;
 mod canary;
 mod proxy;
 mod redirect;
@@ -20,6 +21,7 @@ pub(crate) mod value;
 use std::collections::BTreeMap;
 
 pub use balancing::{Affinity, LoadBalance, SameSite};
+pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use canary::{Canary, CanaryAffinity};
 pub use proxy::BackendProtocol;
 pub use snippets::Snippet;
@@ -95,6 +97,8 @@ pub struct IngressAnnotations {
     pub server_snippet: Option<Snippet>,
     /// `allowlist-source-range` / `whitelist-source-range`, `denylist-source-range`.
     pub source_ranges: IngressSourceRanges,
+    /// `auth-type: basic` and its `auth-secret`, `auth-secret-type`, `auth-realm`.
+    pub basic_auth: Option<BasicAuthAnnotations>,
 }
 
 /// Reads the annotation values of one Ingress.
@@ -144,6 +148,15 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// An error on `key` (present or not) for a reason found across keys.
+    fn invalid(&self, key: &str, reason: &str) -> AnnotationError {
+        AnnotationError::Invalid {
+            key: format!("{}{key}", self.prefix),
+            value: self.get(key).unwrap_or_default().to_owned(),
+            reason: reason.to_owned(),
+        }
+    }
+
     /// The fail-closed check: every key under the prefix is implemented, ignored
     /// with a Warning (returned), or rejects the Ingress.
     fn check_keys(&self) -> Result<Vec<String>, AnnotationError> {
@@ -177,6 +190,7 @@ pub fn parse(
     canary::parse(&r, &mut out)?;
     snippets::parse(&r, &mut out)?;
     source_ranges::parse(&r, &mut out)?;
+    basic_auth::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,
         ignored,

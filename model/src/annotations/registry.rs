@@ -77,7 +77,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::canary::FAMILY,
     &super::snippets::FAMILY,
     &super::source_ranges::FAMILY,
-    &super::unsupported::BASIC_AUTH,
+    &super::basic_auth::FAMILY,
     &super::unsupported::EXTERNAL_AUTH,
     &super::unsupported::CLIENT_CERTIFICATES,
     &super::unsupported::RATE_LIMITS,

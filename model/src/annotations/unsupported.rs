@@ -27,41 +27,6 @@ const fn todo(
 use Risk::{Critical, High, Low, Medium};
 use Scope::{Backend, Location, Server};
 
-/// HTTP basic (and digest) authentication.
-pub(super) const BASIC_AUTH: Family = Family {
-    name: "basic auth",
-    keys: &[
-        todo(
-            "auth-type",
-            Location,
-            Low,
-            true,
-            "basic or digest authentication",
-        ),
-        todo(
-            "auth-secret",
-            Location,
-            Medium,
-            true,
-            "Secret with the htpasswd users",
-        ),
-        todo(
-            "auth-secret-type",
-            Location,
-            Low,
-            true,
-            "auth-file or auth-map",
-        ),
-        todo(
-            "auth-realm",
-            Location,
-            Medium,
-            true,
-            "realm shown by the browser",
-        ),
-    ],
-};
-
 /// Authentication by a subrequest to an external service.
 pub(super) const EXTERNAL_AUTH: Family = Family {
     name: "external auth",

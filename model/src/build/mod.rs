@@ -91,9 +91,21 @@ pub fn build(snap: &Snapshot) -> Model {
         };
         if a.canary.is_some() {
             canaries.push((ing, r, a));
-        } else {
-            b.add_ingress(ing, &r, &a);
+            continue;
         }
+        // A restriction that cannot be set up rejects the Ingress.
+        let basic_auth = match b.basic_auth(&r, &a) {
+            Ok(auth) => auth,
+            Err(e) => {
+                b.problem(
+                    &r,
+                    Severity::Error,
+                    format!("{e}; the Ingress is not served"),
+                );
+                continue;
+            }
+        };
+        b.add_ingress(ing, &r, &a, basic_auth);
     }
     for (ing, r, a) in &canaries {
         b.add_canary(ing, r, a);
@@ -168,12 +180,79 @@ impl Builder<'_> {
         });
     }
 
-    fn add_ingress(&mut self, ing: &Ingress, r: &ResourceRef, a: &IngressAnnotations) {
+    /// The basic authentication of Ingress `r`: its Secret (of `r`'s namespace)
+    /// read and checked.
+    fn basic_auth(
+        &self,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+    ) -> Result<Option<annotations::BasicAuth>, String> {
+        use annotations::basic_auth::{self, SecretType};
+        let Some(ann) = &a.basic_auth else {
+            return Ok(None);
+        };
+        let (ns, name) = ann
+            .secret
+            .split_once('/')
+            .unwrap_or((r.namespace.as_str(), ann.secret.as_str()));
+        let what = format!("auth-secret {}", ann.secret);
+        if ns != r.namespace {
+            return Err(format!(
+                "{what}: a Secret of another namespace is not read (it must be in {})",
+                r.namespace
+            ));
+        }
+        let secret = self
+            .secrets
+            .get(&(ns, name))
+            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
+        let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (k, v) in secret.data.iter().flatten() {
+            entries.insert(k.clone(), v.0.clone());
+        }
+        for (k, v) in secret.string_data.iter().flatten() {
+            entries.insert(k.clone(), v.clone().into_bytes());
+        }
+        let text = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .map(str::to_owned)
+                .map_err(|_| format!("{what}: not UTF-8"))
+        };
+        let users = match ann.secret_type {
+            SecretType::AuthFile => {
+                let file = entries
+                    .get("auth")
+                    .ok_or_else(|| format!("{what}: the Secret has no key \"auth\""))?;
+                basic_auth::htpasswd_users(text(file)?.lines())
+            }
+            SecretType::AuthMap => {
+                let mut lines = Vec::new();
+                for (user, hash) in &entries {
+                    lines.push((user.clone(), text(hash)?));
+                }
+                basic_auth::map_users(lines.iter().map(|(u, h)| (u.as_str(), h.as_str())))
+            }
+        }
+        .map_err(|e| format!("{what}: {e}"))?;
+        Ok(Some(annotations::BasicAuth {
+            realm: ann.realm.clone(),
+            secret: format!("{ns}/{name}"),
+            users,
+        }))
+    }
+
+    fn add_ingress(
+        &mut self,
+        ing: &Ingress,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+        basic_auth: Option<annotations::BasicAuth>,
+    ) {
         let Some(spec) = ing.spec.as_ref() else {
             return;
         };
         let ns = r.namespace.as_str();
-        let settings = self.location_settings(r, a);
+        let settings = self.location_settings(r, a, basic_auth);
         let server_snippet = if self.global.allow_snippet_annotations {
             a.server_snippet.clone()
         } else {
@@ -324,7 +403,12 @@ impl Builder<'_> {
         }
     }
 
-    fn location_settings(&mut self, r: &ResourceRef, a: &IngressAnnotations) -> LocationSettings {
+    fn location_settings(
+        &mut self,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+        basic_auth: Option<annotations::BasicAuth>,
+    ) -> LocationSettings {
         let snippets_on = self.global.allow_snippet_annotations;
         if !snippets_on && (a.configuration_snippet.is_some() || a.server_snippet.is_some()) {
             let msg = "snippet annotations are disabled by the administrator; configuration-snippet and server-snippet ignored";
@@ -345,6 +429,7 @@ impl Builder<'_> {
                 None
             },
             source_ranges: SourceRanges::or_defaults(&a.source_ranges, &self.global.source_ranges),
+            basic_auth,
         }
     }
 
