@@ -447,4 +447,10 @@ function tlsRedirect(r) {
     }
 }
 
-export default {api, peer, sslCert, sslKey, tlsRedirect};
+// The request URI escaped as a query parameter's value (auth-signin's redirect
+// carries the original URL; Lua's ngx.escape_uri does the same).
+function escapedRequestUri(r) {
+    return encodeURIComponent(r.variables.request_uri || '');
+}
+
+export default {api, peer, sslCert, sslKey, tlsRedirect, escapedRequestUri};

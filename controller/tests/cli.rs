@@ -538,7 +538,7 @@ fn annotations_prefix_selects_the_annotations_read() {
         "custom",
         "custom.example.com",
         &[
-            ("custom.example/auth-url", "http://auth.example/"),
+            ("custom.example/auth-snippet", "return 200;"),
             ("nginx.ingress.kubernetes.io/proxy-body-size", "not a size"),
         ],
     ));
@@ -562,7 +562,7 @@ fn annotations_prefix_selects_the_annotations_read() {
     assert!(!o.status.success(), "{out}");
     assert!(
         out.contains(
-            "Ingress web/custom: error: annotation custom.example/auth-url (external auth)"
+            "Ingress web/custom: error: annotation custom.example/auth-snippet (external auth (more))"
         ),
         "{out}"
     );

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
-    Affinity, BackendProtocol, BasicAuth, Canary, GlobalSourceRanges, LoadBalance, Snippet,
-    SourceRanges,
+    Affinity, BackendProtocol, BasicAuth, Canary, ExternalAuth, GlobalSourceRanges, LoadBalance,
+    Snippet, SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -221,6 +221,8 @@ pub struct LocationSettings {
     pub source_ranges: SourceRanges,
     /// HTTP basic authentication (`auth-type: basic`).
     pub basic_auth: Option<BasicAuth>,
+    /// External authentication (`auth-url`).
+    pub external_auth: Option<ExternalAuth>,
 }
 
 /// An upstream: one Service port and its ready endpoints.

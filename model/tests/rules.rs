@@ -1729,10 +1729,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
             .ann("nginx.ingress.kubernetes.io/auth-tls-secret", "default/ca")
             .rule("basic.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/auth", 1)
-            .ann(
-                "nginx.ingress.kubernetes.io/auth-url",
-                "http://auth.example/check"
-            )
+            .ann("nginx.ingress.kubernetes.io/auth-snippet", "return 200;")
             .rule("auth.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/cors", 1)
             .ann("nginx.ingress.kubernetes.io/enable-cors", "true")
@@ -1761,7 +1758,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
             ),
             (
                 "Ingress default/auth",
-                "nginx.ingress.kubernetes.io/auth-url (external auth)",
+                "nginx.ingress.kubernetes.io/auth-snippet (external auth (more))",
             ),
             (
                 "Ingress default/cors",

@@ -465,6 +465,12 @@ impl Renderer {
         if !has_root {
             locations.push(default_location(model));
         }
+        let mut auth_locations: Vec<external_auth::ExternalAuthView> = Vec::new();
+        for a in locations.iter().filter_map(|l| l.external_auth.as_ref()) {
+            if !auth_locations.contains(a) {
+                auth_locations.push(a.clone());
+            }
+        }
         // The users' files are opened by the workers: below the worker directory.
         for b in locations.iter_mut().filter_map(|l| l.basic_auth.as_mut()) {
             b.file = self.worker_path(&b.file);
@@ -507,6 +513,7 @@ impl Renderer {
             listen_https: listen(self.opts.https_port),
             cert,
             server_snippet: s.server_snippet.as_ref().map(|s| s.0.clone()),
+            auth_locations,
             locations,
         }
     }
@@ -649,7 +656,8 @@ fn location_view(
             && (st.backend_protocol != BackendProtocol::Http
                 || st.rewrite_target.is_some()
                 || st.configuration_snippet.is_some()
-                || st.basic_auth.is_some()),
+                || st.basic_auth.is_some()
+                || st.external_auth.is_some()),
         body_size: st.proxy_body_size.clone(),
         connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
@@ -667,6 +675,7 @@ fn location_view(
             realm: literal_in_variables(&b.realm),
             file: basic_auth_file(&b.secret),
         }),
+        external_auth: st.external_auth.as_ref().map(external_auth::view),
         backend,
         status,
         include,
@@ -833,6 +842,8 @@ struct ServerView {
     cert: String,
     server_snippet: Option<String>,
     locations: Vec<LocationView>,
+    /// The external-auth subrequests of its locations, each once.
+    auth_locations: Vec<external_auth::ExternalAuthView>,
 }
 
 #[derive(Serialize, Default)]
@@ -867,10 +878,13 @@ struct LocationView {
     source_ranges: SourceRanges,
     /// `auth_basic` and its users' file (access phase).
     basic_auth: Option<BasicAuthView>,
+    /// `auth_request` (access phase).
+    external_auth: Option<external_auth::ExternalAuthView>,
     backend: Option<String>,
     status: u16,
     include: String,
 }
 
+mod external_auth;
 #[cfg(test)]
 mod tests;

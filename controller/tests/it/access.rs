@@ -585,3 +585,223 @@ async fn basic_auth_redirects_to_https_before_asking() {
     .await;
     assert_eq!(body.trim(), "200");
 }
+
+/// An authentication service on loopback: `X-Test-Auth: ok` → 200 with
+/// `X-Auth-User: alice`, `deny` → 403, anything else → 401. It records what it got
+/// (method, X-Original-URL, body size) for the test.
+struct AuthService {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AuthService {
+    async fn start() -> AuthService {
+        let listener = tokio::net::TcpListener::bind("127.0.0.3:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let log = log.clone();
+            async move { auth_answer(req, log).await }
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        AuthService { addr, seen, task }
+    }
+
+    fn last(&self) -> Value {
+        self.seen
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// What [`AuthService`] answers to `req`.
+async fn auth_answer(
+    req: axum::extract::Request,
+    log: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+) -> axum::response::Response {
+    use axum::http::StatusCode;
+    let (parts, body) = req.into_parts();
+    let h = |n: &str| {
+        parts
+            .headers
+            .get(n)
+            .map(|v| v.to_str().unwrap_or_default().to_owned())
+            .unwrap_or_default()
+    };
+    let mut entry = serde_json::json!({
+        "method": parts.method.as_str(),
+        "path": parts.uri.to_string(),
+        "original_url": h("x-original-url"),
+        "original_method": h("x-original-method"),
+        "redirect": h("x-auth-request-redirect"),
+    });
+    let verdict = h("x-test-auth");
+    let body = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    entry["body_bytes"] = serde_json::json!(body.len());
+    log.lock().unwrap().push(entry);
+    match verdict.as_str() {
+        "ok" => (StatusCode::OK, [("x-auth-user", "alice")], "").into_response(),
+        "deny" => (StatusCode::FORBIDDEN, "").into_response(),
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            [("www-authenticate", "Bearer realm=\"test\"")],
+            "",
+        )
+            .into_response(),
+    }
+}
+
+impl Drop for AuthService {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+use axum::response::IntoResponse;
+
+/// A request with `X-Test-Auth: verdict` (and a spoofed `X-Auth-User`): status,
+/// Location and the echo's JSON.
+async fn get_with_verdict(
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    verdict: &str,
+) -> (u16, String, Value) {
+    let r = client()
+        .post(format!("http://127.0.0.1:{}{path}", f.http))
+        .header("Host", host)
+        .header("X-Test-Auth", verdict)
+        .header("X-Auth-User", "mallory")
+        .body("a body the auth service must not get")
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let location = r
+        .headers()
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, location, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn external_auth_decides_every_request_and_never_lets_through_on_failure() {
+    let echo = Echo::start("127.0.0.2").await;
+    let auth = AuthService::start().await;
+    let url = format!("http://{}/check", auth.addr);
+    let down = format!("http://127.0.0.1:{}/check", free_port());
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "signin.yaml",
+        &ing(
+            "signin",
+            "signin.test",
+            &[
+                ("auth-url", &url),
+                ("auth-method", "POST"),
+                ("auth-response-headers", "X-Auth-User"),
+                ("auth-signin", "https://login.example/start"),
+            ],
+        ),
+    );
+    m.write(
+        "plain.yaml",
+        &ing("plain", "plain.test", &[("auth-url", &url)]),
+    );
+    m.write(
+        "down.yaml",
+        &ing("down", "down.test", &[("auth-url", &down)]),
+    );
+    m.write(
+        "bad.yaml",
+        &ing("bad", "bad.test", &[("auth-url", "http://$host/check")]),
+    );
+    m.write(
+        "alone.yaml",
+        &ing(
+            "alone",
+            "alone.test",
+            &[("auth-signin", "https://login.example/")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    // 2xx: through, with the auth answer's header (not the client's).
+    let (s, _, v) = get_with_verdict(&f, "signin.test", "/app?x=1", "ok").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(v["headers"]["x-auth-user"], "alice", "{v}");
+    let seen = auth.last();
+    assert_eq!(seen["method"], "POST", "{seen}");
+    assert_eq!(seen["path"], "/check", "{seen}");
+    assert_eq!(
+        seen["body_bytes"], 0,
+        "the body stays with the request: {seen}"
+    );
+    assert_eq!(seen["original_url"], "http://signin.test/app?x=1", "{seen}");
+    assert_eq!(seen["original_method"], "POST", "{seen}");
+    assert_eq!(seen["redirect"], "/app?x=1", "{seen}");
+    let (s, _, v) = get_with_verdict(&f, "plain.test", "/", "ok").await;
+    assert_eq!(s, 200);
+    assert!(
+        v["headers"]
+            .get("x-auth-user")
+            .is_some_and(|u| u == "mallory"),
+        "{v}"
+    );
+
+    // 401: to the sign-in page with the original URL, or a 401 without one.
+    let (s, location, _) = get_with_verdict(&f, "signin.test", "/app?x=1&y=2", "").await;
+    assert_eq!(s, 302);
+    assert_eq!(
+        location,
+        "https://login.example/start?rd=http://signin.test%2Fapp%3Fx%3D1%26y%3D2"
+    );
+    assert_eq!(get_with_verdict(&f, "plain.test", "/", "").await.0, 401);
+    // 403 denies; an auth service that cannot be reached answers 500.
+    assert_eq!(
+        get_with_verdict(&f, "signin.test", "/", "deny").await.0,
+        403
+    );
+    assert_eq!(get_with_verdict(&f, "down.test", "/", "ok").await.0, 500);
+
+    // The subrequest's location is not reachable from outside.
+    let internal = f.get("signin.test", "/_ferrule/auth/").await.0;
+    assert_ne!(internal, 200);
+    let files = std::fs::read_dir(f.prefix.path().join("nginx/conf/servers")).unwrap();
+    let conf: String = files
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .find(|c| c.contains("signin.test"))
+        .unwrap();
+    let auth_location = conf
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("location = \"/_ferrule/auth/"))
+        .map(|rest| format!("/_ferrule/auth/{}", rest.split('"').next().unwrap()))
+        .expect("an auth location");
+    assert_eq!(
+        get_with_verdict(&f, "signin.test", &auth_location, "ok")
+            .await
+            .0,
+        404
+    );
+
+    // What cannot be honoured is not served.
+    for (name, why) in [
+        ("bad", "variables are not allowed"),
+        ("alone", "without auth-url, nothing would be checked"),
+    ] {
+        let r = f.resource("Ingress", "demo", name).await.unwrap();
+        assert_eq!(r["state"], "rejected", "{r}");
+        assert!(r["message"].as_str().unwrap().contains(why), "{r}");
+    }
+}

@@ -9,6 +9,7 @@
 pub(crate) mod balancing;
 pub mod basic_auth;
 mod canary;
+pub mod external_auth;
 mod proxy;
 mod redirect;
 pub mod registry;
@@ -23,6 +24,7 @@ use std::collections::BTreeMap;
 pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use canary::{Canary, CanaryAffinity};
+pub use external_auth::ExternalAuth;
 pub use proxy::BackendProtocol;
 pub use snippets::Snippet;
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
@@ -99,6 +101,8 @@ pub struct IngressAnnotations {
     pub source_ranges: IngressSourceRanges,
     /// `auth-type: basic` and its `auth-secret`, `auth-secret-type`, `auth-realm`.
     pub basic_auth: Option<BasicAuthAnnotations>,
+    /// `auth-url` and its companions.
+    pub external_auth: Option<ExternalAuth>,
 }
 
 /// Reads the annotation values of one Ingress.
@@ -191,6 +195,7 @@ pub fn parse(
     snippets::parse(&r, &mut out)?;
     source_ranges::parse(&r, &mut out)?;
     basic_auth::parse(&r, &mut out)?;
+    external_auth::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,
         ignored,

@@ -78,6 +78,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::snippets::FAMILY,
     &super::source_ranges::FAMILY,
     &super::basic_auth::FAMILY,
+    &super::external_auth::FAMILY,
     &super::unsupported::EXTERNAL_AUTH,
     &super::unsupported::CLIENT_CERTIFICATES,
     &super::unsupported::RATE_LIMITS,
@@ -217,9 +218,10 @@ mod tests {
         check("canary-by-cookie", "supported");
         check("whitelist-source-range", "supported");
         check("denylist-source-range", "supported");
+        check("auth-url", "supported");
         check(
-            "auth-url",
-            "rejecting: annotation p/auth-url (external auth)",
+            "auth-cache-key",
+            "rejecting: annotation p/auth-cache-key (external auth (more))",
         );
         check("auth-tls-secret", "rejecting");
         check("limit-rps", "rejecting");

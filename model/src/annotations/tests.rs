@@ -246,7 +246,7 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
         "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored\"]",
     );
     for key in [
-        "auth-url",
+        "auth-cache-key",
         "auth-tls-secret",
         "limit-rps",
         "satisfy",

@@ -27,52 +27,10 @@ const fn todo(
 use Risk::{Critical, High, Low, Medium};
 use Scope::{Backend, Location, Server};
 
-/// Authentication by a subrequest to an external service.
+/// The external-auth keys beyond the implemented ones (`external_auth.rs`).
 pub(super) const EXTERNAL_AUTH: Family = Family {
-    name: "external auth",
+    name: "external auth (more)",
     keys: &[
-        todo(
-            "auth-url",
-            Location,
-            High,
-            true,
-            "URL of the service that authorizes each request",
-        ),
-        todo(
-            "auth-method",
-            Location,
-            Low,
-            true,
-            "HTTP method of the auth subrequest",
-        ),
-        todo(
-            "auth-signin",
-            Location,
-            High,
-            true,
-            "where a 401 from the auth service redirects",
-        ),
-        todo(
-            "auth-signin-redirect-param",
-            Location,
-            Medium,
-            true,
-            "query parameter carrying the original URL",
-        ),
-        todo(
-            "auth-response-headers",
-            Location,
-            Medium,
-            true,
-            "auth response headers passed to the backend",
-        ),
-        todo(
-            "auth-request-redirect",
-            Location,
-            Medium,
-            true,
-            "X-Auth-Request-Redirect sent to the auth service",
-        ),
         todo(
             "auth-cache-key",
             Location,

@@ -1,0 +1,87 @@
+//! The view of `auth-url` (model `ExternalAuth`) for the templates: the internal
+//! location of the auth subrequest, the named location of the sign-in redirect,
+//! and the headers copied from the auth answer to the backend.
+
+use ferrule_model::annotations::ExternalAuth;
+use serde::Serialize;
+
+use super::literal_in_variables;
+
+/// The variable the templates set to the URL-escaped request URI (Lua's
+/// `ngx.escape_uri`, njs's `encodeURIComponent`): what ingress-nginx calls
+/// `$escaped_request_uri`.
+pub const ESCAPED_REQUEST_URI: &str = "$ferrule_escaped_request_uri";
+
+/// One auth configuration of a server: its subrequest location and sign-in.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ExternalAuthView {
+    /// `location = ...` of the subrequest (internal: 404 from outside).
+    pub location: String,
+    /// The auth service.
+    pub url: String,
+    /// `proxy_method` of the subrequest.
+    pub method: String,
+    /// `X-Auth-Request-Redirect` (a literal, or `$request_uri`).
+    pub request_redirect: String,
+    /// The auth answer's headers passed to the backend.
+    pub headers: Vec<HeaderView>,
+    /// The named location a 401 goes to, with `auth-signin`.
+    pub signin_location: Option<String>,
+    /// Where it redirects (variables of `SIGNIN_VARIABLES` only).
+    pub signin_redirect: Option<String>,
+}
+
+/// A header of the auth answer copied to the backend.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HeaderView {
+    /// As the backend receives it.
+    pub name: String,
+    /// The variable `auth_request_set` fills.
+    pub var: String,
+    /// The auth answer's header, as NGINX names it.
+    pub upstream: String,
+}
+
+/// The view of `a`: its locations are named after the configuration itself, so
+/// that the locations of one server sharing it share one subrequest location.
+pub fn view(a: &ExternalAuth) -> ExternalAuthView {
+    let id = blake3::hash(serde_json::to_string(a).unwrap_or_default().as_bytes()).to_hex();
+    let id = &id[..16];
+    let headers = a
+        .response_headers
+        .iter()
+        .map(|h| {
+            let snake = h.to_ascii_lowercase().replace('-', "_");
+            HeaderView {
+                name: h.clone(),
+                var: format!("$ferrule_auth_{snake}"),
+                upstream: format!("$upstream_http_{snake}"),
+            }
+        })
+        .collect();
+    let signin_redirect = a.signin.as_ref().map(|s| {
+        let s = s.replace("$escaped_request_uri", ESCAPED_REQUEST_URI);
+        // As ingress-nginx: the original URL is added unless the URL carries it.
+        if s.contains(&format!("{}=", a.redirect_param)) {
+            s
+        } else {
+            let sep = if s.contains('?') { '&' } else { '?' };
+            format!(
+                "{s}{sep}{}=$scheme://$http_host{ESCAPED_REQUEST_URI}",
+                a.redirect_param
+            )
+        }
+    });
+    ExternalAuthView {
+        location: format!("/_ferrule/auth/{id}"),
+        url: a.url.clone(),
+        method: a.method.clone(),
+        request_redirect: a
+            .request_redirect
+            .as_deref()
+            .map_or_else(|| "$request_uri".to_owned(), literal_in_variables),
+        headers,
+        signin_location: a.signin.as_ref().map(|_| format!("@ferrule_signin_{id}")),
+        signin_redirect,
+    }
+}

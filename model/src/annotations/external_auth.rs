@@ -1,0 +1,296 @@
+//! `auth-url` and its companions: each request is first sent, without its body, to
+//! an authentication service (NGINX's `auth_request`). A 2xx lets it through (with
+//! `auth-response-headers` copied to the backend), a 401 answers 401 or redirects
+//! to `auth-signin` with the original URL, a 403 answers 403, and an auth service
+//! that cannot be reached answers 500: never through.
+//!
+//! Every value is typed before it reaches NGINX (the emitter quotes it): the URLs
+//! are absolute http(s) URLs (CVE-2025-24514 was an auth-url injection), the method
+//! a token (CVE-2026-1580), headers are names (CVE-2025-15566). `$` is refused in
+//! `auth-url` (with variables NGINX would need a resolver, and the client would
+//! choose the service); `auth-signin` takes the variables of ingress-nginx's usual
+//! oauth2-proxy setup only (`$host`, `$scheme`, `$request_uri`,
+//! `$escaped_request_uri`).
+
+use serde::{Deserialize, Serialize};
+
+use super::registry::{Family, Key, Risk, Scope::*};
+use super::{AnnotationError, IngressAnnotations, Reader, value};
+
+/// The family's implemented keys (the rest of ingress-nginx's external-auth keys
+/// are in `unsupported.rs`, and reject their Ingress).
+pub(super) const FAMILY: Family = Family {
+    name: "external auth",
+    keys: &[
+        security(
+            "auth-url",
+            Risk::High,
+            "URL of the service that authorizes each request",
+        ),
+        security(
+            "auth-method",
+            Risk::Low,
+            "HTTP method of the auth subrequest",
+        ),
+        security(
+            "auth-signin",
+            Risk::High,
+            "where a 401 from the auth service redirects",
+        ),
+        security(
+            "auth-signin-redirect-param",
+            Risk::Medium,
+            "query parameter carrying the original URL (default rd)",
+        ),
+        security(
+            "auth-response-headers",
+            Risk::Medium,
+            "auth response headers passed to the backend",
+        ),
+        security(
+            "auth-request-redirect",
+            Risk::Medium,
+            "X-Auth-Request-Redirect sent to the auth service",
+        ),
+    ],
+};
+
+const fn security(name: &'static str, risk: Risk, doc: &'static str) -> Key {
+    Key {
+        name,
+        scope: Location,
+        risk,
+        security: true,
+        supported: true,
+        doc,
+    }
+}
+
+/// External authentication of a location.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ExternalAuth {
+    /// The auth service (absolute http(s) URL, no variables).
+    pub url: String,
+    /// The subrequest's method (`auth-method`; default GET).
+    pub method: String,
+    /// Where a 401 redirects (`auth-signin`), with the original URL in `redirect_param`.
+    pub signin: Option<String>,
+    /// The query parameter of the original URL (`auth-signin-redirect-param`).
+    pub redirect_param: String,
+    /// Headers of the auth service's answer passed to the backend.
+    pub response_headers: Vec<String>,
+    /// `X-Auth-Request-Redirect` for the auth service (default: the request URI).
+    pub request_redirect: Option<String>,
+}
+
+/// The variables `auth-signin` may use (ingress-nginx's oauth2-proxy examples).
+pub const SIGNIN_VARIABLES: &[&str] = &["host", "scheme", "request_uri", "escaped_request_uri"];
+
+pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
+    let service = r.parse("auth-url", |v| url(v, &[]))?;
+    let method = r.parse("auth-method", method)?;
+    let signin = r.parse("auth-signin", |v| url(v, SIGNIN_VARIABLES))?;
+    let redirect_param = r.parse("auth-signin-redirect-param", |v| {
+        let t = value::token(v)?;
+        if t.contains(['$', '&', '=', '#', '%', '+']) {
+            return Err("expected a query parameter name".to_owned());
+        }
+        Ok(t)
+    })?;
+    let response_headers = r.parse("auth-response-headers", header_names)?;
+    let request_redirect = r.parse("auth-request-redirect", value::plain)?;
+    let Some(url) = service else {
+        // A companion without auth-url would leave the location open.
+        for key in [
+            "auth-method",
+            "auth-signin",
+            "auth-signin-redirect-param",
+            "auth-response-headers",
+            "auth-request-redirect",
+        ] {
+            if r.get(key).is_some() {
+                return Err(r.invalid(key, "without auth-url, nothing would be checked"));
+            }
+        }
+        return Ok(());
+    };
+    out.external_auth = Some(ExternalAuth {
+        url,
+        method: method.unwrap_or_else(|| "GET".to_owned()),
+        signin,
+        redirect_param: redirect_param.unwrap_or_else(|| "rd".to_owned()),
+        response_headers: response_headers.unwrap_or_default(),
+        request_redirect,
+    });
+    Ok(())
+}
+
+/// An absolute `http://` or `https://` URL: a host (DNS name, IPv4 or `[IPv6]`),
+/// an optional port, an optional path and query, printable ASCII without quotes,
+/// spaces, `;`, `{`, `}` or `\`; `$` only before one of `variables`.
+pub fn url(v: &str, variables: &[&str]) -> Result<String, String> {
+    let rest = v
+        .strip_prefix("https://")
+        .or_else(|| v.strip_prefix("http://"))
+        .ok_or("expected an absolute http:// or https:// URL")?;
+    if v.len() > 2048 {
+        return Err("longer than 2048 bytes".to_owned());
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || "\"'\\;{}`<>^|".contains(*c))
+    {
+        return Err(format!("character {c:?} is not allowed in a URL"));
+    }
+    // Every `$` names an allowed variable.
+    let mut at = 0;
+    while let Some(i) = v[at..].find('$') {
+        let start = at + i + 1;
+        let name: String = v[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !variables.contains(&name.as_str()) {
+            return Err(if variables.is_empty() {
+                "variables are not allowed here ($ is refused)".to_owned()
+            } else {
+                format!("only the variables ${} are allowed", variables.join(", $"))
+            });
+        }
+        at = start + name.len();
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (addr, port) = v6.split_once(']').ok_or("unclosed [ in the host")?;
+            addr.parse::<std::net::Ipv6Addr>()
+                .map_err(|_| format!("{addr:?} is not an IPv6 address"))?;
+            if !(port.is_empty() || port.starts_with(':')) {
+                return Err("expected :port after the IPv6 address".to_owned());
+            }
+            port_ok(port.strip_prefix(':'))?;
+            None
+        }
+        None => {
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            };
+            port_ok(port)?;
+            Some(host)
+        }
+    };
+    if let Some(host) = host {
+        let label = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        let var = host
+            .strip_prefix('$')
+            .is_some_and(|n| variables.contains(&n));
+        if !var && (host.is_empty() || host.len() > 253 || !host.split('.').all(label)) {
+            return Err(format!("{host:?} is not a host name or address"));
+        }
+    }
+    Ok(v.to_owned())
+}
+
+fn port_ok(port: Option<&str>) -> Result<(), String> {
+    match port {
+        None => Ok(()),
+        Some(p)
+            if p.parse::<u16>().is_ok_and(|n| n > 0) && p.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Ok(())
+        }
+        Some(p) => Err(format!("{p:?} is not a port")),
+    }
+}
+
+/// An HTTP method: upper-case letters only (RFC 9110 methods are tokens; NGINX's
+/// `proxy_method` takes any, so nothing else gets through).
+fn method(v: &str) -> Result<String, String> {
+    if !v.is_empty() && v.len() <= 16 && v.bytes().all(|b| b.is_ascii_uppercase()) {
+        Ok(v.to_owned())
+    } else {
+        Err("expected an HTTP method such as GET or POST".to_owned())
+    }
+}
+
+/// A comma-separated list of header names (letters, digits and `-`).
+fn header_names(v: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if names.is_empty() || names.len() > 32 {
+        return Err("expected 1 to 32 comma-separated header names".to_owned());
+    }
+    for n in &names {
+        if n.len() > 128 || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(format!(
+                "{n:?} is not a header name (letters, digits and -)"
+            ));
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let ok = |v: &str, vars: &[&str]| assert_eq!(url(v, vars).as_deref(), Ok(v), "{v}");
+        let bad = |v: &str, vars: &[&str], why: &str| {
+            let e = url(v, vars).unwrap_err();
+            assert!(e.contains(why), "{v}: {e}");
+        };
+        ok("http://auth.auth.svc.cluster.local/check", &[]);
+        ok("https://127.0.0.1:9000/oauth2/auth?x=1", &[]);
+        ok("http://[::1]:8080/", &[]);
+        ok(
+            "https://$host/oauth2/start?rd=$escaped_request_uri",
+            SIGNIN_VARIABLES,
+        );
+        bad("ftp://x/", &[], "expected an absolute http");
+        bad("/relative", &[], "expected an absolute http");
+        bad("http://$host/check", &[], "variables are not allowed");
+        bad("http://a.b/$request_uri", &[], "variables are not allowed");
+        bad(
+            "https://$host/x?$http_cookie",
+            SIGNIN_VARIABLES,
+            "only the variables",
+        );
+        bad("http://a;b/", &[], "character ';'");
+        bad("http://a/ x", &[], "character ' '");
+        bad("http://a/\"", &[], "character '\"'");
+        bad("http://a/{x}", &[], "character '{'");
+        bad("http://a:0/", &[], "is not a port");
+        bad("http://a:99999/", &[], "is not a port");
+        bad("http://-a/", &[], "is not a host name");
+        bad("http://[::1/", &[], "unclosed");
+        bad("http://a\u{85}/", &[], "is not allowed");
+    }
+
+    #[test]
+    fn methods_and_headers() {
+        assert_eq!(method("POST").unwrap(), "POST");
+        assert!(method("GET /x HTTP/1.1").is_err());
+        assert!(method("get").is_err());
+        assert!(method("").is_err());
+        assert_eq!(
+            header_names("X-Auth-User, X-Auth-Email").unwrap(),
+            ["X-Auth-User", "X-Auth-Email"]
+        );
+        assert!(header_names("X-A: 1").is_err());
+        assert!(header_names("X_A").is_err());
+        assert!(header_names(" , ").is_err());
+    }
+}
