@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
     Affinity, BackendProtocol, BasicAuth, Canary, ExternalAuth, GlobalSourceRanges, LoadBalance,
-    Snippet, SourceRanges,
+    RateLimits, Snippet, SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -223,6 +223,8 @@ pub struct LocationSettings {
     pub basic_auth: Option<BasicAuth>,
     /// External authentication (`auth-url`).
     pub external_auth: Option<ExternalAuth>,
+    /// Per-client request, connection and bandwidth limits (`limit-*`).
+    pub rate_limits: RateLimits,
 }
 
 /// An upstream: one Service port and its ready endpoints.
@@ -323,6 +325,12 @@ pub struct Global {
     /// Where the client address comes from (ConfigMap `use-forwarded-headers`,
     /// `use-proxy-protocol`, `proxy-real-ip-cidr`, …).
     pub client_address: crate::build::real_ip::ClientAddress,
+    /// The status of a request refused by `limit-rps`/`limit-rpm`
+    /// (`limit-req-status-code`, default 503 as ingress-nginx).
+    pub limit_req_status: u16,
+    /// The status of a request refused by `limit-connections`
+    /// (`limit-conn-status-code`, default 503).
+    pub limit_conn_status: u16,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

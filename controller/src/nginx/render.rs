@@ -375,6 +375,7 @@ impl Renderer {
             config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),
+            limits: rate_limits::zones(model),
         }
     }
 
@@ -676,6 +677,7 @@ fn location_view(
             file: basic_auth_file(&b.secret),
         }),
         external_auth: st.external_auth.as_ref().map(external_auth::view),
+        rate_limits: rate_limits::location(l),
         backend,
         status,
         include,
@@ -798,6 +800,8 @@ pub fn absolute(prefix: &Path, rel: &str) -> PathBuf {
 
 #[derive(Serialize)]
 struct MainView {
+    /// `limit-*`: zones, allowlists, statuses.
+    limits: rate_limits::ZonesView,
     modules: Vec<String>,
     user: Option<String>,
     group: Option<String>,
@@ -880,11 +884,14 @@ struct LocationView {
     basic_auth: Option<BasicAuthView>,
     /// `auth_request` (access phase).
     external_auth: Option<external_auth::ExternalAuthView>,
+    /// `limit_req`, `limit_conn`, `limit_rate` (preaccess phase and after).
+    rate_limits: Option<rate_limits::LocationLimitsView>,
     backend: Option<String>,
     status: u16,
     include: String,
 }
 
 mod external_auth;
+mod rate_limits;
 #[cfg(test)]
 mod tests;

@@ -805,3 +805,63 @@ async fn external_auth_decides_every_request_and_never_lets_through_on_failure()
         assert!(r["message"].as_str().unwrap().contains(why), "{r}");
     }
 }
+
+/// `n` GETs in a row from `from`: their statuses.
+async fn burst(f: &Ferrule, from: &str, host: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(get_from(f, from, host).await.0);
+    }
+    out
+}
+
+#[tokio::test]
+async fn rate_limits_refuse_the_excess_of_each_client_and_spare_the_allowlist() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let limited: &[(&str, &str)] = &[("limit-rpm", "2"), ("limit-burst-multiplier", "1")];
+    m.write("a.yaml", &ing("a", "a.test", limited));
+    m.write("b.yaml", &ing("b", "b.test", limited));
+    let mut spared = limited.to_vec();
+    spared.push(("limit-allowlist", "127.0.0.5/32"));
+    m.write("spared.yaml", &ing("spared", "spared.test", &spared));
+    m.write(
+        "conn.yaml",
+        &ing("conn", "conn.test", &[("limit-connections", "1")]),
+    );
+    m.write("cm.yaml", &configmap(&[("limit-req-status-code", "429")]));
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+
+    // 2 a minute with a burst of 2: the first requests pass, then 429.
+    let a = burst(&f, "127.0.0.1", "a.test", 6).await;
+    assert_eq!(a[0], 200, "{a:?} {}", f.logs());
+    assert!(a.iter().filter(|s| **s == 200).count() <= 3, "{a:?}");
+    assert_eq!(*a.last().unwrap(), 429, "{a:?}");
+    // Another client, and another location with the same rate, count on their own.
+    assert_eq!(get_from(&f, "127.0.0.9", "a.test").await.0, 200);
+    assert_eq!(get_from(&f, "127.0.0.1", "b.test").await.0, 200);
+    // The allowlist is not limited; others on that location are.
+    let spared_client = burst(&f, "127.0.0.5", "spared.test", 6).await;
+    assert!(spared_client.iter().all(|s| *s == 200), "{spared_client:?}");
+    let other = burst(&f, "127.0.0.6", "spared.test", 6).await;
+    assert_eq!(*other.last().unwrap(), 429, "{other:?}");
+
+    // One connection at a time per client (default status 503).
+    let slow = || async {
+        client()
+            .get(format!("http://127.0.0.1:{}/", f.http))
+            .header("Host", "conn.test")
+            .header("x-echo-delay-ms", "700")
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let (one, two, three) = tokio::join!(slow(), slow(), slow());
+    let mut got = vec![one, two, three];
+    got.sort();
+    assert_eq!(got[0], 200, "{got:?}");
+    assert_eq!(got[2], 503, "{got:?}");
+}

@@ -11,6 +11,7 @@ pub mod basic_auth;
 mod canary;
 pub mod external_auth;
 mod proxy;
+pub mod rate_limits;
 mod redirect;
 pub mod registry;
 mod rewrite;
@@ -26,6 +27,7 @@ pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use canary::{Canary, CanaryAffinity};
 pub use external_auth::ExternalAuth;
 pub use proxy::BackendProtocol;
+pub use rate_limits::RateLimits;
 pub use snippets::Snippet;
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
 
@@ -103,6 +105,8 @@ pub struct IngressAnnotations {
     pub basic_auth: Option<BasicAuthAnnotations>,
     /// `auth-url` and its companions.
     pub external_auth: Option<ExternalAuth>,
+    /// `limit-*`.
+    pub rate_limits: RateLimits,
 }
 
 /// Reads the annotation values of one Ingress.
@@ -196,6 +200,7 @@ pub fn parse(
     source_ranges::parse(&r, &mut out)?;
     basic_auth::parse(&r, &mut out)?;
     external_auth::parse(&r, &mut out)?;
+    rate_limits::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,
         ignored,

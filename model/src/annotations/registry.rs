@@ -81,7 +81,8 @@ pub static FAMILIES: &[&Family] = &[
     &super::external_auth::FAMILY,
     &super::unsupported::EXTERNAL_AUTH,
     &super::unsupported::CLIENT_CERTIFICATES,
-    &super::unsupported::RATE_LIMITS,
+    &super::rate_limits::FAMILY,
+    &super::unsupported::GLOBAL_RATE_LIMITS,
     &super::unsupported::SATISFY,
     &super::unsupported::PASSTHROUGH,
     &super::unsupported::MODSECURITY,
@@ -224,7 +225,8 @@ mod tests {
             "rejecting: annotation p/auth-cache-key (external auth (more))",
         );
         check("auth-tls-secret", "rejecting");
-        check("limit-rps", "rejecting");
+        check("limit-rps", "supported");
+        check("global-rate-limit", "rejecting");
         check("satisfy", "rejecting");
         check("ssl-passthrough", "rejecting");
         check(

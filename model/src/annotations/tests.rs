@@ -248,7 +248,7 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
     for key in [
         "auth-cache-key",
         "auth-tls-secret",
-        "limit-rps",
+        "global-rate-limit",
         "satisfy",
         "enable-global-auth",
         "ssl-passthrough",

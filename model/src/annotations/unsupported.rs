@@ -153,66 +153,10 @@ pub(super) const CLIENT_CERTIFICATES: Family = Family {
     ],
 };
 
-/// Request rate, connection and bandwidth limits.
-pub(super) const RATE_LIMITS: Family = Family {
-    name: "rate limits",
+/// ingress-nginx's memcached-backed global rate limits (removed in ingress-nginx 1.x).
+pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
+    name: "global rate limits",
     keys: &[
-        todo(
-            "limit-rps",
-            Location,
-            Low,
-            true,
-            "requests per second per client address",
-        ),
-        todo(
-            "limit-rpm",
-            Location,
-            Low,
-            true,
-            "requests per minute per client address",
-        ),
-        todo(
-            "limit-connections",
-            Location,
-            Low,
-            true,
-            "concurrent connections per client address",
-        ),
-        todo(
-            "limit-burst-multiplier",
-            Location,
-            Low,
-            true,
-            "burst size as a multiple of the rate",
-        ),
-        todo(
-            "limit-rate",
-            Location,
-            Low,
-            true,
-            "response bandwidth per connection (KB/s)",
-        ),
-        todo(
-            "limit-rate-after",
-            Location,
-            Low,
-            true,
-            "bytes sent before limit-rate applies",
-        ),
-        todo(
-            "limit-allowlist",
-            Location,
-            Low,
-            true,
-            "client CIDRs not limited",
-        ),
-        todo(
-            "limit-whitelist",
-            Location,
-            Low,
-            true,
-            "old name of limit-allowlist",
-        ),
         todo(
             "global-rate-limit",
             Location,

@@ -20,6 +20,8 @@ pub(crate) fn global(
         proxy_connect_timeout: 5,
         proxy_read_timeout: 60,
         proxy_send_timeout: 60,
+        limit_req_status: 503,
+        limit_conn_status: 503,
         ..Global::default()
     };
     let mut hsts = Hsts::default();
@@ -146,6 +148,13 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                 Ok(b) => hsts.subdomains = b,
                 Err(e) => bad(key, v, e),
             },
+            "limit-req-status-code" | "limit-conn-status-code" => {
+                match value::integer(v.trim(), 400, 599) {
+                    Ok(n) if key == "limit-req-status-code" => g.limit_req_status = n as u16,
+                    Ok(n) => g.limit_conn_status = n as u16,
+                    Err(e) => bad(key, v, e),
+                }
+            }
             "hsts-max-age" => match value::integer(v.trim(), 0, i32::MAX as u32) {
                 Ok(n) => hsts.max_age = n,
                 Err(e) => bad(key, v, e),

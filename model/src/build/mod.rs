@@ -431,6 +431,7 @@ impl Builder<'_> {
             source_ranges: SourceRanges::or_defaults(&a.source_ranges, &self.global.source_ranges),
             basic_auth,
             external_auth: a.external_auth.clone(),
+            rate_limits: a.rate_limits.clone(),
         }
     }
 
