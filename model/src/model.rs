@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::annotations::Satisfy;
+
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
@@ -225,6 +227,8 @@ pub struct LocationSettings {
     pub external_auth: Option<ExternalAuth>,
     /// Per-client request, connection and bandwidth limits (`limit-*`).
     pub rate_limits: RateLimits,
+    /// How the allowlist and the authentications combine (`satisfy`).
+    pub satisfy: Satisfy,
 }
 
 /// An upstream: one Service port and its ready endpoints.

@@ -678,6 +678,7 @@ fn location_view(
         }),
         external_auth: st.external_auth.as_ref().map(external_auth::view),
         rate_limits: rate_limits::location(l),
+        satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
         backend,
         status,
         include,
@@ -886,6 +887,8 @@ struct LocationView {
     external_auth: Option<external_auth::ExternalAuthView>,
     /// `limit_req`, `limit_conn`, `limit_rate` (preaccess phase and after).
     rate_limits: Option<rate_limits::LocationLimitsView>,
+    /// `satisfy any` (else NGINX's default, all).
+    satisfy_any: bool,
     backend: Option<String>,
     status: u16,
     include: String,

@@ -865,3 +865,51 @@ async fn rate_limits_refuse_the_excess_of_each_client_and_spare_the_allowlist() 
     assert_eq!(got[0], 200, "{got:?}");
     assert_eq!(got[2], 503, "{got:?}");
 }
+
+/// A GET from `from` with basic credentials (`None`: without): the status.
+async fn get_from_as(f: &Ferrule, from: &str, host: &str, user: Option<(&str, &str)>) -> u16 {
+    let c = reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut req = c
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", host);
+    if let Some((u, p)) = user {
+        req = req.basic_auth(u, Some(p));
+    }
+    req.send().await.unwrap().status().as_u16()
+}
+
+/// `satisfy: any`: the office network without a password, everyone else with one;
+/// `all` (the default): both.
+#[tokio::test]
+async fn satisfy_combines_the_allowlist_and_basic_auth() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("users.yaml", &secret("users", &[("auth", "u:{PLAIN}p\n")]));
+    let both: &[(&str, &str)] = &[
+        ("auth-type", "basic"),
+        ("auth-secret", "users"),
+        ("allowlist-source-range", "127.0.0.5"),
+    ];
+    let mut any = both.to_vec();
+    any.push(("satisfy", "any"));
+    m.write("any.yaml", &ing("any", "any.test", &any));
+    m.write("all.yaml", &ing("all", "all.test", both));
+    let f = Ferrule::start(m.path(), &[]).await;
+    let creds = Some(("u", "p"));
+    assert_eq!(
+        get_from_as(&f, "127.0.0.5", "any.test", None).await,
+        200,
+        "{}",
+        f.logs()
+    );
+    assert_eq!(get_from_as(&f, "127.0.0.1", "any.test", None).await, 401);
+    assert_eq!(get_from_as(&f, "127.0.0.1", "any.test", creds).await, 200);
+    assert_eq!(get_from_as(&f, "127.0.0.5", "all.test", None).await, 401);
+    assert_eq!(get_from_as(&f, "127.0.0.5", "all.test", creds).await, 200);
+    assert_eq!(get_from_as(&f, "127.0.0.1", "all.test", creds).await, 403);
+}

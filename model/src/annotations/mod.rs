@@ -15,6 +15,7 @@ pub mod rate_limits;
 mod redirect;
 pub mod registry;
 mod rewrite;
+pub mod satisfy;
 mod snippets;
 pub mod source_ranges;
 mod unsupported;
@@ -28,6 +29,7 @@ pub use canary::{Canary, CanaryAffinity};
 pub use external_auth::ExternalAuth;
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
+pub use satisfy::Satisfy;
 pub use snippets::Snippet;
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
 
@@ -107,6 +109,8 @@ pub struct IngressAnnotations {
     pub external_auth: Option<ExternalAuth>,
     /// `limit-*`.
     pub rate_limits: RateLimits,
+    /// `satisfy`.
+    pub satisfy: Satisfy,
 }
 
 /// Reads the annotation values of one Ingress.
@@ -201,6 +205,7 @@ pub fn parse(
     basic_auth::parse(&r, &mut out)?;
     external_auth::parse(&r, &mut out)?;
     rate_limits::parse(&r, &mut out)?;
+    satisfy::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,
         ignored,

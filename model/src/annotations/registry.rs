@@ -83,7 +83,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::unsupported::CLIENT_CERTIFICATES,
     &super::rate_limits::FAMILY,
     &super::unsupported::GLOBAL_RATE_LIMITS,
-    &super::unsupported::SATISFY,
+    &super::satisfy::FAMILY,
     &super::unsupported::PASSTHROUGH,
     &super::unsupported::MODSECURITY,
     &super::unsupported::CORS,
@@ -227,7 +227,7 @@ mod tests {
         check("auth-tls-secret", "rejecting");
         check("limit-rps", "supported");
         check("global-rate-limit", "rejecting");
-        check("satisfy", "rejecting");
+        check("satisfy", "supported");
         check("ssl-passthrough", "rejecting");
         check(
             "enable-cors",

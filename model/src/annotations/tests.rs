@@ -249,7 +249,6 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
         "auth-cache-key",
         "auth-tls-secret",
         "global-rate-limit",
-        "satisfy",
         "enable-global-auth",
         "ssl-passthrough",
         "enable-modsecurity",

@@ -188,18 +188,6 @@ pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
     ],
 };
 
-/// How auth and allowlists combine.
-pub(super) const SATISFY: Family = Family {
-    name: "satisfy",
-    keys: &[todo(
-        "satisfy",
-        Location,
-        Low,
-        true,
-        "any or all of auth and allowlists",
-    )],
-};
-
 /// TLS passed through to the backend by SNI.
 pub(super) const PASSTHROUGH: Family = Family {
     name: "ssl passthrough",

@@ -432,6 +432,7 @@ impl Builder<'_> {
             basic_auth,
             external_auth: a.external_auth.clone(),
             rate_limits: a.rate_limits.clone(),
+            satisfy: a.satisfy,
         }
     }
 
