@@ -492,7 +492,7 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
         "guarded",
         "guarded.example.com",
         &[
-            ("nginx.ingress.kubernetes.io/auth-tls-secret", "web/ca"),
+            ("nginx.ingress.kubernetes.io/auth-keepalive", "10"),
             ("nginx.ingress.kubernetes.io/ssl-redirect", "false"),
         ],
     ));
@@ -508,9 +508,9 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
     for line in [
         "Ingress web/guarded: annotations:",
         "  nginx.ingress.kubernetes.io/ssl-redirect: supported",
-        "  nginx.ingress.kubernetes.io/auth-tls-secret: rejects the Ingress: annotation nginx.ingress.kubernetes.io/auth-tls-secret (client certificates) restricts access",
+        "  nginx.ingress.kubernetes.io/auth-keepalive: rejects the Ingress: annotation nginx.ingress.kubernetes.io/auth-keepalive (external auth (more)) restricts access",
         "  nginx.ingress.kubernetes.io/enable-cors: ignored with a warning: annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored",
-        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/auth-tls-secret",
+        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/auth-keepalive",
         "Ingress web/cors: warning: annotation nginx.ingress.kubernetes.io/enable-cors",
         "  nginx.ingress.kubernetes.io/proxy-read-timeout: supported",
     ] {

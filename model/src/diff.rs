@@ -113,11 +113,13 @@ fn same_but_tls(a: &Server, b: &Server) -> bool {
         tls: _,
         owner,
         server_snippet,
+        client_certificates,
         locations,
     } = a;
     *host == b.host
         && *owner == b.owner
         && *server_snippet == b.server_snippet
+        && *client_certificates == b.client_certificates
         && *locations == b.locations
 }
 

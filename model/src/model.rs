@@ -149,6 +149,9 @@ pub struct Server {
     pub owner: Option<ResourceRef>,
     /// `server-snippet` of the owner (only when snippets are allowed).
     pub server_snippet: Option<Snippet>,
+    /// Client certificate authentication (the owner's `auth-tls-*`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_certificates: Option<crate::annotations::ClientCertificates>,
     /// Locations, sorted by path then match kind.
     pub locations: Vec<Location>,
 }

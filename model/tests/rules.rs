@@ -1726,7 +1726,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     let yaml = docs![
         app("default/web", "10.0.0.1"),
         Ing::new("default/basic", 1)
-            .ann("nginx.ingress.kubernetes.io/auth-tls-secret", "default/ca")
+            .ann("nginx.ingress.kubernetes.io/auth-keepalive", "10")
             .rule("basic.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/auth", 1)
             .ann("nginx.ingress.kubernetes.io/auth-snippet", "return 200;")
@@ -1754,7 +1754,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
         &[
             (
                 "Ingress default/basic",
-                "annotation nginx.ingress.kubernetes.io/auth-tls-secret (client certificates) restricts access and Ferrule does not implement it yet",
+                "annotation nginx.ingress.kubernetes.io/auth-keepalive (external auth (more)) restricts access and Ferrule does not implement it yet",
             ),
             (
                 "Ingress default/auth",

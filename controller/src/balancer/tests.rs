@@ -127,6 +127,7 @@ fn tls_model(pem: &str) -> Model {
         }),
         owner: None,
         server_snippet: None,
+        client_certificates: None,
         locations: Vec::new(),
     };
     m.servers = Arc::new(vec![server("a.test"), server("b.test")]);

@@ -342,6 +342,10 @@ impl Dataplane {
             .iter()
             .map(|(k, v)| (k.clone(), FileSpec::new(v.text.clone().into_bytes(), 0o644)))
             .collect();
+        // Client CAs and CRLs: read by the master at start and reload.
+        for (file, pem) in render::client_certificate_files(model) {
+            specs.insert(file, FileSpec::new(pem.as_bytes().to_vec(), 0o600));
+        }
         // Basic-auth users: read by the workers at each request, so theirs (0600).
         let opts = self.renderer.options();
         let worker_uid = opts

@@ -281,6 +281,7 @@ impl Renderer {
                 tls: None,
                 owner: None,
                 server_snippet: None,
+                client_certificates: None,
                 locations: Vec::new(),
             };
             servers.push(&implicit_default);
@@ -466,6 +467,14 @@ impl Renderer {
         if !has_root {
             locations.push(default_location(model));
         }
+        // Client certificates: never served over plain HTTP (redirected first), and
+        // every location tells the backend what was verified.
+        if let Some(c) = &s.client_certificates {
+            for l in &mut locations {
+                l.force_redirect = true;
+                l.client_certificate = Some(client_certificates::location(c));
+            }
+        }
         let mut auth_locations: Vec<external_auth::ExternalAuthView> = Vec::new();
         for a in locations.iter().filter_map(|l| l.external_auth.as_ref()) {
             if !auth_locations.contains(a) {
@@ -515,6 +524,10 @@ impl Renderer {
             cert,
             server_snippet: s.server_snippet.as_ref().map(|s| s.0.clone()),
             auth_locations,
+            client_certificates: s
+                .client_certificates
+                .as_ref()
+                .map(|c| client_certificates::server(c, |rel| self.path(rel))),
             locations,
         }
     }
@@ -543,6 +556,22 @@ struct BasicAuthView {
 pub fn basic_auth_file(secret: &str) -> String {
     let digest = blake3::hash(secret.as_bytes()).to_hex();
     format!("{}/{}.htpasswd", super::files::AUTH_DIR, &digest[..32])
+}
+
+/// The client certificate CA and CRL files `model` needs (prefix-relative).
+pub fn client_certificate_files(model: &Model) -> BTreeMap<String, &str> {
+    let mut out = BTreeMap::new();
+    for c in model
+        .servers
+        .iter()
+        .filter_map(|s| s.client_certificates.as_ref())
+    {
+        out.insert(client_certificates::ca_file(&c.secret), c.ca.as_str());
+        if let Some(crl) = &c.crl {
+            out.insert(client_certificates::crl_file(&c.secret), crl.as_str());
+        }
+    }
+    out
 }
 
 /// The users' files `model` needs (`basic_auth_file` → htpasswd lines).
@@ -679,6 +708,7 @@ fn location_view(
         external_auth: st.external_auth.as_ref().map(external_auth::view),
         rate_limits: rate_limits::location(l),
         satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
+        client_certificate: None,
         backend,
         status,
         include,
@@ -849,6 +879,8 @@ struct ServerView {
     locations: Vec<LocationView>,
     /// The external-auth subrequests of its locations, each once.
     auth_locations: Vec<external_auth::ExternalAuthView>,
+    /// `auth-tls-*` of its owner.
+    client_certificates: Option<client_certificates::ServerCertView>,
 }
 
 #[derive(Serialize, Default)]
@@ -889,11 +921,14 @@ struct LocationView {
     rate_limits: Option<rate_limits::LocationLimitsView>,
     /// `satisfy any` (else NGINX's default, all).
     satisfy_any: bool,
+    /// The server's `auth-tls-*`, as this location applies it.
+    client_certificate: Option<client_certificates::LocationCertView>,
     backend: Option<String>,
     status: u16,
     include: String,
 }
 
+pub mod client_certificates;
 mod external_auth;
 mod rate_limits;
 #[cfg(test)]

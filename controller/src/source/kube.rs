@@ -197,10 +197,13 @@ fn every() -> watcher::Config {
     watcher::Config::default()
 }
 
-/// Whether a (stripped) Secret can serve TLS or basic auth (an htpasswd `auth`).
+/// Whether a (stripped) Secret can serve TLS, client certificate checks (a CA) or
+/// basic auth (an htpasswd `auth`).
 fn holds_tls(s: &Secret) -> bool {
     s.data.as_ref().is_some_and(|d| {
-        d.contains_key("tls.crt") || d.contains_key("tls.key") || d.contains_key("auth")
+        ["tls.crt", "tls.key", "ca.crt", "ca.crl", "auth"]
+            .iter()
+            .any(|k| d.contains_key(*k))
     })
 }
 
@@ -269,7 +272,12 @@ pub fn strip_secret(o: &mut Secret) {
     o.metadata.labels = None;
     o.metadata.owner_references = None;
     if let Some(data) = o.data.as_mut() {
-        data.retain(|k, _| matches!(k.as_str(), "tls.crt" | "tls.key" | "ca.crt" | "auth"));
+        data.retain(|k, _| {
+            matches!(
+                k.as_str(),
+                "tls.crt" | "tls.key" | "ca.crt" | "ca.crl" | "auth"
+            )
+        });
     }
 }
 

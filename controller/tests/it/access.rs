@@ -913,3 +913,209 @@ async fn satisfy_combines_the_allowlist_and_basic_auth() {
     assert_eq!(get_from_as(&f, "127.0.0.5", "all.test", creds).await, 200);
     assert_eq!(get_from_as(&f, "127.0.0.1", "all.test", creds).await, 403);
 }
+
+/// A CA (`name.crt`/`name.key` in `dir`); returns its certificate's PEM.
+fn ca(dir: &std::path::Path, name: &str) -> String {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &format!("{name}.key"),
+        "-out",
+        &format!("{name}.crt"),
+        "-days",
+        "2",
+        "-subj",
+        &format!("/CN={name}"),
+    ]);
+    std::fs::read_to_string(dir.join(format!("{name}.crt"))).unwrap()
+}
+
+/// A client certificate `cn` signed by CA `ca` (files `cn.crt`, `cn.key` in `dir`).
+fn client_cert(dir: &std::path::Path, ca: &str, cn: &str) {
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &format!("{cn}.key"),
+        "-out",
+        &format!("{cn}.csr"),
+        "-subj",
+        &format!("/CN={cn}"),
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &format!("{cn}.csr"),
+        "-CA",
+        &format!("{ca}.crt"),
+        "-CAkey",
+        &format!("{ca}.key"),
+        "-CAcreateserial",
+        "-out",
+        &format!("{cn}.crt"),
+        "-days",
+        "2",
+    ]);
+}
+
+/// An HTTPS GET of `host` with SNI `sni` and the client certificate `cn` of `dir`
+/// (`None`: without): (status, body).
+async fn mtls_get(
+    f: &Ferrule,
+    sni: &str,
+    host: &str,
+    dir: &std::path::Path,
+    cn: Option<&str>,
+) -> (u16, String) {
+    let mut c = tokio::process::Command::new("curl");
+    c.args([
+        "-sk",
+        "-w",
+        "\n%{http_code}",
+        "-H",
+        &format!("Host: {host}"),
+    ])
+    .arg("--resolve")
+    .arg(format!("{sni}:{}:127.0.0.1", f.https));
+    if let Some(cn) = cn {
+        c.arg("--cert").arg(dir.join(format!("{cn}.crt")));
+        c.arg("--key").arg(dir.join(format!("{cn}.key")));
+    }
+    let out = c
+        .arg(format!("https://{sni}:{}/", f.https))
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[tokio::test]
+async fn client_certificates_are_checked_against_the_ca_and_the_names() {
+    let echo = Echo::start("127.0.0.2").await;
+    let dir = tempfile::tempdir().unwrap();
+    let good_ca = ca(dir.path(), "good-ca");
+    ca(dir.path(), "other-ca");
+    client_cert(dir.path(), "good-ca", "alice");
+    client_cert(dir.path(), "good-ca", "bob");
+    client_cert(dir.path(), "other-ca", "mallory");
+    let (cert, key, _) = self_signed(dir.path(), "web", &["mtls.test", "plain.test"]);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("tls.yaml", &tls_secret("demo", "web-tls", &cert, &key));
+    m.write("ca.yaml", &secret("ca", &[("ca.crt", &good_ca)]));
+    m.write(
+        "mtls.yaml",
+        &Ing::new("demo", "mtls", T0)
+            .rule("mtls.test", &[("/", "Prefix", "echo")])
+            .tls(&["mtls.test"], "web-tls")
+            .nginx("ssl-redirect", "false")
+            .nginx("auth-tls-secret", "ca")
+            .nginx("auth-tls-pass-certificate-to-upstream", "true")
+            .nginx("auth-tls-match-cn", "CN=(alice|carol)")
+            .yaml(),
+    );
+    m.write(
+        "plain.yaml",
+        &Ing::new("demo", "plain", T0)
+            .rule("plain.test", &[("/", "Prefix", "echo")])
+            .tls(&["plain.test"], "web-tls")
+            .yaml(),
+    );
+    // Younger, on the same host, asking for other settings: not served.
+    m.write(
+        "younger.yaml",
+        &Ing::new("demo", "younger", "2026-02-01T00:00:00Z")
+            .rule("mtls.test", &[("/other", "Prefix", "echo")])
+            .nginx("auth-tls-secret", "ca")
+            .nginx("auth-tls-verify-client", "optional")
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let d = dir.path();
+
+    let (s, body) = mtls_get(&f, "mtls.test", "mtls.test", d, Some("alice")).await;
+    assert_eq!(s, 200, "{body} {}", f.logs());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["headers"]["ssl-client-verify"], "SUCCESS", "{v}");
+    assert!(
+        v["headers"]["ssl-client-subject-dn"]
+            .as_str()
+            .unwrap()
+            .contains("CN=alice"),
+        "{v}"
+    );
+    assert!(
+        v["headers"]["ssl-client-cert"]
+            .as_str()
+            .unwrap()
+            .contains("BEGIN%20CERTIFICATE"),
+        "{v}"
+    );
+    // No certificate, another CA's: refused by NGINX (400); a name not listed: 403.
+    assert_eq!(mtls_get(&f, "mtls.test", "mtls.test", d, None).await.0, 400);
+    assert_eq!(
+        mtls_get(&f, "mtls.test", "mtls.test", d, Some("mallory"))
+            .await
+            .0,
+        400
+    );
+    assert_eq!(
+        mtls_get(&f, "mtls.test", "mtls.test", d, Some("bob"))
+            .await
+            .0,
+        403
+    );
+    // Never over plain HTTP, even with ssl-redirect off.
+    assert_eq!(f.get("mtls.test", "/").await.0, 308);
+    // Another host's SNI does not carry a request for this one past the check.
+    let (s, _) = mtls_get(&f, "plain.test", "mtls.test", d, None).await;
+    assert_ne!(s, 200, "SNI plain.test, Host mtls.test");
+    assert_eq!(
+        mtls_get(&f, "plain.test", "plain.test", d, None).await.0,
+        200
+    );
+
+    let r = f.resource("Ingress", "demo", "younger").await.unwrap();
+    assert_eq!(r["state"], "rejected", "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("oldest Ingress"),
+        "{r}"
+    );
+}

@@ -386,7 +386,7 @@ async fn status_and_events_are_written() {
         "guarded",
         "guarded.e2e",
         &[("/", "Prefix", "echo")],
-        &[("auth-tls-secret", "e2e-status/ca")],
+        &[("auth-cache-key", "$remote_user")],
     ));
     c.apply(&k8s_ingress(
         ns,
@@ -395,7 +395,7 @@ async fn status_and_events_are_written() {
         &[("/", "Prefix", "echo")],
         &[("enable-cors", "true")],
     ));
-    for (name, key) in [("guarded", "auth-tls-secret"), ("cors", "enable-cors")] {
+    for (name, key) in [("guarded", "auth-cache-key"), ("cors", "enable-cors")] {
         let warned = wait_until(Duration::from_secs(15), || async {
             let events = c.json(&["get", "events.events.k8s.io", "-n", ns]);
             events["items"].as_array().into_iter().flatten().any(|e| {

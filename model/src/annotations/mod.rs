@@ -9,6 +9,7 @@
 pub(crate) mod balancing;
 pub mod basic_auth;
 mod canary;
+pub mod client_certificates;
 pub mod external_auth;
 mod proxy;
 pub mod rate_limits;
@@ -26,6 +27,7 @@ use std::collections::BTreeMap;
 pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use canary::{Canary, CanaryAffinity};
+pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
 pub use external_auth::ExternalAuth;
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
@@ -111,6 +113,8 @@ pub struct IngressAnnotations {
     pub rate_limits: RateLimits,
     /// `satisfy`.
     pub satisfy: Satisfy,
+    /// `auth-tls-*` (server-level).
+    pub client_certificates: Option<ClientCertificateAnnotations>,
 }
 
 /// Reads the annotation values of one Ingress.
@@ -206,6 +210,7 @@ pub fn parse(
     external_auth::parse(&r, &mut out)?;
     rate_limits::parse(&r, &mut out)?;
     satisfy::parse(&r, &mut out)?;
+    client_certificates::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,
         ignored,

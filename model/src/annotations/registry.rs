@@ -80,7 +80,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::basic_auth::FAMILY,
     &super::external_auth::FAMILY,
     &super::unsupported::EXTERNAL_AUTH,
-    &super::unsupported::CLIENT_CERTIFICATES,
+    &super::client_certificates::FAMILY,
     &super::rate_limits::FAMILY,
     &super::unsupported::GLOBAL_RATE_LIMITS,
     &super::satisfy::FAMILY,
@@ -224,7 +224,7 @@ mod tests {
             "auth-cache-key",
             "rejecting: annotation p/auth-cache-key (external auth (more))",
         );
-        check("auth-tls-secret", "rejecting");
+        check("auth-tls-secret", "supported");
         check("limit-rps", "supported");
         check("global-rate-limit", "rejecting");
         check("satisfy", "supported");

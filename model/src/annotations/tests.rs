@@ -247,7 +247,6 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
     );
     for key in [
         "auth-cache-key",
-        "auth-tls-secret",
         "global-rate-limit",
         "enable-global-auth",
         "ssl-passthrough",

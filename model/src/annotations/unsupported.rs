@@ -104,55 +104,6 @@ pub(super) const EXTERNAL_AUTH: Family = Family {
     ],
 };
 
-/// Client certificate authentication (mTLS).
-pub(super) const CLIENT_CERTIFICATES: Family = Family {
-    name: "client certificates",
-    keys: &[
-        todo(
-            "auth-tls-secret",
-            Server,
-            Medium,
-            true,
-            "Secret with the CA (and CRL) clients are checked against",
-        ),
-        todo(
-            "auth-tls-verify-client",
-            Server,
-            Medium,
-            true,
-            "on, off, optional or optional_no_ca",
-        ),
-        todo(
-            "auth-tls-verify-depth",
-            Server,
-            Low,
-            true,
-            "maximum client chain depth",
-        ),
-        todo(
-            "auth-tls-error-page",
-            Server,
-            High,
-            true,
-            "where a failed verification redirects",
-        ),
-        todo(
-            "auth-tls-pass-certificate-to-upstream",
-            Server,
-            Low,
-            true,
-            "client certificate sent to the backend",
-        ),
-        todo(
-            "auth-tls-match-cn",
-            Server,
-            High,
-            true,
-            "pattern the client certificate's CN must match",
-        ),
-    ],
-};
-
 /// ingress-nginx's memcached-backed global rate limits (removed in ingress-nginx 1.x).
 pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
     name: "global rate limits",

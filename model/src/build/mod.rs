@@ -94,8 +94,12 @@ pub fn build(snap: &Snapshot) -> Model {
             continue;
         }
         // A restriction that cannot be set up rejects the Ingress.
-        let basic_auth = match b.basic_auth(&r, &a) {
-            Ok(auth) => auth,
+        let resolved = b.basic_auth(&r, &a).and_then(|auth| {
+            let certs = b.client_certificates(ing, &r, &a)?;
+            Ok((auth, certs))
+        });
+        let (basic_auth, client_certificates) = match resolved {
+            Ok(x) => x,
             Err(e) => {
                 b.problem(
                     &r,
@@ -105,7 +109,7 @@ pub fn build(snap: &Snapshot) -> Model {
                 continue;
             }
         };
-        b.add_ingress(ing, &r, &a, basic_auth);
+        b.add_ingress(ing, &r, &a, basic_auth, client_certificates);
     }
     for (ing, r, a) in &canaries {
         b.add_canary(ing, r, a);
@@ -143,6 +147,7 @@ struct TlsClaim {
 struct ServerAcc {
     owner: ResourceRef,
     server_snippet: Option<annotations::Snippet>,
+    client_certificates: Option<annotations::ClientCertificates>,
     locations: HashMap<(String, PathMatch), Location>,
 }
 
@@ -241,12 +246,85 @@ impl Builder<'_> {
         }))
     }
 
+    /// The client certificate settings of Ingress `r`: its Secret (of `r`'s
+    /// namespace) read and checked, and none of its hosts already served (by an
+    /// older Ingress) with other settings: server-level, the oldest decides, and a
+    /// younger Ingress is not served with less than it asked for.
+    fn client_certificates(
+        &self,
+        ing: &Ingress,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+    ) -> Result<Option<annotations::ClientCertificates>, String> {
+        use annotations::client_certificates as cc;
+        let Some(ann) = &a.client_certificates else {
+            return Ok(None);
+        };
+        let (ns, name) = ann
+            .secret
+            .split_once('/')
+            .unwrap_or((r.namespace.as_str(), ann.secret.as_str()));
+        let what = format!("auth-tls-secret {}", ann.secret);
+        if ns != r.namespace {
+            return Err(format!(
+                "{what}: a Secret of another namespace is not read (it must be in {})",
+                r.namespace
+            ));
+        }
+        let secret = self
+            .secrets
+            .get(&(ns, name))
+            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
+        let field = |key: &str| -> Option<String> {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .or_else(|| {
+                    secret
+                        .string_data
+                        .as_ref()
+                        .and_then(|d| d.get(key))
+                        .cloned()
+                })
+        };
+        let ca = field("ca.crt").ok_or_else(|| format!("{what}: the Secret has no ca.crt"))?;
+        let ca = cc::ca_bundle(&ca).map_err(|e| format!("{what}: ca.crt: {e}"))?;
+        let crl = field("ca.crl")
+            .map(|c| cc::crl(&c).map_err(|e| format!("{what}: ca.crl: {e}")))
+            .transpose()?;
+        let certs = annotations::ClientCertificates {
+            secret: format!("{ns}/{name}"),
+            ca,
+            crl,
+            settings: ann.settings.clone(),
+        };
+        let hosts = ing
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+            .filter_map(|rule| rule.host.as_deref());
+        for host in hosts {
+            if let Some(older) = self.servers.get(&host.to_ascii_lowercase())
+                && older.client_certificates.as_ref() != Some(&certs)
+            {
+                return Err(format!(
+                    "host {host}: client certificate settings are the host's oldest Ingress's ({}), which sets others",
+                    older.owner
+                ));
+            }
+        }
+        Ok(Some(certs))
+    }
+
     fn add_ingress(
         &mut self,
         ing: &Ingress,
         r: &ResourceRef,
         a: &IngressAnnotations,
         basic_auth: Option<annotations::BasicAuth>,
+        client_certificates: Option<annotations::ClientCertificates>,
     ) {
         let Some(spec) = ing.spec.as_ref() else {
             return;
@@ -339,6 +417,7 @@ impl Builder<'_> {
                     let acc = ServerAcc {
                         owner: r.clone(),
                         server_snippet: server_snippet.clone(),
+                        client_certificates: client_certificates.clone(),
                         locations: HashMap::new(),
                     };
                     self.servers.insert(host.clone(), acc);
@@ -723,6 +802,7 @@ impl Builder<'_> {
                 tls,
                 owner: Some(acc.owner),
                 server_snippet: acc.server_snippet,
+                client_certificates: acc.client_certificates,
                 locations,
             });
         }
