@@ -78,13 +78,14 @@ pub fn build(snap: &Snapshot) -> Model {
                 b.problem(
                     &r,
                     Severity::Error,
+                    ProblemKind::Invalid,
                     format!("{e}; the Ingress is not served"),
                 );
                 continue;
             }
             Ok(p) => {
                 for warning in p.ignored {
-                    b.problem(&r, Severity::Warning, warning);
+                    b.problem(&r, Severity::Warning, ProblemKind::Other, warning);
                 }
                 p.values
             }
@@ -160,11 +161,12 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn problem(&mut self, r: &ResourceRef, severity: Severity, message: String) {
+    fn problem(&mut self, r: &ResourceRef, severity: Severity, kind: ProblemKind, message: String) {
         self.problems.push(Problem {
             resource: r.clone(),
             severity,
             message,
+            kind,
         });
     }
 
@@ -193,7 +195,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.defaultBackend ignored: {winner} is older and already provides the catch-all backend"
                     );
-                    self.problem(r, Severity::Warning, msg)
+                    self.problem(r, Severity::Warning, ProblemKind::Conflict, msg)
                 }
             }
         }
@@ -206,7 +208,12 @@ impl Builder<'_> {
                 Some(h) => match hosts::host(h) {
                     Ok(h) => h,
                     Err(e) => {
-                        self.problem(r, Severity::Error, format!("spec.rules: {e}; rule skipped"));
+                        self.problem(
+                            r,
+                            Severity::Error,
+                            ProblemKind::Invalid,
+                            format!("spec.rules: {e}; rule skipped"),
+                        );
                         continue;
                     }
                 },
@@ -225,7 +232,7 @@ impl Builder<'_> {
                     other => {
                         let msg =
                             format!("host {host}: pathType {other:?} is not valid; path skipped");
-                        self.problem(r, Severity::Error, msg);
+                        self.problem(r, Severity::Error, ProblemKind::Invalid, msg);
                         continue;
                     }
                 };
@@ -236,6 +243,7 @@ impl Builder<'_> {
                         self.problem(
                             r,
                             Severity::Error,
+                            ProblemKind::Invalid,
                             format!("host {host}: {e}; path skipped"),
                         );
                         continue;
@@ -247,7 +255,7 @@ impl Builder<'_> {
                         "host {host} path {path} ({path_match:?}) is already served by {} (oldest wins); path skipped",
                         winner.owner
                     );
-                    self.problem(r, Severity::Error, msg);
+                    self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     continue;
                 }
                 let target = self.target(ns, r, &p.backend, (a.service_upstream, false), || {
@@ -282,6 +290,7 @@ impl Builder<'_> {
                     self.problem(
                         r,
                         Severity::Error,
+                        ProblemKind::Invalid,
                         format!("spec.tls: invalid host {h:?}; skipped"),
                     );
                     continue;
@@ -292,7 +301,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.tls: host {host} has no rule in this Ingress; its certificate is ignored"
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Other, msg);
                     continue;
                 }
                 let secret = tls
@@ -317,7 +326,7 @@ impl Builder<'_> {
                             c.owner,
                             c.secret.as_deref().unwrap_or("<default>")
                         );
-                        self.problem(r, Severity::Error, msg);
+                        self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     }
                 }
             }
@@ -326,9 +335,19 @@ impl Builder<'_> {
 
     fn location_settings(&mut self, r: &ResourceRef, a: &IngressAnnotations) -> LocationSettings {
         let snippets_on = self.global.allow_snippet_annotations;
-        if !snippets_on && (a.configuration_snippet.is_some() || a.server_snippet.is_some()) {
-            let msg = "snippet annotations are disabled by the administrator; configuration-snippet and server-snippet ignored";
-            self.problem(r, Severity::Warning, msg.to_owned());
+        if !snippets_on {
+            let present = [
+                ("configuration-snippet", a.configuration_snippet.is_some()),
+                ("server-snippet", a.server_snippet.is_some()),
+            ];
+            for (key, _) in present.into_iter().filter(|(_, set)| *set) {
+                let msg = format!(
+                    "annotation {}/{key}: snippets are disabled by the administrator \
+                     (allow-snippet-annotations); the snippet is ignored",
+                    self.snap.settings.annotations_prefix
+                );
+                self.problem(r, Severity::Warning, ProblemKind::Invalid, msg);
+            }
         }
         LocationSettings {
             ssl_redirect: a.ssl_redirect.unwrap_or(self.global.ssl_redirect),
@@ -367,7 +386,7 @@ impl Builder<'_> {
                 "{}: resource backends are not supported; answering 503",
                 what()
             );
-            self.problem(r, Severity::Error, msg);
+            self.problem(r, Severity::Error, ProblemKind::Invalid, msg);
             return Target::Status(503);
         };
         // Memo key: namespace, Service and port, written into a reused buffer so that
@@ -423,7 +442,7 @@ impl Builder<'_> {
                         what(),
                         svc.name
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Other, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
                     let outcome = match canary {
@@ -436,13 +455,13 @@ impl Builder<'_> {
                         svc.name,
                         self.backends[&name].service_port
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
                 }
                 Target::Backend(name)
             }
             Err(e) => {
                 let msg = format!("{}: {e}; answering 503", what());
-                self.problem(r, Severity::Error, msg);
+                self.problem(r, Severity::Error, ProblemKind::Reference, msg);
                 Target::Status(503)
             }
         }
@@ -503,7 +522,7 @@ impl Builder<'_> {
             let msg = format!(
                 "backend {backend}: the {name} annotations are ignored: {owner} is older and sets them for this Service port"
             );
-            self.problem(r, Severity::Warning, msg);
+            self.problem(r, Severity::Warning, ProblemKind::Conflict, msg);
         }
     }
 
@@ -530,7 +549,12 @@ impl Builder<'_> {
                 None => DEFAULT_SERVER.to_owned(),
                 Some(Ok(h)) => h,
                 Some(Err(e)) => {
-                    self.problem(r, Severity::Error, format!("spec.rules: {e}; rule skipped"));
+                    self.problem(
+                        r,
+                        Severity::Error,
+                        ProblemKind::Invalid,
+                        format!("spec.rules: {e}; rule skipped"),
+                    );
                     continue;
                 }
             };
@@ -552,7 +576,7 @@ impl Builder<'_> {
                         "canary: no primary Ingress with a resolvable backend serves host {host} path {}; canary ignored",
                         key.0
                     );
-                    self.problem(r, Severity::Error, msg);
+                    self.problem(r, Severity::Error, ProblemKind::Reference, msg);
                     continue;
                 };
                 let Target::Backend(canary) =
@@ -570,7 +594,7 @@ impl Builder<'_> {
                         "canary: spec.rules[{ri}].http.paths[{pi}].backend.service {ns}/{svc} is the primary's own backend {primary} (host {host} path {}); canary ignored",
                         key.0
                     );
-                    self.problem(r, Severity::Error, msg);
+                    self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     continue;
                 }
                 match self.canary_owners.get(&primary) {
@@ -578,7 +602,7 @@ impl Builder<'_> {
                         let msg = format!(
                             "canary: backend {primary} already has a canary from {owner}, which is older (oldest wins); canary ignored"
                         );
-                        self.problem(r, Severity::Error, msg);
+                        self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     }
                     _ => {
                         self.canary_owners.insert(primary.clone(), r.clone());
@@ -601,7 +625,7 @@ impl Builder<'_> {
                                 "canary: {r} (another namespace) receives part of the traffic of backend {primary} (host {host} path {}), routed to {canary}",
                                 key.0
                             );
-                            self.problem(owner, Severity::Warning, msg);
+                            self.problem(owner, Severity::Warning, ProblemKind::Other, msg);
                         }
                     }
                 }
@@ -754,7 +778,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.tls host {host}: {e}; serving the Secret's last valid version"
                     );
-                    self.problem(&claim.owner, Severity::Error, msg);
+                    self.problem(&claim.owner, Severity::Error, ProblemKind::Tls, msg);
                 }
                 certs.insert(name.clone(), cert);
                 ServerTls {
@@ -765,6 +789,7 @@ impl Builder<'_> {
                 self.problem(
                     &claim.owner,
                     Severity::Error,
+                    ProblemKind::Tls,
                     format!("spec.tls host {host}: {e}; serving the default certificate"),
                 );
                 ServerTls { certificate: None }
@@ -796,7 +821,7 @@ impl Builder<'_> {
                 let msg = format!(
                     "--default-ssl-certificate {flag}: {e}; serving the self-signed default certificate"
                 );
-                self.problem(&r, Severity::Error, msg);
+                self.problem(&r, Severity::Error, ProblemKind::Tls, msg);
                 None
             }
         }
@@ -815,7 +840,7 @@ impl Builder<'_> {
             .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
         let r = ResourceRef::new("Service", ns, name);
         let Some(port) = port else {
-            self.problem(&r, Severity::Error, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
+            self.problem(&r, Severity::Error, ProblemKind::Reference, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
             return Target::Status(503);
         };
         let backend = IngressBackend {
