@@ -5,8 +5,8 @@
 //! the same host + path + match, TLS host or catch-all gets a problem naming the
 //! winner. Everything else is a single pass over indexed inputs.
 
-mod backends;
-mod classes;
+pub(crate) mod backends;
+pub(crate) mod classes;
 mod config;
 mod endpoints;
 pub(crate) mod hosts;
@@ -867,13 +867,13 @@ fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (
     )
 }
 
-fn ingress_ref(ing: &Ingress) -> ResourceRef {
+pub(crate) fn ingress_ref(ing: &Ingress) -> ResourceRef {
     let (ns, name) = meta_key(&ing.metadata);
     ResourceRef::new("Ingress", ns, name)
 }
 
 /// Oldest first: creationTimestamp, then namespace/name. A missing timestamp sorts first.
-fn age_key(ing: &Ingress) -> (Option<i64>, &str, &str) {
+pub(crate) fn age_key(ing: &Ingress) -> (Option<i64>, &str, &str) {
     let ts = ing
         .metadata
         .creation_timestamp
