@@ -298,9 +298,15 @@ impl Index {
     /// Decides on `candidate`, the Ingress as it would be stored (created, or the
     /// new version of one of the snapshot's). One without a creationTimestamp is
     /// taken as the newest.
-    pub fn check(&self, mut candidate: Ingress, opts: &Options) -> Decision {
+    pub fn check(&self, candidate: Ingress, opts: &Options) -> Decision {
+        self.check_counted(candidate, opts).0
+    }
+
+    /// [`Index::check`], and how many Ingresses the decision built (the candidate
+    /// and those it may interact with; 0 when it is not ours): its cost.
+    pub fn check_counted(&self, mut candidate: Ingress, opts: &Options) -> (Decision, usize) {
         let small = match self.small_snapshot(&mut candidate, opts) {
-            None => return Decision::NotOurs,
+            None => return (Decision::NotOurs, 0),
             Some(s) => s,
         };
         let r = crate::build::ingress_ref(small.ingresses.last().expect("the candidate"));
@@ -317,11 +323,12 @@ impl Index {
                 false => warnings.push(p.message.clone()),
             }
         }
-        if reasons.is_empty() {
+        let decision = if reasons.is_empty() {
             Decision::Allowed { warnings }
         } else {
             Decision::Denied { reasons, warnings }
-        }
+        };
+        (decision, small.ingresses.len())
     }
 
     /// The snapshot a decision builds: the candidate last, after the Ingresses it
