@@ -36,6 +36,8 @@ pub struct RunArgs {
     pub nginx_binary: PathBuf,
     pub settings: Settings,
     pub config_map: Option<(String, String)>,
+    /// The admission webhook, if `--admission-port` is set.
+    pub admission: Option<ferrule::admission::AdmissionOptions>,
 }
 
 /// `ferrule run`: the whole loop in standalone mode.
@@ -46,6 +48,19 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         .await
         .with_context(|| format!("binding the status port {}", args.status))?;
     drop(listener);
+    // The webhook's listener and certificate are checked before anything starts: a
+    // webhook that cannot serve must not fail the API server's requests silently.
+    let admission = match args.admission.clone() {
+        None => None,
+        Some(opts) => {
+            let certificates = ferrule::admission::Certificates::load(&opts.cert, &opts.key)
+                .context("loading the admission webhook certificate")?;
+            let listener = tokio::net::TcpListener::bind(opts.addr)
+                .await
+                .with_context(|| format!("binding the admission port {}", opts.addr))?;
+            Some((opts, Arc::new(certificates), listener))
+        }
+    };
     tokio::spawn({
         let shared = shared.clone();
         async move {
@@ -81,6 +96,20 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     })?;
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(None);
+    if let Some((opts, certificates, listener)) = admission {
+        let webhook = ferrule::admission::Webhook::new(
+            rx.clone(),
+            opts.strict_tls,
+            opts.namespace.clone(),
+            shared.clone(),
+        );
+        tracing::info!(address = %opts.addr, path = ferrule::admission::PATH, "admission webhook serving");
+        tokio::spawn(ferrule::admission::serve(
+            listener,
+            certificates,
+            Arc::new(webhook),
+        ));
+    }
     match &args.manifests {
         Some(dir) => {
             tokio::spawn(ferrule::source::manifests::watch(

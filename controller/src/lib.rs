@@ -1,6 +1,8 @@
 //! Ferrule's controller: sources, the sync loop, NGINX, the balancer client, the
-//! status port. The binary (`main.rs`) is a thin CLI over this library.
+//! status port, the admission webhook. The binary (`main.rs`) is a thin CLI over this
+//! library.
 
+pub mod admission;
 pub mod balancer;
 pub mod kube;
 pub mod metrics;

@@ -237,6 +237,57 @@ impl NginxFlags {
     }
 }
 
+/// The validating admission webhook (off unless `--admission-port` is set).
+#[derive(clap::Args, Clone)]
+struct AdmissionFlags {
+    /// Serve the validating admission webhook for Ingresses (AdmissionReview v1,
+    /// path /networking/v1/ingresses) on this port, TLS only. It decides with the
+    /// model, never with NGINX.
+    #[arg(long, requires_all = ["admission_cert", "admission_key"])]
+    admission_port: Option<u16>,
+    /// Address of the admission webhook's port.
+    #[arg(long, default_value = "0.0.0.0")]
+    admission_address: std::net::IpAddr,
+    /// PEM certificate (chain) of the admission webhook; read again when it changes.
+    #[arg(long, requires = "admission_port")]
+    admission_cert: Option<PathBuf>,
+    /// PEM private key of the admission webhook; read again when it changes.
+    #[arg(long, requires = "admission_port")]
+    admission_key: Option<PathBuf>,
+    /// Refuse an Ingress whose TLS Secret is missing or invalid (default: admit it
+    /// with a warning, as the Secret is often created after the Ingress).
+    #[arg(long)]
+    admission_strict_tls: bool,
+}
+
+impl AdmissionFlags {
+    /// The webhook's options; its port must be none of the others.
+    fn options(
+        &self,
+        namespace: Option<String>,
+        others: &[(&str, u16)],
+    ) -> Result<Option<ferrule::admission::AdmissionOptions>> {
+        let Some(port) = self.admission_port else {
+            return Ok(None);
+        };
+        if let Some((flag, _)) = others.iter().find(|(_, p)| *p == port) {
+            anyhow::bail!(
+                "--admission-port {port} is also {flag}: the webhook needs a port of its own"
+            );
+        }
+        let (Some(cert), Some(key)) = (&self.admission_cert, &self.admission_key) else {
+            anyhow::bail!("--admission-port needs --admission-cert and --admission-key");
+        };
+        Ok(Some(ferrule::admission::AdmissionOptions {
+            addr: std::net::SocketAddr::new(self.admission_address, port),
+            cert: cert.clone(),
+            key: key.clone(),
+            strict_tls: self.admission_strict_tls,
+            namespace,
+        }))
+    }
+}
+
 /// Kubernetes mode.
 #[derive(clap::Args, Clone)]
 struct KubeFlags {
@@ -355,6 +406,8 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         shutdown_grace_period: u64,
         #[command(flatten)]
+        admission: Box<AdmissionFlags>,
+        #[command(flatten)]
         nginx: NginxFlags,
         #[command(flatten)]
         flags: ModelFlags,
@@ -424,9 +477,18 @@ async fn main() -> Result<()> {
             coalesce_ms,
             min_reload_interval_ms,
             shutdown_grace_period,
+            admission,
             nginx,
             flags,
         } => {
+            let admission = admission.options(
+                kube.watch_namespace.clone(),
+                &[
+                    ("--status-port", status_port),
+                    ("--http-port", nginx.http_port),
+                    ("--https-port", nginx.https_port),
+                ],
+            )?;
             commands::run(commands::RunArgs {
                 manifests,
                 kube: kube.options(&flags.controller_class)?,
@@ -441,6 +503,7 @@ async fn main() -> Result<()> {
                 config_map: flags
                     .config_map()
                     .map(|(a, b)| (a.to_owned(), b.to_owned())),
+                admission,
             })
             .await?;
         }

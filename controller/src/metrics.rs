@@ -1,4 +1,11 @@
 //! Prometheus metrics of the controller.
+//!
+//! Names: `ferrule_` (the registry's prefix), then what is measured, then the unit
+//! (`_seconds`) for times; counters get `_total` from the encoder. Where a metric
+//! means what an ingress-nginx one means, it takes that one's name after its
+//! `nginx_ingress_controller_` prefix (`admission_roundtrip_duration`,
+//! `admission_tested_ingresses`), with the same unit suffix as Ferrule's others, so
+//! that dashboards need only the prefix changed (and `_seconds` added).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -37,6 +44,15 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// Label: what the admission webhook answered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdmissionLabel {
+    /// `allowed` (without a warning: valid, or not ours), `warned` (allowed with
+    /// warnings), `denied`, or `error` (no decision: a request that is not an
+    /// AdmissionReview, or no snapshot yet).
+    pub result: String,
+}
+
 /// Every metric Ferrule exports.
 pub struct Metrics {
     registry: Registry,
@@ -64,6 +80,13 @@ pub struct Metrics {
     /// Manifest files (standalone mode) that do not load: each keeps its last
     /// version that did.
     pub manifest_errors: Gauge,
+    /// Admission reviews answered, by result.
+    pub admission_requests: Family<AdmissionLabel, Counter>,
+    /// Time to answer an admission review, from its body read to its answer.
+    pub admission_roundtrip: Histogram,
+    /// Ingresses the last admission decision built (the candidate and those sharing
+    /// its hosts): its cost, whatever the size of the cluster.
+    pub admission_tested_ingresses: Gauge,
 }
 
 impl Default for Metrics {
@@ -123,6 +146,24 @@ impl Default for Metrics {
             "Manifest files that do not load (standalone mode)",
             manifest_errors.clone(),
         );
+        let admission_requests = Family::<AdmissionLabel, Counter>::default();
+        registry.register(
+            "admission_requests",
+            "Admission reviews answered, by result (allowed, warned, denied, error)",
+            admission_requests.clone(),
+        );
+        let admission_roundtrip = Histogram::new(exponential_buckets(0.000_05, 2.0, 16));
+        registry.register(
+            "admission_roundtrip_duration_seconds",
+            "Time to decide on an admission review (no NGINX, no full build)",
+            admission_roundtrip.clone(),
+        );
+        let admission_tested_ingresses = Gauge::default();
+        registry.register(
+            "admission_tested_ingresses",
+            "Ingresses the last admission decision built: the candidate and those it may interact with",
+            admission_tested_ingresses.clone(),
+        );
         Self {
             registry,
             reloads,
@@ -136,6 +177,9 @@ impl Default for Metrics {
             nginx_restarts,
             config_tests,
             manifest_errors,
+            admission_requests,
+            admission_roundtrip,
+            admission_tested_ingresses,
         }
     }
 }
@@ -154,6 +198,15 @@ impl Metrics {
         let result = if ok { "success" } else { "failure" };
         self.reloads
             .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts an admission review answered with `result` (see [`AdmissionLabel`]).
+    pub fn admission(&self, result: &str) {
+        self.admission_requests
+            .get_or_create(&AdmissionLabel {
                 result: result.to_owned(),
             })
             .inc();

@@ -1,5 +1,6 @@
 //! The `ferrule model`, `diff`, `render` and `validate` commands over manifests
-//! directories, run as a user would: the built binary on temporary directories.
+//! directories, run as a user would: the built binary on temporary directories; and
+//! the `run` flags refused before anything starts.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -579,5 +580,42 @@ fn annotations_prefix_selects_the_annotations_read() {
         stderr(&o).contains("--annotations-prefix"),
         "{}",
         stderr(&o)
+    );
+}
+
+/// `ferrule run` refuses an admission webhook it could not serve before it starts
+/// anything: on a port another listener has, or without a certificate it can load.
+#[test]
+fn run_refuses_an_admission_webhook_it_cannot_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let prefix = dir.path().join("prefix");
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["run", "--manifests", d, "--nginx-prefix"])
+            .arg(&prefix)
+            .args(["--status-port", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let files = [
+        "--admission-cert",
+        "/nonexistent.crt",
+        "--admission-key",
+        "/nonexistent.key",
+    ];
+    let clash = run(&[&["--admission-port", "443"][..], &files].concat());
+    assert!(
+        clash.contains("--admission-port 443 is also --https-port"),
+        "{clash}"
+    );
+    let missing = run(&[&["--admission-port", "18443"][..], &files].concat());
+    assert!(
+        missing.contains("loading the admission webhook certificate")
+            && missing.contains("/nonexistent.crt"),
+        "{missing}"
     );
 }

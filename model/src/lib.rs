@@ -4,6 +4,7 @@
 //! This crate never does I/O and never depends on the controller. See
 //! `ARCHITECTURE.md` ("Model rules") for the semantics it implements.
 
+pub mod admission;
 pub mod annotations;
 mod build;
 pub mod diff;

@@ -67,6 +67,39 @@ pub struct Problem {
     pub severity: Severity,
     /// A stable, human readable message naming the field and the value.
     pub message: String,
+    /// What the problem is about, for callers that act on problems without reading
+    /// messages (the admission webhook denies `Invalid` ones). Last, so that problems
+    /// sort as before by resource, severity and message.
+    #[serde(default)]
+    pub kind: ProblemKind,
+}
+
+/// What a [`Problem`] is about. The message says the same for people; this is for
+/// code: the admission webhook refuses an Ingress with an `Invalid` problem and
+/// admits one with any other kind, as a warning (`Tls` is refused with
+/// `--admission-strict-tls`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ProblemKind {
+    /// The resource itself asks for what is not valid or not allowed: an invalid
+    /// annotation or ConfigMap value, an access restriction Ferrule does not
+    /// implement, a snippet while snippets are disabled, an invalid host, path or
+    /// pathType, a resource backend. Only a change of the resource fixes it.
+    Invalid,
+    /// An older resource already claims the same thing (a host + path, a host's
+    /// certificate, the catch-all backend, a balancing setting of a Service port, a
+    /// primary's canary): the oldest wins and the message names it.
+    Conflict,
+    /// A referenced object is missing or not ready: a Service or its port, ready
+    /// endpoints, a canary's primary. It may appear later.
+    Reference,
+    /// A TLS Secret is missing, invalid or does not cover the host.
+    Tls,
+    /// Anything else: an annotation or ConfigMap key ignored with a warning, notes.
+    #[default]
+    Other,
 }
 
 /// The whole desired state of NGINX.

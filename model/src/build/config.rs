@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::annotations::{balancing, source_ranges, value};
 use crate::build::real_ip;
-use crate::model::{Global, Problem, ResourceRef, Severity};
+use crate::model::{Global, Problem, ProblemKind, ResourceRef, Severity};
 
 /// Reads the ConfigMap into global settings. Invalid values are reported on the
 /// ConfigMap and replaced by the default; they never fail the build.
@@ -86,12 +86,14 @@ fn unimplemented_key(r: &ResourceRef, key: &str) -> Problem {
                 "key {key} restricts access and Ferrule does not implement it yet; \
                  the hosts are served without it"
             ),
+            kind: ProblemKind::Invalid,
         }
     } else {
         Problem {
             resource: r.clone(),
             severity: Severity::Warning,
             message: format!("key {key} is not implemented by Ferrule and is ignored"),
+            kind: ProblemKind::Other,
         }
     }
 }
@@ -111,6 +113,7 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
             resource: r.clone(),
             severity: Severity::Error,
             message: format!("key {key}: invalid value {v:?}: {reason}; using the default"),
+            kind: ProblemKind::Invalid,
         })
     };
     let mut unimplemented = Vec::new();
@@ -182,6 +185,7 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                                 "key {key}: invalid value {v:?}: {e}; every location without \
                                  its own list answers 403 until it is fixed"
                             ),
+                            kind: ProblemKind::Invalid,
                         });
                     }
                 }

@@ -5,8 +5,8 @@
 //! the same host + path + match, TLS host or catch-all gets a problem naming the
 //! winner. Everything else is a single pass over indexed inputs.
 
-mod backends;
-mod classes;
+pub(crate) mod backends;
+pub(crate) mod classes;
 mod config;
 mod endpoints;
 pub(crate) mod hosts;
@@ -78,13 +78,14 @@ pub fn build(snap: &Snapshot) -> Model {
                 b.problem(
                     &r,
                     Severity::Error,
+                    ProblemKind::Invalid,
                     format!("{e}; the Ingress is not served"),
                 );
                 continue;
             }
             Ok(p) => {
                 for warning in p.ignored {
-                    b.problem(&r, Severity::Warning, warning);
+                    b.problem(&r, Severity::Warning, ProblemKind::Other, warning);
                 }
                 p.values
             }
@@ -177,11 +178,12 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn problem(&mut self, r: &ResourceRef, severity: Severity, message: String) {
+    fn problem(&mut self, r: &ResourceRef, severity: Severity, kind: ProblemKind, message: String) {
         self.problems.push(Problem {
             resource: r.clone(),
             severity,
             message,
+            kind,
         });
     }
 
@@ -350,7 +352,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.defaultBackend ignored: {winner} is older and already provides the catch-all backend"
                     );
-                    self.problem(r, Severity::Warning, msg)
+                    self.problem(r, Severity::Warning, ProblemKind::Conflict, msg)
                 }
             }
         }
@@ -363,7 +365,12 @@ impl Builder<'_> {
                 Some(h) => match hosts::host(h) {
                     Ok(h) => h,
                     Err(e) => {
-                        self.problem(r, Severity::Error, format!("spec.rules: {e}; rule skipped"));
+                        self.problem(
+                            r,
+                            Severity::Error,
+                            ProblemKind::Invalid,
+                            format!("spec.rules: {e}; rule skipped"),
+                        );
                         continue;
                     }
                 },
@@ -382,7 +389,7 @@ impl Builder<'_> {
                     other => {
                         let msg =
                             format!("host {host}: pathType {other:?} is not valid; path skipped");
-                        self.problem(r, Severity::Error, msg);
+                        self.problem(r, Severity::Error, ProblemKind::Invalid, msg);
                         continue;
                     }
                 };
@@ -393,6 +400,7 @@ impl Builder<'_> {
                         self.problem(
                             r,
                             Severity::Error,
+                            ProblemKind::Invalid,
                             format!("host {host}: {e}; path skipped"),
                         );
                         continue;
@@ -404,7 +412,7 @@ impl Builder<'_> {
                         "host {host} path {path} ({path_match:?}) is already served by {} (oldest wins); path skipped",
                         winner.owner
                     );
-                    self.problem(r, Severity::Error, msg);
+                    self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     continue;
                 }
                 let target = self.target(ns, r, &p.backend, (a.service_upstream, false), || {
@@ -440,6 +448,7 @@ impl Builder<'_> {
                     self.problem(
                         r,
                         Severity::Error,
+                        ProblemKind::Invalid,
                         format!("spec.tls: invalid host {h:?}; skipped"),
                     );
                     continue;
@@ -450,7 +459,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.tls: host {host} has no rule in this Ingress; its certificate is ignored"
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Other, msg);
                     continue;
                 }
                 let secret = tls
@@ -475,7 +484,7 @@ impl Builder<'_> {
                             c.owner,
                             c.secret.as_deref().unwrap_or("<default>")
                         );
-                        self.problem(r, Severity::Error, msg);
+                        self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     }
                 }
             }
@@ -489,9 +498,19 @@ impl Builder<'_> {
         basic_auth: Option<annotations::BasicAuth>,
     ) -> LocationSettings {
         let snippets_on = self.global.allow_snippet_annotations;
-        if !snippets_on && (a.configuration_snippet.is_some() || a.server_snippet.is_some()) {
-            let msg = "snippet annotations are disabled by the administrator; configuration-snippet and server-snippet ignored";
-            self.problem(r, Severity::Warning, msg.to_owned());
+        if !snippets_on {
+            let present = [
+                ("configuration-snippet", a.configuration_snippet.is_some()),
+                ("server-snippet", a.server_snippet.is_some()),
+            ];
+            for (key, _) in present.into_iter().filter(|(_, set)| *set) {
+                let msg = format!(
+                    "annotation {}/{key}: snippets are disabled by the administrator \
+                     (allow-snippet-annotations); the snippet is ignored",
+                    self.snap.settings.annotations_prefix
+                );
+                self.problem(r, Severity::Warning, ProblemKind::Invalid, msg);
+            }
         }
         LocationSettings {
             ssl_redirect: a.ssl_redirect.unwrap_or(self.global.ssl_redirect),
@@ -534,7 +553,7 @@ impl Builder<'_> {
                 "{}: resource backends are not supported; answering 503",
                 what()
             );
-            self.problem(r, Severity::Error, msg);
+            self.problem(r, Severity::Error, ProblemKind::Invalid, msg);
             return Target::Status(503);
         };
         // Memo key: namespace, Service and port, written into a reused buffer so that
@@ -590,7 +609,7 @@ impl Builder<'_> {
                         what(),
                         svc.name
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Other, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
                     let outcome = match canary {
@@ -603,13 +622,13 @@ impl Builder<'_> {
                         svc.name,
                         self.backends[&name].service_port
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
                 }
                 Target::Backend(name)
             }
             Err(e) => {
                 let msg = format!("{}: {e}; answering 503", what());
-                self.problem(r, Severity::Error, msg);
+                self.problem(r, Severity::Error, ProblemKind::Reference, msg);
                 Target::Status(503)
             }
         }
@@ -670,7 +689,7 @@ impl Builder<'_> {
             let msg = format!(
                 "backend {backend}: the {name} annotations are ignored: {owner} is older and sets them for this Service port"
             );
-            self.problem(r, Severity::Warning, msg);
+            self.problem(r, Severity::Warning, ProblemKind::Conflict, msg);
         }
     }
 
@@ -697,7 +716,12 @@ impl Builder<'_> {
                 None => DEFAULT_SERVER.to_owned(),
                 Some(Ok(h)) => h,
                 Some(Err(e)) => {
-                    self.problem(r, Severity::Error, format!("spec.rules: {e}; rule skipped"));
+                    self.problem(
+                        r,
+                        Severity::Error,
+                        ProblemKind::Invalid,
+                        format!("spec.rules: {e}; rule skipped"),
+                    );
                     continue;
                 }
             };
@@ -719,7 +743,7 @@ impl Builder<'_> {
                         "canary: no primary Ingress with a resolvable backend serves host {host} path {}; canary ignored",
                         key.0
                     );
-                    self.problem(r, Severity::Error, msg);
+                    self.problem(r, Severity::Error, ProblemKind::Reference, msg);
                     continue;
                 };
                 let Target::Backend(canary) =
@@ -737,7 +761,7 @@ impl Builder<'_> {
                         "canary: spec.rules[{ri}].http.paths[{pi}].backend.service {ns}/{svc} is the primary's own backend {primary} (host {host} path {}); canary ignored",
                         key.0
                     );
-                    self.problem(r, Severity::Error, msg);
+                    self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     continue;
                 }
                 match self.canary_owners.get(&primary) {
@@ -745,7 +769,7 @@ impl Builder<'_> {
                         let msg = format!(
                             "canary: backend {primary} already has a canary from {owner}, which is older (oldest wins); canary ignored"
                         );
-                        self.problem(r, Severity::Error, msg);
+                        self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     }
                     _ => {
                         self.canary_owners.insert(primary.clone(), r.clone());
@@ -768,7 +792,7 @@ impl Builder<'_> {
                                 "canary: {r} (another namespace) receives part of the traffic of backend {primary} (host {host} path {}), routed to {canary}",
                                 key.0
                             );
-                            self.problem(owner, Severity::Warning, msg);
+                            self.problem(owner, Severity::Warning, ProblemKind::Other, msg);
                         }
                     }
                 }
@@ -922,7 +946,7 @@ impl Builder<'_> {
                     let msg = format!(
                         "spec.tls host {host}: {e}; serving the Secret's last valid version"
                     );
-                    self.problem(&claim.owner, Severity::Error, msg);
+                    self.problem(&claim.owner, Severity::Error, ProblemKind::Tls, msg);
                 }
                 certs.insert(name.clone(), cert);
                 ServerTls {
@@ -933,6 +957,7 @@ impl Builder<'_> {
                 self.problem(
                     &claim.owner,
                     Severity::Error,
+                    ProblemKind::Tls,
                     format!("spec.tls host {host}: {e}; serving the default certificate"),
                 );
                 ServerTls { certificate: None }
@@ -964,7 +989,7 @@ impl Builder<'_> {
                 let msg = format!(
                     "--default-ssl-certificate {flag}: {e}; serving the self-signed default certificate"
                 );
-                self.problem(&r, Severity::Error, msg);
+                self.problem(&r, Severity::Error, ProblemKind::Tls, msg);
                 None
             }
         }
@@ -983,7 +1008,7 @@ impl Builder<'_> {
             .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
         let r = ResourceRef::new("Service", ns, name);
         let Some(port) = port else {
-            self.problem(&r, Severity::Error, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
+            self.problem(&r, Severity::Error, ProblemKind::Reference, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
             return Target::Status(503);
         };
         let backend = IngressBackend {
@@ -1010,13 +1035,13 @@ fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (
     )
 }
 
-fn ingress_ref(ing: &Ingress) -> ResourceRef {
+pub(crate) fn ingress_ref(ing: &Ingress) -> ResourceRef {
     let (ns, name) = meta_key(&ing.metadata);
     ResourceRef::new("Ingress", ns, name)
 }
 
 /// Oldest first: creationTimestamp, then namespace/name. A missing timestamp sorts first.
-fn age_key(ing: &Ingress) -> (Option<i64>, &str, &str) {
+pub(crate) fn age_key(ing: &Ingress) -> (Option<i64>, &str, &str) {
     let ts = ing
         .metadata
         .creation_timestamp

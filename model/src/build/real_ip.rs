@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{Cidr, source_ranges, value};
-use crate::model::{Problem, ResourceRef, Severity};
+use crate::model::{Problem, ProblemKind, ResourceRef, Severity};
 
 /// Where the client address comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -77,6 +77,7 @@ pub(crate) fn read<'a>(
             resource: r.clone(),
             severity: Severity::Error,
             message: format!("key {key}: invalid value {v:?}: {reason}; using the default"),
+            kind: ProblemKind::Invalid,
         });
     }
     let real_ip_header = if proxy_protocol {
@@ -93,6 +94,7 @@ pub(crate) fn read<'a>(
                       peer, letting any client choose its address); set it to the addresses \
                       of your load balancers"
                 .to_owned(),
+            kind: ProblemKind::Other,
         });
     }
     ClientAddress {

@@ -1,0 +1,470 @@
+//! The validating admission webhook for networking.k8s.io/v1 Ingresses (issue 19):
+//! AdmissionReview v1 over TLS on a port of its own (`--admission-port`).
+//!
+//! Decisions are the model's ([`ferrule_model::admission`]): the candidate is built
+//! with the Ingresses of the latest snapshot that share its hosts, never with NGINX
+//! and never with the whole cluster. An invalid Ingress is refused with the model's
+//! message (the one `/status/resources` would show); conflicts, missing Services and
+//! ignored annotations are warnings, which kubectl prints. Ingresses of another class
+//! or outside `--watch-namespace` are allowed without a look.
+//!
+//! The certificate and key are read again when either file changes (checked when a
+//! connection arrives): a rotated Secret mounted as files needs no restart. Until the
+//! first snapshot, reviews are answered 503, so that the webhook's `failurePolicy`
+//! decides.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use ferrule_model::Snapshot;
+use ferrule_model::admission::{Decision, Index, Options};
+use k8s_openapi::api::networking::v1::Ingress;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_rustls::rustls;
+
+use crate::status::Shared;
+
+/// The path the webhook serves (`clientConfig.url` or `service.path`).
+pub const PATH: &str = "/networking/v1/ingresses";
+
+/// At most this many warnings per answer: the API server truncates long lists, and
+/// past a few, `/status/resources` is the place to read them.
+const MAX_WARNINGS: usize = 20;
+
+/// How long a client has to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Webhook settings.
+#[derive(Debug, Clone)]
+pub struct AdmissionOptions {
+    /// Where to listen.
+    pub addr: SocketAddr,
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// A missing or invalid TLS Secret refuses the Ingress (default: a warning).
+    pub strict_tls: bool,
+    /// `--watch-namespace`: Ingresses of other namespaces are not ours.
+    pub namespace: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------
+// AdmissionReview v1: the fields the webhook reads and writes.
+
+#[derive(Debug, Deserialize)]
+struct Review {
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    request: Option<Request>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Request {
+    uid: String,
+    kind: GroupVersionKind,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    object: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct GroupVersionKind {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ReviewOut {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut,
+}
+
+#[derive(Debug, Serialize)]
+struct ResponseOut {
+    uid: String,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct StatusOut {
+    code: u16,
+    message: String,
+}
+
+/// What the webhook answered, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Allowed without a warning.
+    Allowed,
+    /// Allowed with warnings.
+    Warned,
+    /// Refused.
+    Denied,
+    /// No decision (an HTTP error).
+    Error,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Warned => "warned",
+            Outcome::Denied => "denied",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Decisions
+
+/// The webhook's state: the latest snapshot (shared with the model task, never
+/// copied) and its admission index, made again when the snapshot changes.
+pub struct Webhook {
+    snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+    index: Mutex<Option<Arc<Index>>>,
+    strict_tls: bool,
+    namespace: Option<String>,
+    shared: Arc<Shared>,
+}
+
+impl Webhook {
+    /// A webhook deciding against the snapshots of `snapshots`.
+    pub fn new(
+        snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
+        strict_tls: bool,
+        namespace: Option<String>,
+        shared: Arc<Shared>,
+    ) -> Self {
+        Webhook {
+            snapshots,
+            index: Mutex::new(None),
+            strict_tls,
+            namespace,
+            shared,
+        }
+    }
+
+    /// The index of the latest snapshot, updated from the last one (reusing what did
+    /// not change); `None` before the first snapshot.
+    fn index(&self) -> Option<Arc<Index>> {
+        let snap = self.snapshots.borrow().clone()?;
+        let mut cur = self.index.lock().expect("admission index lock");
+        if let Some(i) = cur.as_ref().filter(|i| Arc::ptr_eq(i.snapshot(), &snap)) {
+            return Some(i.clone());
+        }
+        let next = Arc::new(match cur.as_ref() {
+            Some(i) => i.update(snap),
+            None => Index::new(snap),
+        });
+        *cur = Some(next.clone());
+        Some(next)
+    }
+
+    /// Answers one AdmissionReview body: the HTTP status, the body, the outcome.
+    pub fn review(&self, body: &[u8]) -> (StatusCode, Vec<u8>, Outcome) {
+        let started = Instant::now();
+        let answer = self.answer(body);
+        let outcome = match &answer {
+            Err(_) => Outcome::Error,
+            Ok(r) if !r.allowed => Outcome::Denied,
+            Ok(r) if r.warnings.is_empty() => Outcome::Allowed,
+            Ok(_) => Outcome::Warned,
+        };
+        let m = &self.shared.metrics;
+        m.admission(outcome.label());
+        m.admission_roundtrip
+            .observe(started.elapsed().as_secs_f64());
+        match answer {
+            Err((status, message)) => (status, message.into_bytes(), outcome),
+            Ok(response) => {
+                let out = ReviewOut {
+                    api_version: "admission.k8s.io/v1",
+                    kind: "AdmissionReview",
+                    response,
+                };
+                let body = serde_json::to_vec(&out).expect("serializing a review");
+                (StatusCode::OK, body, outcome)
+            }
+        }
+    }
+
+    fn answer(&self, body: &[u8]) -> Result<ResponseOut, (StatusCode, String)> {
+        let bad = |m: String| (StatusCode::BAD_REQUEST, m);
+        let review: Review = serde_json::from_slice(body)
+            .map_err(|e| bad(format!("not an AdmissionReview: {e}")))?;
+        if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
+            return Err(bad(format!(
+                "expected an admission.k8s.io/v1 AdmissionReview, got {} {}",
+                review.api_version, review.kind
+            )));
+        }
+        let req = review
+            .request
+            .ok_or_else(|| bad("the AdmissionReview has no request".to_owned()))?;
+        let allow = |warnings| ResponseOut {
+            uid: req.uid.clone(),
+            allowed: true,
+            status: None,
+            warnings,
+        };
+        let gvk = &req.kind;
+        let ingress = (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str())
+            == ("networking.k8s.io", "v1", "Ingress");
+        if !ingress || !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
+            // Not what the webhook is registered for: nothing to say about it.
+            return Ok(allow(Vec::new()));
+        }
+        if let (Some(watched), Some(ns)) = (&self.namespace, &req.namespace)
+            && watched != ns
+        {
+            return Ok(allow(Vec::new()));
+        }
+        let object = req
+            .object
+            .clone()
+            .ok_or_else(|| bad("the request has no object".to_owned()))?;
+        let candidate: Ingress = match serde_json::from_value(object) {
+            Ok(i) => i,
+            Err(e) => {
+                return Ok(deny(
+                    &req.uid,
+                    vec![format!("not a networking.k8s.io/v1 Ingress: {e}")],
+                    Vec::new(),
+                ));
+            }
+        };
+        let Some(index) = self.index() else {
+            return Err((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Ferrule has not read the cluster yet".to_owned(),
+            ));
+        };
+        let opts = Options {
+            strict_tls: self.strict_tls,
+            now: Some(now()),
+        };
+        let (decision, tested) = index.check_counted(candidate, &opts);
+        self.shared
+            .metrics
+            .admission_tested_ingresses
+            .set(tested as i64);
+        Ok(match decision {
+            Decision::NotOurs => allow(Vec::new()),
+            Decision::Allowed { warnings } => allow(capped(warnings)),
+            Decision::Denied { reasons, warnings } => deny(&req.uid, reasons, warnings),
+        })
+    }
+}
+
+fn deny(uid: &str, reasons: Vec<String>, warnings: Vec<String>) -> ResponseOut {
+    ResponseOut {
+        uid: uid.to_owned(),
+        allowed: false,
+        status: Some(StatusOut {
+            code: 400,
+            message: reasons.join("; "),
+        }),
+        warnings: capped(warnings),
+    }
+}
+
+/// At most [`MAX_WARNINGS`] warnings, the last saying how many were left out.
+fn capped(mut warnings: Vec<String>) -> Vec<String> {
+    if warnings.len() > MAX_WARNINGS {
+        let more = warnings.len() - (MAX_WARNINGS - 1);
+        warnings.truncate(MAX_WARNINGS - 1);
+        warnings.push(format!(
+            "and {more} more problems: see Ferrule's /status/resources"
+        ));
+    }
+    warnings
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+// ---------------------------------------------------------------------------------------
+// TLS: the certificate and key, read again when they change
+
+/// The identity of a file's content as `stat` sees it: a rewrite or a symlink swap
+/// (how kubelet updates a mounted Secret) changes it.
+type Stamp = Option<(std::time::SystemTime, u64, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+/// The server's TLS configuration, from the certificate and key files.
+pub struct Certificates {
+    cert: PathBuf,
+    key: PathBuf,
+    /// The stamps last read and the configuration last loaded (kept when a newer
+    /// pair does not load: a rotation caught between its two files).
+    state: Mutex<(Stamp, Stamp, Option<Arc<rustls::ServerConfig>>)>,
+}
+
+impl Certificates {
+    /// Reads the files once: an error if they do not load.
+    pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Self> {
+        let c = Certificates {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            state: Mutex::new((None, None, None)),
+        };
+        let config = server_config(cert, key)?;
+        *c.state.lock().expect("certificate lock") =
+            (stamp(cert), stamp(key), Some(Arc::new(config)));
+        Ok(c)
+    }
+
+    /// The configuration for a new connection: the files are read again if either
+    /// changed since the last look.
+    pub fn config(&self) -> Option<Arc<rustls::ServerConfig>> {
+        let (cert, key) = (stamp(&self.cert), stamp(&self.key));
+        let mut state = self.state.lock().expect("certificate lock");
+        if (&state.0, &state.1) != (&cert, &key) {
+            match server_config(&self.cert, &self.key) {
+                Ok(c) => {
+                    tracing::info!(cert = %self.cert.display(), "admission webhook certificate loaded");
+                    state.2 = Some(Arc::new(c));
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    cert = %self.cert.display(),
+                    key = %self.key.display(),
+                    "admission webhook certificate not loaded; keeping the last one"
+                ),
+            }
+            (state.0, state.1) = (cert, key);
+        }
+        state.2.clone()
+    }
+}
+
+fn server_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
+    use anyhow::Context as _;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("reading the certificate {}", cert.display()))?;
+    anyhow::ensure!(!chain.is_empty(), "{}: no certificate", cert.display());
+    let key = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("reading the private key {}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .context("the certificate and the private key")?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+// ---------------------------------------------------------------------------------------
+// Serving
+
+async fn handle(State(w): State<Arc<Webhook>>, body: Bytes) -> Response {
+    let (status, body, _) = w.review(&body);
+    let content_type = match status {
+        StatusCode::OK => "application/json",
+        _ => "text/plain; charset=utf-8",
+    };
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, content_type)],
+        body,
+    )
+        .into_response()
+}
+
+/// The webhook's HTTP routes (plain HTTP: [`serve`] puts TLS in front).
+pub fn router(webhook: Arc<Webhook>) -> Router {
+    Router::new()
+        .route(PATH, post(handle))
+        // An AdmissionReview holds the object and its old version (etcd stores
+        // objects up to 1.5 MiB).
+        .layer(DefaultBodyLimit::max(8 << 20))
+        .with_state(webhook)
+}
+
+/// Serves the webhook on `listener`, TLS only, until the process exits.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    certificates: Arc<Certificates>,
+    webhook: Arc<Webhook>,
+) {
+    let app = router(webhook);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of file descriptors, most likely: wait rather than spin.
+                tracing::warn!(error = %e, "admission webhook: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Some(config) = certificates.config() else {
+            continue;
+        };
+        let app = app.clone();
+        tokio::spawn(async move {
+            let acceptor = tokio_rustls::TlsAcceptor::from(config);
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "admission webhook: TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "admission webhook: TLS handshake timed out");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "admission webhook: connection ended");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,323 @@
+//! The webhook's protocol (AdmissionReview in, AdmissionReview out), its metrics, and
+//! its TLS listener with certificate rotation. The decisions themselves are tested
+//! in the model (`model/tests/admission.rs`).
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn ingress(name: &str, created: &str, host: &str, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": name, "namespace": "default", "creationTimestamp": created,
+            "annotations": annotations,
+        },
+        "spec": {
+            "ingressClassName": "ferrule",
+            "rules": [{ "host": host, "http": { "paths": [{
+                "path": "/", "pathType": "Prefix",
+                "backend": { "service": { "name": "web", "port": { "number": 80 } } },
+            }] } }],
+        },
+    })
+}
+
+fn snapshot() -> Arc<Snapshot> {
+    let mut snap = Snapshot::default();
+    let objects = [
+        json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": { "name": "ferrule" },
+            "spec": { "controller": ferrule_model::snapshot::DEFAULT_CONTROLLER },
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "web", "namespace": "default" },
+            "spec": { "ports": [{ "name": "http", "port": 80 }] },
+        }),
+        ingress("old", "2024-01-01T00:00:00Z", "shop.test", json!({})),
+    ];
+    for o in objects {
+        ferrule_model::objects::add(&mut snap, o, None).unwrap();
+    }
+    Arc::new(snap)
+}
+
+fn review(operation: &str, object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": { "group": "networking.k8s.io", "version": "v1", "kind": "Ingress" },
+            "resource": { "group": "networking.k8s.io", "version": "v1", "resource": "ingresses" },
+            "namespace": "default",
+            "name": object["metadata"]["name"],
+            "operation": operation,
+            "userInfo": { "username": "admin" },
+            "object": object,
+            "oldObject": null,
+            "dryRun": false,
+        },
+    }))
+    .unwrap()
+}
+
+fn webhook(snap: Option<Arc<Snapshot>>, namespace: Option<&str>) -> (Webhook, Arc<Shared>) {
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = watch::channel(snap);
+    // The receiver keeps the last value once the sender is gone.
+    drop(tx);
+    let w = Webhook::new(rx, false, namespace.map(str::to_owned), shared.clone());
+    (w, shared)
+}
+
+/// The answer's `response`, asserting a 200 and the request's uid.
+fn response(w: &Webhook, body: &[u8]) -> (Value, Outcome) {
+    let (status, out, outcome) = w.review(body);
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&out));
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(v["kind"], "AdmissionReview");
+    assert_eq!(v["response"]["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    (v["response"].clone(), outcome)
+}
+
+#[test]
+fn an_invalid_ingress_is_denied_with_the_models_message() {
+    let (w, shared) = webhook(Some(snapshot()), None);
+    let bad = ingress(
+        "bad",
+        "2024-02-01T00:00:00Z",
+        "new.test",
+        json!({ "nginx.ingress.kubernetes.io/proxy-read-timeout": "soon" }),
+    );
+    let (r, outcome) = response(&w, &review("CREATE", bad));
+    assert_eq!(outcome, Outcome::Denied);
+    assert_eq!(r["allowed"], false);
+    assert_eq!(r["status"]["code"], 400);
+    let msg = r["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("annotation nginx.ingress.kubernetes.io/proxy-read-timeout")
+            && msg.contains("\"soon\""),
+        "{msg}"
+    );
+    let metrics = shared.metrics.encode();
+    assert!(
+        metrics.contains(r#"ferrule_admission_requests_total{result="denied"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains("ferrule_admission_roundtrip_duration_seconds_count 1"));
+    assert!(metrics.contains("ferrule_admission_tested_ingresses 1"));
+}
+
+#[test]
+fn a_conflict_is_allowed_with_a_warning_naming_the_winner() {
+    let (w, shared) = webhook(Some(snapshot()), None);
+    let younger = ingress("younger", "2024-02-01T00:00:00Z", "shop.test", json!({}));
+    let (r, outcome) = response(&w, &review("UPDATE", younger));
+    assert_eq!(outcome, Outcome::Warned);
+    assert_eq!(r["allowed"], true);
+    assert!(r.get("status").is_none(), "{r}");
+    let warnings = r["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains("is already served by Ingress default/old")),
+        "{warnings:?}"
+    );
+    // The candidate and the owner of its host: not the cluster.
+    let metrics = shared.metrics.encode();
+    assert!(
+        metrics.contains("ferrule_admission_tested_ingresses 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"ferrule_admission_requests_total{result="warned"} 1"#));
+}
+
+#[test]
+fn what_is_not_ours_is_allowed_untouched() {
+    let (w, _) = webhook(Some(snapshot()), Some("default"));
+    let mut theirs = ingress(
+        "theirs",
+        "2024-02-01T00:00:00Z",
+        "shop.test",
+        json!({ "nginx.ingress.kubernetes.io/auth-type": "basic" }),
+    );
+    theirs["spec"]["ingressClassName"] = json!("nginx");
+    let (r, outcome) = response(&w, &review("CREATE", theirs.clone()));
+    assert_eq!(
+        (r["allowed"].clone(), outcome),
+        (json!(true), Outcome::Allowed)
+    );
+    assert!(r.get("warnings").is_none(), "{r}");
+
+    // Outside --watch-namespace.
+    let mut elsewhere = theirs.clone();
+    elsewhere["spec"]["ingressClassName"] = json!("ferrule");
+    elsewhere["metadata"]["namespace"] = json!("other");
+    let mut body: Value = serde_json::from_slice(&review("CREATE", elsewhere)).unwrap();
+    body["request"]["namespace"] = json!("other");
+    let (r, _) = response(&w, &serde_json::to_vec(&body).unwrap());
+    assert_eq!(r["allowed"], true);
+
+    // An operation the webhook is not registered for.
+    let mut ours = theirs;
+    ours["spec"]["ingressClassName"] = json!("ferrule");
+    let (r, _) = response(&w, &review("DELETE", ours.clone()));
+    assert_eq!(r["allowed"], true);
+    let (r, _) = response(&w, &review("CREATE", ours));
+    assert_eq!(r["allowed"], false, "and a CREATE of it is checked");
+}
+
+#[test]
+fn no_decision_without_a_snapshot_or_a_review() {
+    let (w, shared) = webhook(None, None);
+    let good = ingress("good", "2024-02-01T00:00:00Z", "new.test", json!({}));
+    let (status, _, outcome) = w.review(&review("CREATE", good));
+    assert_eq!(
+        (status, outcome),
+        (StatusCode::SERVICE_UNAVAILABLE, Outcome::Error)
+    );
+    let (status, body, _) = w.review(b"{\"kind\": \"Pod\"");
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(String::from_utf8_lossy(&body).contains("not an AdmissionReview"));
+    let (status, _, _) = w.review(br#"{"apiVersion": "v1", "kind": "Pod"}"#);
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        shared
+            .metrics
+            .encode()
+            .contains(r#"ferrule_admission_requests_total{result="error"} 3"#)
+    );
+}
+
+#[test]
+fn the_index_follows_the_latest_snapshot() {
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = watch::channel(Some(snapshot()));
+    let w = Webhook::new(rx, false, None, shared);
+    let rival = ingress("rival", "2024-02-01T00:00:00Z", "rival.test", json!({}));
+    let served_by_first = |r: &Value| {
+        r["warnings"].as_array().into_iter().flatten().any(|m| {
+            m.as_str()
+                .unwrap()
+                .contains("already served by Ingress default/first")
+        })
+    };
+    let (r, _) = response(&w, &review("CREATE", rival.clone()));
+    assert!(!served_by_first(&r), "{r}");
+    let mut next = (*snapshot()).clone();
+    let first = ingress("first", "2024-01-15T00:00:00Z", "rival.test", json!({}));
+    ferrule_model::objects::add(&mut next, first, None).unwrap();
+    tx.send(Some(Arc::new(next))).unwrap();
+    let (r, _) = response(&w, &review("CREATE", rival));
+    assert!(served_by_first(&r), "{r}");
+}
+
+#[test]
+fn warnings_are_capped() {
+    let many: Vec<String> = (0..50).map(|i| format!("w{i}")).collect();
+    let capped = capped(many);
+    assert_eq!(capped.len(), MAX_WARNINGS);
+    assert_eq!(capped[MAX_WARNINGS - 2], "w18");
+    assert!(capped[MAX_WARNINGS - 1].starts_with("and 31 more problems"));
+}
+
+// ---------------------------------------------------------------------------------------
+// TLS
+
+/// A CA and a server certificate for 127.0.0.1 signed by it: (CA PEM, cert, key).
+fn issue(dir: &Path, name: &str) -> String {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{name} CA"));
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("tls.crt"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    ca_cert.pem()
+}
+
+async fn post(port: u16, ca_pem: &str, body: Vec<u8>) -> Result<(u16, Value), String> {
+    let client = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    let r = client
+        .post(format!("https://127.0.0.1:{port}{PATH}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let status = r.status().as_u16();
+    Ok((status, r.json().await.map_err(|e| e.to_string())?))
+}
+
+#[tokio::test]
+async fn serves_tls_only_and_follows_a_rotated_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let first_ca = issue(dir.path(), "first");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let certificates = Arc::new(Certificates::load(&cert, &key).unwrap());
+    let (w, _) = webhook(Some(snapshot()), None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(serve(listener, certificates, Arc::new(w)));
+
+    let good = || {
+        review(
+            "CREATE",
+            ingress("good", "2024-02-01T00:00:00Z", "new.test", json!({})),
+        )
+    };
+    let (status, v) = post(port, &first_ca, good()).await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(v["response"]["allowed"], true);
+
+    // Plain HTTP gets no answer.
+    let plain = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}{PATH}"))
+        .body(good())
+        .send()
+        .await;
+    assert!(plain.is_err(), "{plain:?}");
+
+    // A new certificate from another CA: the next connection presents it.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second_ca = issue(dir.path(), "second");
+    let (status, _) = post(port, &second_ca, good()).await.unwrap();
+    assert_eq!(status, 200);
+    assert!(post(port, &first_ca, good()).await.is_err());
+
+    // A key that does not belong to the certificate: the last good pair stays.
+    let other = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(&key, other.serialize_pem()).unwrap();
+    let (status, _) = post(port, &second_ca, good()).await.unwrap();
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn unloadable_files_fail_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = Certificates::load(&dir.path().join("no.crt"), &dir.path().join("no.key"));
+    assert!(missing.is_err());
+    issue(dir.path(), "x");
+    std::fs::write(dir.path().join("tls.key"), "not a key").unwrap();
+    let bad = Certificates::load(&dir.path().join("tls.crt"), &dir.path().join("tls.key"));
+    assert!(bad.is_err());
+}

@@ -1,0 +1,422 @@
+//! Admission: whether one Ingress may enter the cluster, decided by the model alone.
+//!
+//! ingress-nginx's webhook rendered the whole configuration with the candidate and
+//! ran `nginx -t` on it: seconds per request at 1k Ingresses, and NGINX parsing text
+//! an attacker chose (CVE-2025-1974). Here the candidate is checked by the same build
+//! that serves it, on a small snapshot: the candidate, the Ingresses of the current
+//! snapshot that could interact with it (those sharing one of its hosts, the oldest
+//! catch-all, and, when it sets balancing annotations, those setting them on the same
+//! Services), and the Services, EndpointSlices and Secrets they reference. The
+//! problems the build reports on the candidate are exactly those `/status/resources`
+//! would show once it is admitted, and their kind decides:
+//!
+//! - [`ProblemKind::Invalid`] denies (an invalid annotation value, an access
+//!   restriction Ferrule does not implement, a snippet while snippets are disabled, an
+//!   invalid host, path or pathType, a resource backend);
+//! - [`ProblemKind::Tls`] denies with [`Options::strict_tls`], else warns;
+//! - any other kind (a host + path or a certificate lost to an older Ingress, a
+//!   Service or port that does not exist yet, an ignored annotation) warns.
+//!
+//! An [`Index`] of the snapshot (host → Ingresses, and Services, EndpointSlices and
+//! Secrets by name) keeps the cost of a decision proportional to what the candidate
+//! touches, not to the cluster. It shares the snapshot (an `Arc`), holds positions
+//! into it, and [`Index::update`] reuses the parts whose inputs did not change.
+
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::Arc;
+
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+use crate::annotations;
+use crate::build::{backends, classes, hosts};
+use crate::model::{DEFAULT_SERVER, ProblemKind};
+use crate::snapshot::{Settings, Snapshot};
+
+/// How strict a decision is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Options {
+    /// A TLS Secret that is missing or invalid denies (`--admission-strict-tls`);
+    /// by default it is a warning (the Secret is often created after the Ingress).
+    pub strict_tls: bool,
+    /// "Now" for certificate expiry, in seconds since the Unix epoch; `None` keeps
+    /// the snapshot's.
+    pub now: Option<i64>,
+}
+
+/// What the webhook answers for one Ingress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Not ours (another class): admitted without a look at its content.
+    NotOurs,
+    /// Admitted, with the problems it will have as warnings (none: valid as it is).
+    Allowed {
+        /// The model's messages, one per problem.
+        warnings: Vec<String>,
+    },
+    /// Refused.
+    Denied {
+        /// The model's messages of the problems that refuse it.
+        reasons: Vec<String>,
+        /// The other problems.
+        warnings: Vec<String>,
+    },
+}
+
+/// A snapshot indexed for admission decisions (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct Index {
+    snap: Arc<Snapshot>,
+    ingresses: Arc<IngressIndex>,
+    services: Arc<Keyed>,
+    slices: Arc<Keyed>,
+    secrets: Arc<Keyed>,
+}
+
+/// Positions in one of the snapshot's lists, by the hash of a key. A collision only
+/// adds an object to the small snapshot of a decision, which changes nothing for the
+/// candidate but the cost: no key is stored.
+#[derive(Debug, Default)]
+struct Keyed {
+    hasher: RandomState,
+    map: HashMap<u64, Vec<u32>>,
+}
+
+impl Keyed {
+    fn insert(&mut self, key: impl Hash, at: usize) {
+        let h = self.hasher.hash_one(key);
+        let at = u32::try_from(at).expect("fewer than 2^32 objects");
+        let list = self.map.entry(h).or_default();
+        if list.last() != Some(&at) {
+            list.push(at);
+        }
+    }
+
+    fn get(&self, key: impl Hash) -> &[u32] {
+        self.map
+            .get(&self.hasher.hash_one(key))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Services and Secrets by `(namespace, name)`.
+    fn by_name<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(objects: &[Arc<T>]) -> Self {
+        let mut k = Keyed::default();
+        for (i, o) in objects.iter().enumerate() {
+            let m = o.metadata();
+            k.insert(
+                (
+                    m.namespace.as_deref().unwrap_or_default(),
+                    m.name.as_deref().unwrap_or_default(),
+                ),
+                i,
+            );
+        }
+        k
+    }
+
+    /// EndpointSlices by `(namespace, Service name)`.
+    fn slices(slices: &[Arc<k8s_openapi::api::discovery::v1::EndpointSlice>]) -> Self {
+        let mut k = Keyed::default();
+        for (i, s) in slices.iter().enumerate() {
+            let svc = s
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(backends::SERVICE_NAME_LABEL));
+            if let Some(svc) = svc {
+                let ns = s.metadata.namespace.as_deref().unwrap_or_default();
+                k.insert((ns, svc.as_str()), i);
+            }
+        }
+        k
+    }
+}
+
+/// Our Ingresses, by what makes them interact.
+#[derive(Debug, Default)]
+struct IngressIndex {
+    /// By rule host (lower case; `_` for rules without one). A TLS host without a
+    /// rule of its Ingress claims nothing, so rule hosts are all there is.
+    by_host: Keyed,
+    /// The Ingresses that would take the catch-all backend (a `spec.defaultBackend`,
+    /// annotations that parse, not a canary), oldest first: the first that is not the
+    /// candidate is the one it competes with.
+    catch_all: Vec<u32>,
+    /// Ingresses that set balancing annotations, by `(namespace, Service)` of each
+    /// Service they route to: only those compete for a Service port's settings.
+    balancing: Keyed,
+}
+
+impl IngressIndex {
+    fn new(snap: &Snapshot) -> Self {
+        let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
+        let prefix = format!("{}/", snap.settings.annotations_prefix);
+        let mut index = IngressIndex::default();
+        let mut catch_all = Vec::new();
+        for (i, ing) in snap.ingresses.iter().enumerate() {
+            if !filter.is_ours(ing) {
+                continue;
+            }
+            for host in rule_hosts(ing) {
+                index.by_host.insert(host.as_str(), i);
+            }
+            let ns = ing.metadata.namespace.as_deref().unwrap_or_default();
+            if sets_balancing(ing, &prefix) {
+                for svc in services(ing) {
+                    index.balancing.insert((ns, svc), i);
+                }
+            }
+            let default_backend = ing.spec.as_ref().and_then(|s| s.default_backend.as_ref());
+            if default_backend.is_some() {
+                let empty = BTreeMap::new();
+                let annotations = ing.metadata.annotations.as_ref().unwrap_or(&empty);
+                let parsed = annotations::parse(annotations, &prefix);
+                if parsed.is_ok_and(|p| p.values.canary.is_none()) {
+                    catch_all.push((crate::build::age_key(ing), i));
+                }
+            }
+        }
+        catch_all.sort();
+        index.catch_all = catch_all.into_iter().map(|(_, i)| i as u32).collect();
+        index
+    }
+}
+
+/// The lower-cased hosts of an Ingress's valid rules (`_` for a rule without one).
+fn rule_hosts(ing: &Ingress) -> impl Iterator<Item = String> + '_ {
+    ing.spec
+        .iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .filter_map(|r| match r.host.as_deref().filter(|h| !h.is_empty()) {
+            None => Some(DEFAULT_SERVER.to_owned()),
+            Some(h) => hosts::host(h).ok(),
+        })
+}
+
+/// The names of the Services an Ingress routes to (with repeats), in its namespace.
+fn services(ing: &Ingress) -> impl Iterator<Item = &str> {
+    let spec = ing.spec.as_ref();
+    let rules = spec
+        .into_iter()
+        .flat_map(|s| s.rules.iter().flatten())
+        .flat_map(|r| r.http.iter().flat_map(|h| &h.paths))
+        .map(|p| &p.backend);
+    spec.and_then(|s| s.default_backend.as_ref())
+        .into_iter()
+        .chain(rules)
+        .filter_map(|b| b.service.as_ref().map(|s| s.name.as_str()))
+}
+
+/// Whether an Ingress sets an annotation of the settings Ingresses sharing a
+/// Service port compete for (`Builder::set_balancing`).
+fn sets_balancing(ing: &Ingress, prefix: &str) -> bool {
+    ing.metadata.annotations.iter().flatten().any(|(k, _)| {
+        k.strip_prefix(prefix).is_some_and(|k| {
+            k == "load-balance"
+                || k == "upstream-hash-by"
+                || k == "affinity"
+                || k.starts_with("session-cookie-")
+        })
+    })
+}
+
+/// The same objects, in the same order (the sources keep unchanged objects' `Arc`s).
+fn same<T>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
+}
+
+/// The settings the Ingress index depends on (class selection, the prefix).
+fn same_class_settings(a: &Settings, b: &Settings) -> bool {
+    (
+        &a.controller,
+        &a.ingress_class,
+        a.watch_without_class,
+        &a.annotations_prefix,
+    ) == (
+        &b.controller,
+        &b.ingress_class,
+        b.watch_without_class,
+        &b.annotations_prefix,
+    )
+}
+
+impl Index {
+    /// Indexes a snapshot: one pass over its Ingresses, Services, EndpointSlices
+    /// and Secrets.
+    pub fn new(snap: Arc<Snapshot>) -> Self {
+        Index {
+            ingresses: Arc::new(IngressIndex::new(&snap)),
+            services: Arc::new(Keyed::by_name(&snap.services)),
+            slices: Arc::new(Keyed::slices(&snap.endpoint_slices)),
+            secrets: Arc::new(Keyed::by_name(&snap.secrets)),
+            snap,
+        }
+    }
+
+    /// The index of `next`, reusing the parts of this one whose inputs are the same
+    /// objects (an EndpointSlice change indexes the EndpointSlices only).
+    pub fn update(&self, next: Arc<Snapshot>) -> Self {
+        let prev = &*self.snap;
+        let ingresses = if same(&prev.ingresses, &next.ingresses)
+            && same(&prev.ingress_classes, &next.ingress_classes)
+            && same_class_settings(&prev.settings, &next.settings)
+        {
+            self.ingresses.clone()
+        } else {
+            Arc::new(IngressIndex::new(&next))
+        };
+        let reuse = |same: bool, part: &Arc<Keyed>, new: &dyn Fn() -> Keyed| match same {
+            true => part.clone(),
+            false => Arc::new(new()),
+        };
+        Index {
+            ingresses,
+            services: reuse(
+                same(&prev.services, &next.services),
+                &self.services,
+                &|| Keyed::by_name(&next.services),
+            ),
+            slices: reuse(
+                same(&prev.endpoint_slices, &next.endpoint_slices),
+                &self.slices,
+                &|| Keyed::slices(&next.endpoint_slices),
+            ),
+            secrets: reuse(same(&prev.secrets, &next.secrets), &self.secrets, &|| {
+                Keyed::by_name(&next.secrets)
+            }),
+            snap: next,
+        }
+    }
+
+    /// The snapshot indexed.
+    pub fn snapshot(&self) -> &Arc<Snapshot> {
+        &self.snap
+    }
+
+    /// Decides on `candidate`, the Ingress as it would be stored (created, or the
+    /// new version of one of the snapshot's). One without a creationTimestamp is
+    /// taken as the newest.
+    pub fn check(&self, candidate: Ingress, opts: &Options) -> Decision {
+        self.check_counted(candidate, opts).0
+    }
+
+    /// [`Index::check`], and how many Ingresses the decision built (the candidate
+    /// and those it may interact with; 0 when it is not ours): its cost.
+    pub fn check_counted(&self, mut candidate: Ingress, opts: &Options) -> (Decision, usize) {
+        let small = match self.small_snapshot(&mut candidate, opts) {
+            None => return (Decision::NotOurs, 0),
+            Some(s) => s,
+        };
+        let r = crate::build::ingress_ref(small.ingresses.last().expect("the candidate"));
+        let model = crate::build::build(&small);
+        let (mut reasons, mut warnings) = (Vec::new(), Vec::new());
+        for p in model.problems_of(&r) {
+            let denies = match p.kind {
+                ProblemKind::Invalid => true,
+                ProblemKind::Tls => opts.strict_tls,
+                _ => false,
+            };
+            match denies {
+                true => reasons.push(p.message.clone()),
+                false => warnings.push(p.message.clone()),
+            }
+        }
+        let decision = if reasons.is_empty() {
+            Decision::Allowed { warnings }
+        } else {
+            Decision::Denied { reasons, warnings }
+        };
+        (decision, small.ingresses.len())
+    }
+
+    /// The snapshot a decision builds: the candidate last, after the Ingresses it
+    /// may interact with; `None` when the candidate is not ours.
+    fn small_snapshot(&self, candidate: &mut Ingress, opts: &Options) -> Option<Snapshot> {
+        let snap = &*self.snap;
+        let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
+        if !filter.is_ours(candidate) {
+            return None;
+        }
+        if candidate.metadata.creation_timestamp.is_none() {
+            candidate.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::MAX));
+        }
+        let ns = candidate.metadata.namespace.clone().unwrap_or_default();
+        let name = candidate.metadata.name.clone().unwrap_or_default();
+        let itself = |i: &u32| {
+            let m = &snap.ingresses[*i as usize].metadata;
+            m.namespace.as_deref().unwrap_or_default() == ns
+                && m.name.as_deref().unwrap_or_default() == name
+        };
+
+        let index = &*self.ingresses;
+        let mut picked: Vec<u32> = Vec::new();
+        for host in rule_hosts(candidate) {
+            picked.extend_from_slice(index.by_host.get(host.as_str()));
+        }
+        let spec = candidate.spec.as_ref();
+        if spec.is_some_and(|s| s.default_backend.is_some()) {
+            picked.extend(index.catch_all.iter().copied().find(|i| !itself(i)));
+        }
+        let prefix = format!("{}/", snap.settings.annotations_prefix);
+        if sets_balancing(candidate, &prefix) {
+            for svc in services(candidate) {
+                picked.extend_from_slice(index.balancing.get((ns.as_str(), svc)));
+            }
+        }
+        picked.sort_unstable();
+        picked.dedup();
+        picked.retain(|i| !itself(i));
+
+        let mut ingresses: Vec<Arc<Ingress>> = picked
+            .iter()
+            .map(|&i| snap.ingresses[i as usize].clone())
+            .collect();
+        ingresses.push(Arc::new(candidate.clone()));
+
+        // The Services (and their EndpointSlices) every picked Ingress routes to: a
+        // canary's primary must resolve, and each path names its Service's problems.
+        let (mut svcs, mut slices) = (Vec::new(), Vec::new());
+        for ing in &ingresses {
+            let ns = ing.metadata.namespace.as_deref().unwrap_or_default();
+            for svc in services(ing) {
+                svcs.extend_from_slice(self.services.get((ns, svc)));
+                slices.extend_from_slice(self.slices.get((ns, svc)));
+            }
+        }
+        let (mut secrets, tls) = (Vec::new(), spec.and_then(|s| s.tls.as_ref()));
+        for secret in tls
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.secret_name.as_deref())
+        {
+            secrets.extend_from_slice(self.secrets.get((ns.as_str(), secret)));
+        }
+        Some(Snapshot {
+            ingresses,
+            ingress_classes: snap.ingress_classes.clone(),
+            services: pick(svcs, &snap.services),
+            endpoint_slices: pick(slices, &snap.endpoint_slices),
+            secrets: pick(secrets, &snap.secrets),
+            config_map: snap.config_map.clone(),
+            settings: Settings {
+                // Problems of these flags are reported on their Service and Secret,
+                // never on an Ingress: not checked per request.
+                default_backend_service: None,
+                default_certificate: None,
+                now: opts.now.unwrap_or(snap.settings.now),
+                ..snap.settings.clone()
+            },
+            previous_certificates: snap.previous_certificates.clone(),
+            observed: None,
+        })
+    }
+}
+
+/// The objects at positions `at` of `from`, each once, in the snapshot's order.
+fn pick<T>(mut at: Vec<u32>, from: &[Arc<T>]) -> Vec<Arc<T>> {
+    at.sort_unstable();
+    at.dedup();
+    at.into_iter().map(|i| from[i as usize].clone()).collect()
+}

@@ -1,0 +1,590 @@
+//! Admission decisions (issue 19): (snapshot, candidate Ingress) → not ours, allowed,
+//! allowed with warnings, or denied with the model's message, one table per kind of
+//! problem; and, for every Ingress of a fixture, the decision says what the full
+//! build of the cluster with it reports on it.
+
+#[macro_use]
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use ferrule_model::admission::{Decision, Index, Options};
+use ferrule_model::{ResourceRef, Severity, build};
+use k8s_openapi::api::networking::v1::Ingress;
+use serde_json::{Value, json};
+
+/// What a table row expects. Texts are `|`-separated parts one message must all
+/// contain (as in `expect_problems`).
+#[derive(Debug, Clone, Copy)]
+enum Want {
+    /// Another class: admitted without a look.
+    NotOurs,
+    /// Admitted without a warning.
+    Clean,
+    /// Admitted with a warning containing the text.
+    Warned(&'static str),
+    /// Refused, with a reason containing the text.
+    Denied(&'static str),
+}
+use Want::*;
+
+/// The cluster the tables decide against: an Ingress on shop.test with TLS, a
+/// catch-all, an Ingress that sets a balancing setting of its Service.
+fn cluster() -> String {
+    docs![
+        our_class(),
+        ingress_class("other", "example.com/other-controller", false),
+        app("default/web", "10.0.0.1"),
+        app("default/api", "10.0.0.2"),
+        service("default/idle", &[("http", 80, "web")]),
+        tls_secret("default/a-tls", "a.crt", "a.key"),
+        Ing::new("default/old", 10)
+            .rule("a.example.com", &[("/", "Prefix", "web", "80")])
+            .rule("shop.test", &[("/", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "a-tls"),
+        Ing::new("default/catch", 10).default_backend("web", "80"),
+        Ing::new("default/sticky", 10)
+            .ann("load-balance", "ewma")
+            .rule("sticky.test", &[("/", "Prefix", "api", "80")]),
+    ]
+}
+
+fn index(manifests: &str) -> Index {
+    Index::new(Arc::new(snapshot(manifests)))
+}
+
+fn candidate(i: Ing) -> Ingress {
+    serde_json::from_value(i.0).unwrap()
+}
+
+fn matches(messages: &[String], text: &str) -> bool {
+    messages
+        .iter()
+        .any(|m| text.split('|').all(|t| m.contains(t)))
+}
+
+/// THE helper: every `(name, candidate, want)` row decided against `manifests`.
+fn table(manifests: &str, opts: &Options, rows: Vec<(&str, Ing, Want)>) {
+    let index = index(manifests);
+    let mut failures = Vec::new();
+    for (name, ing, want) in rows {
+        let got = index.check(candidate(ing), opts);
+        let ok = match (&want, &got) {
+            (NotOurs, Decision::NotOurs) => true,
+            (Clean, Decision::Allowed { warnings }) => warnings.is_empty(),
+            (Warned(t), Decision::Allowed { warnings }) => matches(warnings, t),
+            (Denied(t), Decision::Denied { reasons, .. }) => matches(reasons, t),
+            _ => false,
+        };
+        if !ok {
+            failures.push(format!("  {name}: expected {want:?}, got {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "decisions:\n{}", failures.join("\n"));
+}
+
+fn web(ing: Ing, host: &str) -> Ing {
+    ing.rule(host, &[("/", "Prefix", "web", "80")])
+}
+
+#[test]
+fn invalid_content_is_denied_naming_the_field_and_the_value() {
+    let new = |name: &str| Ing::new(&format!("default/{name}"), 20);
+    table(
+        &cluster(),
+        &Options::default(),
+        vec![
+            ("valid", web(new("valid"), "new.test"), Clean),
+            (
+                "annotation value",
+                web(new("timeout"), "new.test").ann("proxy-read-timeout", "soon"),
+                Denied("annotation nginx.ingress.kubernetes.io/proxy-read-timeout|\"soon\""),
+            ),
+            (
+                "security annotation",
+                web(new("auth"), "new.test").ann("auth-type", "basic"),
+                Denied("nginx.ingress.kubernetes.io/auth-type"),
+            ),
+            (
+                "looks like a security annotation",
+                web(new("auth-x"), "new.test").ann("auth-something-new", "x"),
+                Denied("auth-something-new"),
+            ),
+            (
+                "configuration-snippet while disallowed",
+                web(new("snippet"), "new.test").ann("configuration-snippet", "return 200;"),
+                Denied("annotation nginx.ingress.kubernetes.io/configuration-snippet|disabled"),
+            ),
+            (
+                "server-snippet while disallowed",
+                web(new("server-snippet"), "new.test").ann("server-snippet", "listen 1;"),
+                Denied("annotation nginx.ingress.kubernetes.io/server-snippet|disabled"),
+            ),
+            (
+                "path character",
+                new("brace").rule("new.test", &[("/a{b", "Prefix", "web", "80")]),
+                Denied("host new.test: path \"/a{b\""),
+            ),
+            (
+                "relative path",
+                new("relative").rule("new.test", &[("api", "Exact", "web", "80")]),
+                Denied("path \"api\" must start with \"/\""),
+            ),
+            (
+                "pathType",
+                new("fuzzy").rule("new.test", &[("/", "Fuzzy", "web", "80")]),
+                Denied("pathType \"Fuzzy\" is not valid"),
+            ),
+            (
+                "host",
+                web(new("underscore"), "bad_host.test"),
+                Denied("spec.rules: invalid host \"bad_host.test\""),
+            ),
+            (
+                "wildcard in the middle",
+                web(new("mid"), "a.*.test"),
+                Denied("invalid host \"a.*.test\""),
+            ),
+            (
+                "TLS host",
+                web(new("tls-host"), "new.test").tls(&["new.test", "x..test"], "a-tls"),
+                Denied("spec.tls: invalid host \"x..test\""),
+            ),
+            (
+                "regex that would hurt other tenants",
+                new("regex")
+                    .ann("use-regex", "true")
+                    .rule("new.test", &[("/(a+)+$", "Prefix", "web", "80")]),
+                Denied("path \"/(a+)+$\""),
+            ),
+            (
+                "one bad path among good ones",
+                new("mixed").rule(
+                    "new.test",
+                    &[
+                        ("/ok", "Prefix", "web", "80"),
+                        ("/a;b", "Prefix", "web", "80"),
+                    ],
+                ),
+                Denied("path \"/a;b\""),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_resource_backend_is_denied() {
+    let mut ing = Ing::new("default/bucket", 20);
+    ing.0["spec"]["rules"] = json!([{ "host": "new.test", "http": { "paths": [{
+        "path": "/", "pathType": "Prefix",
+        "backend": { "resource": { "apiGroup": "k8s.example.com", "kind": "Bucket", "name": "b" } },
+    }] } }]);
+    table(
+        &cluster(),
+        &Options::default(),
+        vec![(
+            "resource",
+            ing,
+            Denied("resource backends are not supported"),
+        )],
+    );
+}
+
+#[test]
+fn conflicts_and_missing_references_are_warnings() {
+    let new = |name: &str| Ing::new(&format!("default/{name}"), 20);
+    table(
+        &cluster(),
+        &Options::default(),
+        vec![
+            (
+                "host + path of an older Ingress",
+                web(new("younger"), "shop.test"),
+                Warned("host shop.test path / (Prefix) is already served by Ingress default/old"),
+            ),
+            (
+                "another path of the same host",
+                new("beside").rule("shop.test", &[("/cart", "Prefix", "web", "80")]),
+                Clean,
+            ),
+            (
+                "host case does not hide a conflict",
+                web(new("upper"), "SHOP.test"),
+                Warned("already served by Ingress default/old"),
+            ),
+            (
+                "TLS host of an older Ingress, another Secret",
+                new("tls-thief")
+                    .rule("a.example.com", &[("/shop", "Prefix", "web", "80")])
+                    .tls(&["a.example.com"], "mine"),
+                Warned(
+                    "the certificate of host a.example.com is already provided by Ingress default/old with Secret default/a-tls",
+                ),
+            ),
+            (
+                "TLS host of an older Ingress, the same Secret",
+                new("tls-sharer")
+                    .rule("a.example.com", &[("/shop", "Prefix", "web", "80")])
+                    .tls(&["a.example.com"], "a-tls"),
+                Clean,
+            ),
+            (
+                "catch-all of an older Ingress",
+                new("catch2").default_backend("api", "80"),
+                Warned("spec.defaultBackend ignored: Ingress default/catch is older"),
+            ),
+            (
+                "balancing setting of a Service port an older Ingress sets",
+                new("lb")
+                    .ann("load-balance", "round_robin")
+                    .rule("lb.test", &[("/", "Prefix", "api", "80")]),
+                Warned("the load-balance annotations are ignored: Ingress default/sticky is older"),
+            ),
+            (
+                "Service that does not exist yet",
+                new("early").rule("early.test", &[("/", "Prefix", "later", "80")]),
+                Warned("host early.test path /: Service default/later not found"),
+            ),
+            (
+                "port the Service does not have",
+                new("port").rule("port.test", &[("/", "Prefix", "web", "81")]),
+                Warned("Service default/web has no port 81"),
+            ),
+            (
+                "Service without ready endpoints",
+                new("idle").rule("idle.test", &[("/", "Prefix", "idle", "80")]),
+                Warned("Service default/idle port 80 has no ready endpoints"),
+            ),
+            (
+                "unknown harmless annotation",
+                web(new("cors"), "cors.test").ann("enable-cors", "true"),
+                Warned("nginx.ingress.kubernetes.io/enable-cors"),
+            ),
+            (
+                "TLS host without a rule",
+                web(new("norule"), "norule.test").tls(&["elsewhere.test"], "a-tls"),
+                Warned("spec.tls: host elsewhere.test has no rule in this Ingress"),
+            ),
+            (
+                "canary without a primary",
+                web(new("canary"), "alone.test")
+                    .ann("canary", "true")
+                    .ann("canary-weight", "10"),
+                Warned(
+                    "canary: no primary Ingress with a resolvable backend serves host alone.test",
+                ),
+            ),
+            (
+                "canary of an existing primary",
+                new("canary-ok")
+                    .ann("canary", "true")
+                    .ann("canary-weight", "10")
+                    .rule("shop.test", &[("/", "Prefix", "api", "80")]),
+                Clean,
+            ),
+        ],
+    );
+}
+
+#[test]
+fn age_decides_who_wins() {
+    let mut no_timestamp = web(Ing::new("default/unstamped", 0), "shop.test");
+    no_timestamp.0["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("creationTimestamp");
+    table(
+        &cluster(),
+        &Options::default(),
+        vec![
+            // An update of the owner itself: its old version is replaced, not a rival.
+            (
+                "update of the owner",
+                Ing::new("default/old", 10)
+                    .rule("shop.test", &[("/", "Prefix", "api", "80")])
+                    .rule("a.example.com", &[("/", "Prefix", "web", "80")])
+                    .tls(&["a.example.com"], "a-tls"),
+                Clean,
+            ),
+            (
+                "an older Ingress takes the path",
+                web(Ing::new("default/older", 5), "shop.test"),
+                Clean,
+            ),
+            (
+                "an older Ingress takes the catch-all",
+                Ing::new("default/first", 5).default_backend("api", "80"),
+                Clean,
+            ),
+            (
+                "the catch-all's owner updated",
+                Ing::new("default/catch", 10).default_backend("api", "80"),
+                Clean,
+            ),
+            // The API server stamps creations before validating webhooks see them;
+            // without a stamp the candidate is the newest.
+            (
+                "no creationTimestamp",
+                no_timestamp,
+                Warned("already served by Ingress default/old"),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn other_classes_are_not_looked_at() {
+    let bad = |ing: Ing| {
+        ing.ann("auth-type", "basic")
+            .ann("proxy-read-timeout", "soon")
+    };
+    table(
+        &cluster(),
+        &Options::default(),
+        vec![
+            (
+                "another controller's class",
+                bad(web(Ing::new("default/theirs", 20), "shop.test")).class(Some("other")),
+                NotOurs,
+            ),
+            (
+                "an unknown class",
+                bad(web(Ing::new("default/unknown", 20), "shop.test")).class(Some("nope")),
+                NotOurs,
+            ),
+            (
+                "no class (no default class, no --watch-ingress-without-class)",
+                bad(web(Ing::new("default/none", 20), "shop.test")).class(None),
+                NotOurs,
+            ),
+            (
+                "the legacy annotation",
+                bad(web(Ing::new("default/legacy", 20), "x.test"))
+                    .class(None)
+                    .ann("kubernetes.io/ingress.class", "ferrule"),
+                Denied("auth-type"),
+            ),
+        ],
+    );
+    let without_class = cluster() + &docs![test_settings(json!({ "watchWithoutClass": true }))];
+    table(
+        &without_class,
+        &Options::default(),
+        vec![(
+            "no class, with --watch-ingress-without-class",
+            web(Ing::new("default/none", 20), "x.test")
+                .class(None)
+                .ann("proxy-read-timeout", "soon"),
+            Denied("proxy-read-timeout"),
+        )],
+    );
+}
+
+#[test]
+fn snippets_are_admitted_when_allowed_and_never_tested() {
+    let allowed = cluster() + &docs![config_map(&[("allow-snippet-annotations", "true")])];
+    // Not checked by NGINX: config safety isolates a snippet that breaks `nginx -t`.
+    let snippet = web(Ing::new("default/snippet", 20), "new.test")
+        .ann("configuration-snippet", "this is not nginx {");
+    table(
+        &allowed,
+        &Options::default(),
+        vec![("snippet", snippet, Clean)],
+    );
+}
+
+#[test]
+fn a_missing_or_invalid_secret_warns_unless_strict() {
+    let missing = || {
+        web(Ing::new("default/tls", 20), "a.example.com")
+            .rule("b.example.com", &[("/", "Prefix", "web", "80")])
+            .tls(&["b.example.com"], "missing")
+    };
+    let wrong_host =
+        || web(Ing::new("default/wrong", 20), "c.example.com").tls(&["c.example.com"], "a-tls");
+    let lax = Options::default();
+    let strict = Options {
+        strict_tls: true,
+        ..Options::default()
+    };
+    let missing_text = "spec.tls host b.example.com: Secret default/missing not found";
+    let wrong_text = "the certificate does not cover host c.example.com";
+    table(
+        &cluster(),
+        &lax,
+        vec![
+            ("missing", missing(), Warned(missing_text)),
+            ("wrong host", wrong_host(), Warned(wrong_text)),
+        ],
+    );
+    table(
+        &cluster(),
+        &strict,
+        vec![
+            ("missing", missing(), Denied(missing_text)),
+            ("wrong host", wrong_host(), Denied(wrong_text)),
+            (
+                "valid",
+                Ing::new("default/ok", 20)
+                    .rule("a.example.com", &[("/x", "Prefix", "web", "80")])
+                    .tls(&["a.example.com"], "a-tls"),
+                Clean,
+            ),
+        ],
+    );
+    // An expired certificate, with the clock the webhook passes: reported on the
+    // owner of the host's TLS (an update of it), not on an Ingress sharing it.
+    let later = Options {
+        strict_tls: true,
+        now: Some(i64::MAX / 2),
+    };
+    let owner = Ing::new("default/old", 10)
+        .rule("a.example.com", &[("/", "Prefix", "web", "80")])
+        .tls(&["a.example.com"], "a-tls");
+    let sharer = Ing::new("default/ok", 20)
+        .rule("a.example.com", &[("/x", "Prefix", "web", "80")])
+        .tls(&["a.example.com"], "a-tls");
+    table(
+        &cluster(),
+        &later,
+        vec![
+            (
+                "expired",
+                owner,
+                Denied("spec.tls host a.example.com: Secret default/a-tls: |expired"),
+            ),
+            ("expired, not the owner", sharer, Clean),
+        ],
+    );
+}
+
+/// For every Ingress of `manifests`: deciding on it against the cluster without it
+/// gives exactly the problems the full build of the whole cluster reports on it
+/// (reasons and warnings together), so the webhook and /status/resources agree.
+fn agrees_with_the_full_build(manifests: &str) {
+    let snap = snapshot(manifests);
+    let full = build(&snap);
+    let mut checked = 0;
+    for (i, ing) in snap.ingresses.iter().enumerate() {
+        let mut without = snap.clone();
+        without.ingresses.remove(i);
+        let index = Index::new(Arc::new(without));
+        let (ns, name) = (
+            ing.metadata.namespace.as_deref().unwrap(),
+            ing.metadata.name.as_deref().unwrap(),
+        );
+        let r = ResourceRef::new("Ingress", ns, name);
+        let mut want: Vec<&str> = full.problems_of(&r).map(|p| p.message.as_str()).collect();
+        let mut got: Vec<String> = match index.check((**ing).clone(), &Options::default()) {
+            Decision::NotOurs => continue,
+            Decision::Allowed { warnings } => warnings,
+            Decision::Denied { reasons, warnings } => reasons.into_iter().chain(warnings).collect(),
+        };
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{r}");
+        checked += 1;
+    }
+    assert!(checked > 5, "only {checked} Ingresses checked");
+}
+
+#[test]
+fn every_decision_agrees_with_the_full_build() {
+    let more = docs![
+        web(Ing::new("default/younger", 20), "shop.test"),
+        Ing::new("default/tls-thief", 21)
+            .rule("a.example.com", &[("/shop", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "mine"),
+        Ing::new("default/catch2", 22).default_backend("api", "80"),
+        Ing::new("default/lb", 23)
+            .ann("load-balance", "round_robin")
+            .rule("lb.test", &[("/", "Prefix", "api", "80")]),
+        Ing::new("default/early", 24).rule("early.test", &[("/", "Prefix", "later", "80")]),
+        Ing::new("default/canary", 25)
+            .ann("canary", "true")
+            .ann("canary-weight", "10")
+            .rule("shop.test", &[("/", "Prefix", "api", "80")]),
+        Ing::new("other/canary", 26)
+            .ann("canary", "true")
+            .ann("canary-weight", "10")
+            .rule("shop.test", &[("/", "Prefix", "api", "80")]),
+        web(Ing::new("default/bad", 27), "bad.test").ann("proxy-read-timeout", "soon"),
+        web(Ing::new("default/snippet", 28), "new.test").ann("server-snippet", "x"),
+        Ing::new("default/mixed", 29).rule(
+            "shop.test",
+            &[
+                ("/ok", "Prefix", "web", "80"),
+                ("/a;b", "Prefix", "web", "80")
+            ]
+        ),
+        web(Ing::new("default/cors", 30), "cors.test").ann("enable-cors", "true"),
+        web(Ing::new("default/theirs", 31), "shop.test").class(Some("other")),
+    ];
+    agrees_with_the_full_build(&(cluster() + &more));
+}
+
+#[test]
+fn severity_of_denied_problems_is_that_of_the_model() {
+    // The snippet problem is a Warning for the model (the Ingress is served without
+    // the snippet) and still refused by the webhook: denial follows the kind.
+    let m = build(&snapshot(
+        &(cluster() + &docs![web(Ing::new("default/s", 20), "s.test").ann("server-snippet", "x")]),
+    ));
+    let p = m
+        .problems
+        .iter()
+        .find(|p| p.resource.name == "s")
+        .expect("a problem on the snippet Ingress");
+    assert_eq!(p.severity, Severity::Warning);
+    assert_eq!(p.kind, ferrule_model::ProblemKind::Invalid);
+    let _: Value = serde_json::to_value(p).unwrap();
+}
+
+#[test]
+fn an_updated_index_follows_the_snapshot() {
+    let first = Arc::new(snapshot(&cluster()));
+    let index = Index::new(first.clone());
+    let idle = || Ing::new("default/idle", 20).rule("idle.test", &[("/", "Prefix", "idle", "80")]);
+    let rival = || web(Ing::new("default/rival", 20), "rival.test");
+    let opts = Options::default();
+    assert!(
+        matches!(index.check(candidate(rival()), &opts), Decision::Allowed { warnings } if warnings.is_empty())
+    );
+
+    // The same objects but an EndpointSlice: the Ingress part is reused, the
+    // EndpointSlices are seen.
+    let mut next = (*first).clone();
+    next.endpoint_slices.extend(
+        snapshot(&docs![slice(
+            "default/idle-abc",
+            "idle",
+            &[("http", 8080)],
+            &[("10.0.0.9", Some(true))]
+        )])
+        .endpoint_slices,
+    );
+    let updated = index.update(Arc::new(next.clone()));
+    match updated.check(candidate(idle()), &opts) {
+        Decision::Allowed { warnings } => assert!(warnings.is_empty(), "{warnings:?}"),
+        other => panic!("{other:?}"),
+    }
+    match index.check(candidate(idle()), &opts) {
+        Decision::Allowed { warnings } => assert!(matches(&warnings, "no ready endpoints")),
+        other => panic!("{other:?}"),
+    }
+
+    // A new Ingress: it owns its host from then on.
+    next.ingresses
+        .extend(snapshot(&docs![web(Ing::new("default/first", 15), "rival.test")]).ingresses);
+    let updated = updated.update(Arc::new(next));
+    match updated.check(candidate(rival()), &opts) {
+        Decision::Allowed { warnings } => {
+            assert!(
+                matches(&warnings, "already served by Ingress default/first"),
+                "{warnings:?}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
