@@ -102,9 +102,19 @@ pub fn build(snap: &Snapshot) -> Model {
         let (basic_auth, client_certificates) = match resolved {
             Ok(x) => x,
             Err(e) => {
+                // A Secret that is not there yet may come; another Ingress's host
+                // settings are a conflict; anything else is the Ingress's own.
+                let kind = if e.contains("not found") {
+                    ProblemKind::Reference
+                } else if e.contains("oldest Ingress") {
+                    ProblemKind::Conflict
+                } else {
+                    ProblemKind::Invalid
+                };
                 b.problem(
                     &r,
                     Severity::Error,
+                    kind,
                     format!("{e}; the Ingress is not served"),
                 );
                 continue;
