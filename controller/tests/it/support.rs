@@ -869,6 +869,16 @@ impl Ferrule {
             .ok()
     }
 
+    /// The CPU time the NGINX workers have spent so far, in nanoseconds (the
+    /// scheduler's count, `/proc/PID/schedstat`: finer than the clock ticks of `stat`).
+    pub fn workers_cpu_ns(&self) -> u64 {
+        self.worker_pids()
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+
     /// The TCP ports NGINX (master or workers) listens on, as `ss` reports them.
     pub fn nginx_tcp_ports(&self) -> std::collections::BTreeSet<u16> {
         let out = Command::new("ss").args(["-Hltnp"]).output().unwrap();
