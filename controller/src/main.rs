@@ -80,6 +80,14 @@ struct ModelFlags {
     /// Honour configuration-snippet / server-snippet annotations.
     #[arg(long)]
     allow_snippet_annotations: bool,
+    /// Proxy to endpoints whose address is loopback (127.0.0.0/8, ::1), link-local
+    /// (169.254.0.0/16, fe80::/10) or unspecified. By default they are left out, with a
+    /// warning on the Ingresses that route to them: whoever writes an EndpointSlice
+    /// could otherwise route a host to the controller's status port or to the node's
+    /// own services. For standalone mode with backends on this machine.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    allow_local_endpoints: bool,
     /// `NAMESPACE/NAME` of the controller ConfigMap.
     #[arg(long)]
     configmap: Option<String>,
@@ -119,6 +127,7 @@ impl ModelFlags {
             default_certificate: self.default_ssl_certificate.clone(),
             allow_snippet_annotations: self.allow_snippet_annotations,
             annotations_prefix: self.annotations_prefix.clone(),
+            allow_local_endpoints: self.allow_local_endpoints,
             now,
         }
     }

@@ -288,13 +288,17 @@ impl Ferrule {
         args.extend(source.iter().cloned());
         args.push("--nginx-prefix".into());
         args.push(prefix.path().join("nginx").to_string_lossy().into_owned());
-        for a in [
-            "--listen-address",
-            "127.0.0.1",
-            "--status-address",
-            "127.0.0.1",
-        ] {
-            args.push(a.into());
+        args.extend(["--listen-address".into(), "127.0.0.1".into()]);
+        if !extra.contains(&"--status-address") {
+            args.extend(["--status-address".into(), "127.0.0.1".into()]);
+        }
+        // The echo backends listen on loopback: allowed unless the test says
+        // (`--allow-local-endpoints=false`).
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--allow-local-endpoints"))
+        {
+            args.push("--allow-local-endpoints".into());
         }
         // Two workers unless the test asks otherwise.
         if !extra.contains(&"--worker-processes") {

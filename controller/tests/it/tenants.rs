@@ -89,3 +89,70 @@ async fn a_regex_path_cannot_hold_the_workers() {
     );
     assert!(!msg.contains("/w/") && !msg.contains("/v/"), "{msg}");
 }
+
+/// An address of this machine that is not loopback (the status port's answer to a
+/// remote client), if it has one.
+fn non_loopback_address() -> Option<std::net::IpAddr> {
+    let out = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse().ok())
+        .find(|ip: &std::net::IpAddr| !ip.is_loopback())
+}
+
+/// Whoever may write an EndpointSlice in a namespace chooses its addresses: one of
+/// 127.0.0.1 and the status port would proxy a public host to `/status/resources`
+/// (every tenant's Ingresses, hosts, Secret names and errors). Without
+/// `--allow-local-endpoints` (the default) such endpoints are left out and reported.
+#[tokio::test]
+async fn a_local_endpoint_is_left_out_and_reported() {
+    let m = Manifests::new();
+    m.write("ns.yaml", &ingress_class("unused", false));
+    let f = Ferrule::start(m.path(), &["--allow-local-endpoints=false"]).await;
+    let local: std::net::SocketAddr = format!("127.0.0.1:{}", f.status).parse().unwrap();
+    m.write("svc.yaml", &service("evil", "peek", &[local]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("evil", "peek", T0)
+            .rule("peek.test", &[("/", "Prefix", "peek")])
+            .yaml(),
+    );
+    let reported = wait_until(std::time::Duration::from_secs(10), || async {
+        f.resource("Ingress", "evil", "peek")
+            .await
+            .is_some_and(|r| {
+                r["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(&format!("endpoint {local} left out"))
+            })
+    })
+    .await;
+    assert!(
+        reported,
+        "{:?}\n{}",
+        f.resource("Ingress", "evil", "peek").await,
+        f.logs()
+    );
+    let (status, body) = f.get("peek.test", "/status/resources").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(f.get_status("/readyz").await.0, 200);
+
+    // A backend on another address of this machine (the same port: one Service
+    // port) is still served, and only it.
+    if let Some(ip) = non_loopback_address() {
+        let echo = Echo::start_on(&ip.to_string(), f.status).await;
+        m.write("svc.yaml", &service("evil", "peek", &[local, echo.addr]));
+        let served = wait_until(std::time::Duration::from_secs(10), || async {
+            f.backend("peek.test", "/").await == (200, echo.addr.to_string())
+        })
+        .await;
+        assert!(served, "{}", f.logs());
+        for _ in 0..4 {
+            assert_eq!(f.backend("peek.test", "/").await.1, echo.addr.to_string());
+        }
+    }
+}
