@@ -348,9 +348,16 @@ enum Command {
         /// Status port (`/healthz`, `/readyz`, `/metrics`, `/status/resources`).
         #[arg(long, default_value_t = 10254)]
         status_port: u16,
-        /// Address of the status port.
+        /// Address of the status port. `/healthz`, `/readyz` and `/metrics` answer on
+        /// every address (probes and Prometheus use the pod's); `/status/resources`,
+        /// which lists every namespace's Ingresses, hosts, Secrets and errors, only on
+        /// a loopback connection unless `--status-resources-public`.
         #[arg(long, default_value = "0.0.0.0")]
         status_address: std::net::IpAddr,
+        /// Answer `/status/resources` on every address of the status port, not only on
+        /// loopback (anyone who reaches the port then reads every tenant's state).
+        #[arg(long)]
+        status_resources_public: bool,
         /// Coalescing window for changes, in milliseconds.
         #[arg(long, default_value_t = 100)]
         coalesce_ms: u64,
@@ -430,6 +437,7 @@ async fn main() -> Result<()> {
             kube,
             status_port,
             status_address,
+            status_resources_public,
             coalesce_ms,
             min_reload_interval_ms,
             shutdown_grace_period,
@@ -440,6 +448,7 @@ async fn main() -> Result<()> {
                 manifests,
                 kube: kube.options(&flags.controller_class)?,
                 status: std::net::SocketAddr::new(status_address, status_port),
+                status_resources_public,
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),

@@ -103,6 +103,29 @@ fn non_loopback_address() -> Option<std::net::IpAddr> {
         .find(|ip: &std::net::IpAddr| !ip.is_loopback())
 }
 
+/// A GET of `http://ADDR:PORT/PATH` from source address `from`: (status, body).
+async fn get_from(
+    from: std::net::IpAddr,
+    addr: std::net::IpAddr,
+    port: u16,
+    path: &str,
+) -> (u16, String) {
+    let c = reqwest::Client::builder()
+        .local_address(from)
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let r = c
+        .get(format!(
+            "http://{}{path}",
+            std::net::SocketAddr::new(addr, port)
+        ))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
 /// Whoever may write an EndpointSlice in a namespace chooses its addresses: one of
 /// 127.0.0.1 and the status port would proxy a public host to `/status/resources`
 /// (every tenant's Ingresses, hosts, Secret names and errors). Without
@@ -155,4 +178,54 @@ async fn a_local_endpoint_is_left_out_and_reported() {
             assert_eq!(f.backend("peek.test", "/").await.1, echo.addr.to_string());
         }
     }
+}
+
+/// `/status/resources` answers only on loopback (unless `--status-resources-public`),
+/// and not through NGINX; the probes and metrics answer on every address.
+#[tokio::test]
+async fn status_resources_answer_only_on_loopback() {
+    let Some(ip) = non_loopback_address() else {
+        eprintln!("skipped: this machine has no address but loopback");
+        return;
+    };
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let m = Manifests::new();
+    m.write("ns.yaml", &ingress_class("unused", false));
+    let f = Ferrule::start(m.path(), &["--status-address", "0.0.0.0"]).await;
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(get_from(ip, ip, f.status, path).await.0, 200, "{path}");
+    }
+    let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("--status-resources-public"), "{body}");
+    let (status, body) = get_from(loopback, loopback, f.status, "/status/resources").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with('['), "{body}");
+
+    // Through NGINX, from loopback (endpoints of 127.0.0.1 allowed here): NGINX
+    // reaches the port, but not the resources.
+    let local: std::net::SocketAddr = format!("127.0.0.1:{}", f.status).parse().unwrap();
+    m.write("svc.yaml", &service("evil", "peek", &[local]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("evil", "peek", T0)
+            .rule("peek.test", &[("/", "Prefix", "peek")])
+            .yaml(),
+    );
+    let proxied = wait_until(std::time::Duration::from_secs(10), || async {
+        f.get("peek.test", "/healthz").await.0 == 200
+    })
+    .await;
+    assert!(proxied, "{}", f.logs());
+    assert_eq!(f.get("peek.test", "/status/resources").await.0, 403);
+    drop(f);
+
+    let f = Ferrule::start(
+        m.path(),
+        &["--status-address", "0.0.0.0", "--status-resources-public"],
+    )
+    .await;
+    let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"peek\""), "{body}");
 }
