@@ -17,6 +17,7 @@ Edit examples/*.yaml and watch Ferrule apply the change. Ctrl-C stops everything
 MSG
 "${CARGO_TARGET_DIR:-target}/release/ferrule" run --manifests examples \
   --nginx-prefix target/run/nginx --listen-address 127.0.0.1 \
-  --http-port 8080 --https-port 8443 --status-address 127.0.0.1 --status-port 10254 &
+  --http-port 8080 --https-port 8443 --status-address 127.0.0.1 --status-port 10254 \
+  --allow-local-endpoints &
 pids+=($!)
 wait "${pids[-1]}"

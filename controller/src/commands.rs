@@ -26,6 +26,8 @@ pub struct RunArgs {
     pub manifests: Option<PathBuf>,
     pub kube: KubeArgs,
     pub status: SocketAddr,
+    /// `/status/resources` on every address, not only on loopback.
+    pub status_resources_public: bool,
     pub coalesce: Duration,
     pub min_reload_interval: Duration,
     pub shutdown_grace_period: Duration,
@@ -64,7 +66,9 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     tokio::spawn({
         let shared = shared.clone();
         async move {
-            if let Err(e) = ferrule::status::serve(args.status, shared).await {
+            if let Err(e) =
+                ferrule::status::serve(args.status, shared, args.status_resources_public).await
+            {
                 tracing::error!(error = %e, "status port failed");
             }
         }

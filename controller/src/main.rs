@@ -80,6 +80,14 @@ struct ModelFlags {
     /// Honour configuration-snippet / server-snippet annotations.
     #[arg(long)]
     allow_snippet_annotations: bool,
+    /// Proxy to endpoints whose address is loopback (127.0.0.0/8, ::1), link-local
+    /// (169.254.0.0/16, fe80::/10) or unspecified. By default they are left out, with a
+    /// warning on the Ingresses that route to them: whoever writes an EndpointSlice
+    /// could otherwise route a host to the controller's status port or to the node's
+    /// own services. For standalone mode with backends on this machine.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    allow_local_endpoints: bool,
     /// `NAMESPACE/NAME` of the controller ConfigMap.
     #[arg(long)]
     configmap: Option<String>,
@@ -119,6 +127,7 @@ impl ModelFlags {
             default_certificate: self.default_ssl_certificate.clone(),
             allow_snippet_annotations: self.allow_snippet_annotations,
             annotations_prefix: self.annotations_prefix.clone(),
+            allow_local_endpoints: self.allow_local_endpoints,
             now,
         }
     }
@@ -390,9 +399,16 @@ enum Command {
         /// Status port (`/healthz`, `/readyz`, `/metrics`, `/status/resources`).
         #[arg(long, default_value_t = 10254)]
         status_port: u16,
-        /// Address of the status port.
+        /// Address of the status port. `/healthz`, `/readyz` and `/metrics` answer on
+        /// every address (probes and Prometheus use the pod's); `/status/resources`,
+        /// which lists every namespace's Ingresses, hosts, Secrets and errors, only on
+        /// a loopback connection unless `--status-resources-public`.
         #[arg(long, default_value = "0.0.0.0")]
         status_address: std::net::IpAddr,
+        /// Answer `/status/resources` on every address of the status port, not only on
+        /// loopback (anyone who reaches the port then reads every tenant's state).
+        #[arg(long)]
+        status_resources_public: bool,
         /// Coalescing window for changes, in milliseconds.
         #[arg(long, default_value_t = 100)]
         coalesce_ms: u64,
@@ -474,6 +490,7 @@ async fn main() -> Result<()> {
             kube,
             status_port,
             status_address,
+            status_resources_public,
             coalesce_ms,
             min_reload_interval_ms,
             shutdown_grace_period,
@@ -493,6 +510,7 @@ async fn main() -> Result<()> {
                 manifests,
                 kube: kube.options(&flags.controller_class)?,
                 status: std::net::SocketAddr::new(status_address, status_port),
+                status_resources_public,
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),

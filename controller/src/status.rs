@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -123,16 +123,45 @@ impl Shared {
     }
 }
 
-/// Serves the status port until the process exits.
-pub async fn serve(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<()> {
+/// Serves the status port until the process exits. `/healthz`, `/readyz` and
+/// `/metrics` answer everyone (kubelet probes and Prometheus come to the pod's
+/// address); `/status/resources` names every namespace's Ingresses, hosts, Secrets and
+/// NGINX errors, so it answers only a loopback connection that NGINX did not proxy,
+/// unless `resources_public`.
+pub async fn serve(
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    resources_public: bool,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .route("/status/resources", get(resources))
+        .route(
+            "/status/resources",
+            get(move |state, peer, headers| resources(state, peer, headers, resources_public)),
+        )
         .with_state(shared);
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, app).await
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
+
+/// Whether `/status/resources` may answer a request from `peer` with `headers`: from
+/// loopback (IPv4-mapped included), and not proxied by Ferrule's NGINX, which sets
+/// `X-Forwarded-For` on every request it proxies (an endpoint of 127.0.0.1 allowed
+/// with `--allow-local-endpoints` would otherwise bring anyone's request here).
+pub fn resources_allowed(peer: SocketAddr, headers: &axum::http::HeaderMap) -> bool {
+    let ip = match peer.ip() {
+        std::net::IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+        v4 => v4,
+    };
+    ip.is_loopback() && !headers.contains_key("x-forwarded-for")
 }
 
 async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
@@ -150,6 +179,18 @@ async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     )
 }
 
-async fn resources(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    axum::Json(s.resources())
+async fn resources(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: axum::http::HeaderMap,
+    public: bool,
+) -> axum::response::Response {
+    if !public && !resources_allowed(peer, &headers) {
+        return (
+            StatusCode::FORBIDDEN,
+            "/status/resources answers only on loopback (--status-resources-public)\n",
+        )
+            .into_response();
+    }
+    axum::Json(s.resources()).into_response()
 }

@@ -30,6 +30,10 @@ pub struct Settings {
     /// The prefix of the annotations Ferrule reads, without its `/`
     /// (`--annotations-prefix`, default `nginx.ingress.kubernetes.io`).
     pub annotations_prefix: String,
+    /// Keep endpoints whose address is loopback, link-local or unspecified
+    /// (`--allow-local-endpoints`, default false: they are left out, with a problem
+    /// on the Ingresses that route to them).
+    pub allow_local_endpoints: bool,
     /// "Now" as seconds since the Unix epoch, for certificate expiry (kept as an
     /// input so that model building stays pure and deterministic).
     pub now: i64,
@@ -45,6 +49,7 @@ impl Default for Settings {
             default_certificate: None,
             allow_snippet_annotations: false,
             annotations_prefix: DEFAULT_ANNOTATIONS_PREFIX.to_owned(),
+            allow_local_endpoints: false,
             now: 0,
         }
     }

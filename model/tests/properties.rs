@@ -59,8 +59,9 @@ const SLICE_PORTS: [&[(&str, i32)]; 4] = [
     &[("http", 8081), ("metrics", 9091)],
     &[("", 8080)],
 ];
-const V4: [&str; 3] = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
-const V6: [&str; 3] = ["fd00::1", "fd00::2", "fd00::a"];
+/// Endpoint addresses; the last of each is local (left out unless allowed).
+const V4: [&str; 4] = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "127.0.0.1"];
+const V6: [&str; 4] = ["fd00::1", "fd00::2", "fd00::a", "fe80::1"];
 /// Secrets that may exist in each namespace: (name, cert, key, names it covers, valid).
 const SECRETS: [(&str, &str, &str, &str, bool); 4] = [
     ("tls-a", "a.crt", "a.key", "a.example.com", true),
@@ -128,6 +129,8 @@ struct World {
     /// Per (namespace, secret): whether it exists.
     secrets: Vec<bool>,
     watch_without_class: bool,
+    /// `--allow-local-endpoints`.
+    allow_local_endpoints: bool,
     seed: u64,
 }
 
@@ -178,7 +181,7 @@ fn slice_s() -> impl Strategy<Value = SliceS> {
         0..3usize,
         0..SLICE_PORTS.len(),
         prop::bool::weighted(0.3),
-        vec((0..3usize, ready), 0..4),
+        vec((0..V4.len(), ready), 0..4),
     )
         .prop_map(|(ns, svc, ports, v6, endpoints)| SliceS {
             ns,
@@ -196,16 +199,28 @@ fn world() -> impl Strategy<Value = World> {
         vec(slice_s(), 0..12),
         vec(any::<bool>(), 8),
         prop::bool::weighted(0.3),
+        any::<bool>(),
         any::<u64>(),
     )
         .prop_map(
-            |(ings, services, slices, secrets, watch_without_class, seed)| World {
+            |(
                 ings,
                 services,
                 slices,
                 secrets,
                 watch_without_class,
+                allow_local_endpoints,
                 seed,
+            )| {
+                World {
+                    ings,
+                    services,
+                    slices,
+                    secrets,
+                    watch_without_class,
+                    allow_local_endpoints,
+                    seed,
+                }
             },
         )
 }
@@ -301,6 +316,7 @@ fn snapshot_of(w: &World, objs: Vec<Value>) -> Snapshot {
     let mut snap = Snapshot::default();
     snap.settings.now = NOW;
     snap.settings.watch_without_class = w.watch_without_class;
+    snap.settings.allow_local_endpoints = w.allow_local_endpoints;
     for o in objs {
         objects::add(&mut snap, o, None).unwrap();
     }
@@ -615,7 +631,8 @@ fn check_invariants(w: &World, m: &Model) -> Result<(), TestCaseError> {
     }
 
     // (c) every backend's endpoints derive from the Service port (number or name) and
-    // the EndpointSlice port of the same name, ready endpoints only.
+    // the EndpointSlice port of the same name, ready endpoints only, local ones only
+    // where allowed.
     for (name, b) in &m.backends {
         let ns = NAMESPACES
             .iter()
@@ -649,7 +666,8 @@ fn check_invariants(w: &World, m: &Model) -> Result<(), TestCaseError> {
             };
             let pool = if s.v6 { V6 } else { V4 };
             for (a, ready) in &s.endpoints {
-                if *ready != Some(false) {
+                let local = *a == pool.len() - 1;
+                if *ready != Some(false) && (w.allow_local_endpoints || !local) {
                     want.insert((pool[*a].to_owned(), *port as u16));
                 }
             }

@@ -862,6 +862,94 @@ fn backend_endpoints_from_every_slice_ready_only_ipv4_and_ipv6() {
     );
 }
 
+/// An EndpointSlice is written by whoever may write one in its namespace: an address
+/// of the node itself (loopback, link-local, unspecified, also IPv4-mapped) would
+/// proxy a tenant's host to the controller's status port or the node's services.
+/// Such endpoints are left out, with a warning, unless `--allow-local-endpoints`.
+#[test]
+fn local_endpoints_are_left_out_unless_allowed() {
+    let yaml = |allow: bool| {
+        docs![
+            test_settings(json!({ "allowLocalEndpoints": allow })),
+            service("default/web", &[("http", 80, "web")]),
+            slice(
+                "default/web-v4",
+                "web",
+                &[("http", 8080)],
+                &[
+                    ("10.0.0.1", Some(true)),
+                    ("127.0.0.1", Some(true)),
+                    ("127.1.2.3", Some(true)),
+                    ("169.254.169.254", Some(true)),
+                    ("0.0.0.0", Some(true)),
+                ]
+            ),
+            slice(
+                "default/web-v6",
+                "web",
+                &[("http", 8080)],
+                &[
+                    ("fd00::1", Some(true)),
+                    ("::1", Some(true)),
+                    ("fe80::1", Some(true)),
+                    ("::", Some(true)),
+                    ("::ffff:127.0.0.1", Some(true)),
+                ]
+            ),
+            app("default/local", "127.0.0.1"),
+            ingress(
+                "default/x",
+                1,
+                "e.test",
+                &[
+                    ("/", "Prefix", "web", "http"),
+                    ("/local", "Prefix", "local", "80")
+                ]
+            ),
+        ]
+    };
+    let addresses = |m: &ferrule_model::Model, b: &str| -> Vec<String> {
+        m.backends[b]
+            .endpoints
+            .iter()
+            .map(|e| e.address.clone())
+            .collect()
+    };
+    let m = check(
+        &yaml(false),
+        &[
+            ("e.test", "/", "default_web_http"),
+            ("e.test", "/local", "503"),
+        ],
+    );
+    assert_eq!(addresses(&m, "default_web_http"), ["10.0.0.1", "fd00::1"]);
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/x",
+                "host e.test path /: Service default/web port http: endpoint 0.0.0.0:8080, \
+                 127.0.0.1:8080, 127.1.2.3:8080 and 5 more left out|--allow-local-endpoints",
+            ),
+            (
+                "Ingress default/x",
+                "path /local: Service default/local port 80: endpoint 127.0.0.1:8080 left out",
+            ),
+            (
+                "Ingress default/x",
+                "Service default/local port 80 has no ready endpoints; answering 503",
+            ),
+        ],
+    );
+    let m = check(&yaml(true), &[("e.test", "/local", "default_local_80")]);
+    assert_eq!(addresses(&m, "default_web_http").len(), 10);
+    assert!(
+        !m.problems.iter().any(|p| p.message.contains("left out")),
+        "{}",
+        problem_list(&m)
+    );
+}
+
 #[test]
 fn backend_no_ready_endpoints_is_503_with_warning() {
     let yaml = docs![

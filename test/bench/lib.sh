@@ -95,7 +95,7 @@ start_ferrule() {
     RUST_LOG=${RUST_LOG:-info} NO_COLOR=1 "$FERRULE" run --manifests "$man" \
         --nginx-prefix "$d/nginx" --nginx-modules "$MODULES" \
         --listen-address 127.0.0.1 --http-port "$http" --https-port "$https" \
-        --status-address 127.0.0.1 --status-port "$status" "$@" \
+        --status-address 127.0.0.1 --status-port "$status" --allow-local-endpoints "$@" \
         > "$d/ferrule.log" 2>&1 &
     echo $! > "$d/ferrule.pid"
 }

@@ -448,6 +448,9 @@ impl Renderer {
             .map(|l| l.path.as_str())
             .collect();
         let mut twins = Vec::new();
+        // Built for the first twin only, and once per host: each lookup then costs
+        // about the length of its path, not a compilation of every regex path.
+        let mut locator: Option<route::Locator<'_>> = None;
         for l in &s.locations {
             let Some(bare) = l.path.strip_suffix('/') else {
                 continue;
@@ -455,7 +458,10 @@ impl Renderer {
             if l.path_match != PathMatch::Exact || bare.is_empty() || named.contains(bare) {
                 continue;
             }
-            let mut twin = match route::location_for(s, bare) {
+            let by = locator
+                .get_or_insert_with(|| route::Locator::new(s))
+                .locate(bare);
+            let mut twin = match by {
                 Some(by) => location_view(model, by, "=", bare, tls_host),
                 None => default_location(model),
             };

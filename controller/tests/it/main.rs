@@ -16,3 +16,4 @@ mod njs;
 mod process;
 mod protocols;
 mod safety;
+mod tenants;

@@ -288,13 +288,17 @@ impl Ferrule {
         args.extend(source.iter().cloned());
         args.push("--nginx-prefix".into());
         args.push(prefix.path().join("nginx").to_string_lossy().into_owned());
-        for a in [
-            "--listen-address",
-            "127.0.0.1",
-            "--status-address",
-            "127.0.0.1",
-        ] {
-            args.push(a.into());
+        args.extend(["--listen-address".into(), "127.0.0.1".into()]);
+        if !extra.contains(&"--status-address") {
+            args.extend(["--status-address".into(), "127.0.0.1".into()]);
+        }
+        // The echo backends listen on loopback: allowed unless the test says
+        // (`--allow-local-endpoints=false`).
+        if !extra
+            .iter()
+            .any(|a| a.starts_with("--allow-local-endpoints"))
+        {
+            args.push("--allow-local-endpoints".into());
         }
         // Two workers unless the test asks otherwise.
         if !extra.contains(&"--worker-processes") {
@@ -867,6 +871,16 @@ impl Ferrule {
             .trim()
             .parse()
             .ok()
+    }
+
+    /// The CPU time the NGINX workers have spent so far, in nanoseconds (the
+    /// scheduler's count, `/proc/PID/schedstat`: finer than the clock ticks of `stat`).
+    pub fn workers_cpu_ns(&self) -> u64 {
+        self.worker_pids()
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/schedstat")).ok())
+            .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
     }
 
     /// The TCP ports NGINX (master or workers) listens on, as `ss` reports them.

@@ -16,10 +16,38 @@ pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 pub(crate) struct ServiceIndex<'a> {
     services: HashMap<(&'a str, &'a str), &'a Service>,
     slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
+    /// Keep loopback, link-local and unspecified addresses (`--allow-local-endpoints`).
+    allow_local: bool,
+}
+
+/// Whether NGINX, proxying to `ip`, would reach its own host rather than a pod:
+/// loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10, where cloud
+/// metadata services answer), unspecified or "this network" (0.0.0.0/8, ::), also
+/// written as an IPv4-mapped IPv6 address. An EndpointSlice is written by whoever
+/// may write one in its namespace: such an endpoint would proxy a tenant's host to
+/// the controller's status port, the balancer's answers or the node's services.
+pub(crate) fn is_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_link_local() || v4.octets()[0] == 0,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_local(IpAddr::V4(v4)),
+            None => v6.is_loopback() || v6.is_unspecified() || v6.is_unicast_link_local(),
+        },
+    }
+}
+
+/// The ready endpoints of a Service port, and those left out as local ([`is_local`]).
+pub(crate) struct PortEndpoints {
+    pub(crate) kept: Vec<Endpoint>,
+    pub(crate) dropped: Vec<Endpoint>,
 }
 
 impl<'a> ServiceIndex<'a> {
-    pub(crate) fn new(services: &'a [Arc<Service>], slices: &'a [Arc<EndpointSlice>]) -> Self {
+    pub(crate) fn new(
+        services: &'a [Arc<Service>],
+        slices: &'a [Arc<EndpointSlice>],
+        allow_local: bool,
+    ) -> Self {
         let mut by_name = HashMap::with_capacity(services.len());
         for s in services {
             by_name.insert(key(&s.metadata), &**s);
@@ -43,15 +71,22 @@ impl<'a> ServiceIndex<'a> {
         Self {
             services: by_name,
             slices: by_service,
+            allow_local,
         }
     }
 
-    /// Resolves an Ingress backend to a model backend (without balancing settings).
-    /// The error is the problem message, naming the Service and port.
-    pub(crate) fn resolve(&self, ns: &str, b: &IngressServiceBackend) -> Result<Backend, String> {
+    /// Resolves an Ingress backend to a model backend (without balancing settings),
+    /// with the endpoints left out as local. The error is the problem message,
+    /// naming the Service and port.
+    pub(crate) fn resolve(
+        &self,
+        ns: &str,
+        b: &IngressServiceBackend,
+    ) -> Result<(Backend, Vec<Endpoint>), String> {
         let (name, service_port, port, _) = self.port_of(ns, b, "")?;
-        let endpoints = self.endpoints(ns, &b.name, port);
-        Ok(backend(ns, &b.name, name, service_port, endpoints, false))
+        let PortEndpoints { kept, dropped } = self.endpoints(ns, &b.name, port);
+        let backend = backend(ns, &b.name, name, service_port, kept, false);
+        Ok((backend, dropped))
     }
 
     /// The backend of `service-upstream`: the Service's ClusterIP and port as its one
@@ -62,7 +97,7 @@ impl<'a> ServiceIndex<'a> {
         &self,
         ns: &str,
         b: &IngressServiceBackend,
-    ) -> Result<Option<Backend>, String> {
+    ) -> Result<Option<(Backend, Vec<Endpoint>)>, String> {
         let (name, service_port, port, svc) = self.port_of(ns, b, "_cluster-ip")?;
         let ip = svc
             .spec
@@ -81,18 +116,17 @@ impl<'a> ServiceIndex<'a> {
                     b.name
                 )
             })?;
-        let endpoints = vec![Endpoint {
+        let endpoint = Endpoint {
             address: ip.to_string(),
             port: number,
-        }];
-        Ok(Some(backend(
-            ns,
-            &b.name,
-            name,
-            service_port,
-            endpoints,
-            true,
-        )))
+        };
+        let (kept, dropped) = if is_local(ip) && !self.allow_local {
+            (Vec::new(), vec![endpoint])
+        } else {
+            (vec![endpoint], Vec::new())
+        };
+        let backend = backend(ns, &b.name, name, service_port, kept, true);
+        Ok(Some((backend, dropped)))
     }
 
     /// The backend's name (the Service's, port and `suffix`), its Service port as the
@@ -161,15 +195,19 @@ impl<'a> ServiceIndex<'a> {
             Err(_) => named,
         };
         let port = ports.iter().find(|p| port_ref.matches(p))?;
-        Some(self.endpoints(ns, svc, port))
+        Some(self.endpoints(ns, svc, port).kept)
     }
 
-    /// Which ports of the Service have no ready endpoints, in the Service's order.
-    pub(crate) fn ports_without_endpoints(&self, ns: &str, svc: &str) -> Vec<bool> {
+    /// What the problems reported on the Service's ports depend on, in the Service's
+    /// order: whether each has no ready endpoints, and the endpoints left out as local.
+    pub(crate) fn endpoint_problems(&self, ns: &str, svc: &str) -> Vec<(bool, Vec<Endpoint>)> {
         self.ports(ns, svc)
             .unwrap_or_default()
             .iter()
-            .map(|p| self.endpoints(ns, svc, p).is_empty())
+            .map(|p| {
+                let e = self.endpoints(ns, svc, p);
+                (e.kept.is_empty(), e.dropped)
+            })
             .collect()
     }
 
@@ -183,8 +221,9 @@ impl<'a> ServiceIndex<'a> {
     }
 
     /// Ready endpoints of every EndpointSlice of the Service, for the slice port whose
-    /// name equals the Service port's name (that is how the target port is published).
-    fn endpoints(&self, ns: &str, svc: &str, port: &ServicePort) -> Vec<Endpoint> {
+    /// name equals the Service port's name (that is how the target port is published);
+    /// local ones ([`is_local`]) apart unless they are allowed.
+    fn endpoints(&self, ns: &str, svc: &str, port: &ServicePort) -> PortEndpoints {
         let want = port.name.as_deref().unwrap_or_default();
         let slices = self.slices.get(&(ns, svc)).map_or(&[][..], Vec::as_slice);
         let capacity = slices
@@ -192,6 +231,7 @@ impl<'a> ServiceIndex<'a> {
             .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
             .sum();
         let mut out = Vec::with_capacity(capacity);
+        let mut dropped = Vec::new();
         for slice in slices {
             if slice.address_type == "FQDN" {
                 continue;
@@ -216,21 +256,28 @@ impl<'a> ServiceIndex<'a> {
                     // Rust's IPv4 parser accepts only the canonical dotted form, so a
                     // parsed IPv4 address is kept as written (no formatting per endpoint);
                     // IPv6 is normalised.
-                    let address = match addr.parse::<IpAddr>() {
-                        Ok(IpAddr::V4(_)) => addr.clone(),
-                        Ok(ip @ IpAddr::V6(_)) => ip.to_string(),
+                    let (ip, address) = match addr.parse::<IpAddr>() {
+                        Ok(ip @ IpAddr::V4(_)) => (ip, addr.clone()),
+                        Ok(ip @ IpAddr::V6(_)) => (ip, ip.to_string()),
                         Err(_) => continue,
                     };
-                    out.push(Endpoint {
+                    let endpoint = Endpoint {
                         address,
                         port: target,
-                    });
+                    };
+                    if !self.allow_local && is_local(ip) {
+                        dropped.push(endpoint);
+                    } else {
+                        out.push(endpoint);
+                    }
                 }
             }
         }
-        out.sort();
-        out.dedup();
-        out
+        for v in [&mut out, &mut dropped] {
+            v.sort();
+            v.dedup();
+        }
+        PortEndpoints { kept: out, dropped }
     }
 }
 

@@ -65,12 +65,14 @@ pub fn build_endpoint_change(
         })
         .cloned()
         .collect();
-    let before = ServiceIndex::new(&services, &slices_before);
-    let after = ServiceIndex::new(&services, &slices_after);
-    // A port without ready endpoints is a problem on every Ingress that routes to it,
-    // also where the backend is not kept (an ignored spec.defaultBackend).
+    let allow_local = next.settings.allow_local_endpoints;
+    let before = ServiceIndex::new(&services, &slices_before, allow_local);
+    let after = ServiceIndex::new(&services, &slices_after, allow_local);
+    // A port without ready endpoints, or with local ones left out, is a problem on
+    // every Ingress that routes to it, also where the backend is not kept (an ignored
+    // spec.defaultBackend).
     for &(ns, svc) in &touched {
-        if before.ports_without_endpoints(ns, svc) != after.ports_without_endpoints(ns, svc) {
+        if before.endpoint_problems(ns, svc) != after.endpoint_problems(ns, svc) {
             return None;
         }
     }

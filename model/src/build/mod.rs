@@ -37,7 +37,12 @@ pub fn build(snap: &Snapshot) -> Model {
     );
     let mut b = Builder {
         snap,
-        index: backends::ServiceIndex::new(&snap.services, &snap.endpoint_slices),
+        index: backends::ServiceIndex::new(
+            &snap.services,
+            &snap.endpoint_slices,
+            snap.settings.allow_local_endpoints,
+        ),
+        dropped_endpoints: HashMap::new(),
         secrets: snap
             .secrets
             .iter()
@@ -175,6 +180,8 @@ struct Builder<'a> {
     resolved: HashMap<String, Result<String, String>>,
     /// Scratch buffer for `resolved` keys.
     key_buf: String,
+    /// The endpoints left out of each backend as local (see `backends::is_local`).
+    dropped_endpoints: HashMap<String, Vec<Endpoint>>,
     /// Who set each balancing setting of a backend (see [`BalancingOwners`]).
     balancing: HashMap<String, BalancingOwners>,
     /// The canary Ingress attached to each primary backend (the oldest wins).
@@ -597,8 +604,11 @@ impl Builder<'_> {
                 // A new backend balances as the ConfigMap's load-balance says until an
                 // Ingress's annotations say otherwise (set_balancing).
                 let load_balance = self.global.load_balance;
-                let res = res.map(|mut b| {
+                let res = res.map(|(mut b, dropped)| {
                     let name = b.name.clone();
+                    if !dropped.is_empty() {
+                        self.dropped_endpoints.insert(name.clone(), dropped);
+                    }
                     self.backends.entry(name.clone()).or_insert_with(|| {
                         b.balancing.load_balance = load_balance;
                         b
@@ -620,6 +630,30 @@ impl Builder<'_> {
                         svc.name
                     );
                     self.problem(r, Severity::Warning, ProblemKind::Other, msg);
+                }
+                if let Some(dropped) = self.dropped_endpoints.get(&name) {
+                    let shown: Vec<String> = dropped
+                        .iter()
+                        .take(3)
+                        .map(|e| match e.address.contains(':') {
+                            true => format!("[{}]:{}", e.address, e.port),
+                            false => format!("{}:{}", e.address, e.port),
+                        })
+                        .collect();
+                    let more = match dropped.len() - shown.len() {
+                        0 => String::new(),
+                        n => format!(" and {n} more"),
+                    };
+                    let msg = format!(
+                        "{}: Service {ns}/{} port {}: endpoint {}{more} left out: loopback, \
+                         link-local and unspecified addresses reach the node or the controller \
+                         itself, not a pod (--allow-local-endpoints allows them)",
+                        what(),
+                        svc.name,
+                        self.backends[&name].service_port,
+                        shown.join(", "),
+                    );
+                    self.problem(r, Severity::Warning, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
                     let outcome = match canary {

@@ -270,7 +270,7 @@ pub fn config_map(data: &[(&str, &str)]) -> Value {
 
 /// A pseudo-document only the tests read: controller settings, so that a rule table
 /// stays one YAML string. Fields: `watchWithoutClass`, `defaultBackendService`,
-/// `defaultSslCertificate`, `now`.
+/// `defaultSslCertificate`, `allowLocalEndpoints`, `now`.
 pub fn test_settings(fields: Value) -> Value {
     json!({ "kind": "TestSettings", "spec": fields })
 }
@@ -365,6 +365,9 @@ pub fn snapshot(manifests: &str) -> Snapshot {
             }
             if let Some(d) = spec["defaultSslCertificate"].as_str() {
                 s.default_certificate = Some(d.to_owned());
+            }
+            if let Some(b) = spec["allowLocalEndpoints"].as_bool() {
+                s.allow_local_endpoints = b;
             }
             if let Some(n) = spec["now"].as_i64() {
                 s.now = n;

@@ -1066,3 +1066,80 @@ fn the_fast_path_wraps_the_lua_balancer() {
         );
     }
 }
+
+/// One host with `n` Exact paths ending in `/` (each needs a twin for its bare path,
+/// routed as the model routes it) and `n` regex paths, from two Ingresses.
+fn exact_and_regex_paths(n: usize) -> Model {
+    let rule = |paths: String| {
+        format!("  rules:\n  - host: many.example.com\n    http:\n      paths:\n{paths}")
+    };
+    let path = |p: String, kind: &str| {
+        format!(
+            "      - {{ path: \"{p}\", pathType: {kind}, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}\n"
+        )
+    };
+    let exact: String = (0..n).map(|i| path(format!("/e{i}/"), "Exact")).collect();
+    let regex: String = (0..n)
+        .map(|i| path(format!("/r{i}/[a-z]+/(v1|v2)/.*"), "ImplementationSpecific"))
+        .collect();
+    model(
+        &format!(
+            r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{ name: exact, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }}
+spec:
+{}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: regex
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:01Z"
+  annotations: {{ nginx.ingress.kubernetes.io/use-regex: "true" }}
+spec:
+{}
+"#,
+            rule(exact),
+            rule(regex)
+        ),
+        Settings::default(),
+    )
+}
+
+/// A user's Ingress of a few hundred paths must not make every render (every reload
+/// of every tenant) take minutes: naming the bare path of each Exact `/foo/` once
+/// looked it up against every regex path of the host, each compiled again. 8 times
+/// the paths may cost 8 times as much (24 allows for noise); a quadratic render costs
+/// 64 times as much (fastest of several runs each).
+#[test]
+fn the_render_is_linear_in_the_paths_of_a_host() {
+    let renderer = Renderer::new(opts("/ferrule"));
+    let fastest = |m: &Model, runs: usize| {
+        (0..runs)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                std::hint::black_box(renderer.render(m).unwrap());
+                start.elapsed()
+            })
+            .min()
+            .unwrap()
+    };
+    let (small, large) = (exact_and_regex_paths(25), exact_and_regex_paths(200));
+    let twins = |m: &Model| {
+        renderer.render(m).unwrap()["conf/servers/host_many.example.com.conf"]
+            .text
+            .matches("location = \"/e")
+            .count()
+    };
+    // each Exact `/eN/` and its twin `/eN`
+    assert_eq!(twins(&large), 400);
+    fastest(&small, 3);
+    let (base, took) = (fastest(&small, 10), fastest(&large, 5));
+    let ratio = took.as_secs_f64() / base.as_secs_f64();
+    assert!(
+        ratio < 24.0,
+        "400 paths took {took:?}, 50 paths {base:?}: {ratio:.0} times as long"
+    );
+}

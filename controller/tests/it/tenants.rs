@@ -1,0 +1,231 @@
+//! Issue 17, "no tenant can hurt another": what one namespace's objects can do to the
+//! others' traffic, readiness and privacy, through the real NGINX.
+
+use crate::support::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+
+/// Regex paths are compiled by PCRE, which backtracks: a path that the model accepts
+/// must not let a crafted URI hold a worker that serves every tenant. The worst the
+/// model accepts, on URIs made to make them backtrack, costs the workers little more
+/// than a plain path (CPU time of the workers, compared in the same run); the
+/// polynomial ones are refused and reported.
+#[tokio::test]
+async fn a_regex_path_cannot_hold_the_workers() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("evil", "app", &[echo.addr]));
+    m.write("good.yaml", &service("good", "app", &[echo.addr]));
+    let alternatives = |n: usize| "(a|a)".repeat(n);
+    m.write(
+        "regex.yaml",
+        &Ing::new("evil", "regex", T0)
+            .nginx("use-regex", "true")
+            .rule(
+                "regex.test",
+                &[
+                    // refused: eight stars that take the same characters
+                    ("/r/a*a*a*a*a*a*a*a*b", "ImplementationSpecific", "app"),
+                    // at the bounds: one star that gives back, 16 ways around it;
+                    // 2^18 ways without one
+                    (
+                        &format!("/w/.*{}c", alternatives(4)),
+                        "ImplementationSpecific",
+                        "app",
+                    ),
+                    (
+                        &format!("/v/{}c", alternatives(18)),
+                        "ImplementationSpecific",
+                        "app",
+                    ),
+                ],
+            )
+            .yaml(),
+    );
+    m.write(
+        "plain.yaml",
+        &Ing::new("good", "plain", T0)
+            .rule("plain.test", &[("/plain", "Prefix", "app")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let long = "a".repeat(7000);
+    assert_eq!(f.get("plain.test", &format!("/plain/{long}")).await.0, 200);
+    assert_eq!(f.get("regex.test", "/v/aaaaaaaaaaaaaaaaaac").await.0, 200);
+    assert_eq!(f.get("regex.test", "/w/xaaaac").await.0, 200);
+
+    // CPU time per request of the workers, `rounds` times each URI, fastest of 3.
+    let cost = async |host: &str, uris: &[String], rounds: usize| {
+        let mut best = u64::MAX;
+        for _ in 0..3 {
+            let before = f.workers_cpu_ns();
+            for _ in 0..rounds {
+                for u in uris {
+                    f.get(host, u).await;
+                }
+            }
+            best = best.min(f.workers_cpu_ns() - before);
+        }
+        best / (rounds * uris.len()) as u64
+    };
+    let crafted = [
+        format!("/r/{}cb", &long[..100]),
+        format!("/w/{long}xc"),
+        format!("/v/{}xc", &long[..18]),
+    ];
+    let plain = cost("plain.test", &[format!("/plain/{long}xc")], 30).await;
+    let hostile = cost("regex.test", &crafted, 10).await;
+    assert!(
+        hostile < 20 * plain.max(1),
+        "a crafted request costs the workers {hostile} ns, a plain one {plain} ns"
+    );
+
+    let r = f.resource("Ingress", "evil", "regex").await.unwrap();
+    assert_eq!(r["state"], "rejected", "{r}");
+    let msg = r["message"].as_str().unwrap();
+    assert!(
+        msg.contains("path \"/r/a*a*a*a*a*a*a*a*b\"") && msg.contains("steps"),
+        "{msg}"
+    );
+    assert!(!msg.contains("/w/") && !msg.contains("/v/"), "{msg}");
+}
+
+/// An address of this machine that is not loopback (the status port's answer to a
+/// remote client), if it has one.
+fn non_loopback_address() -> Option<std::net::IpAddr> {
+    let out = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse().ok())
+        .find(|ip: &std::net::IpAddr| !ip.is_loopback())
+}
+
+/// A GET of `http://ADDR:PORT/PATH` from source address `from`: (status, body).
+async fn get_from(
+    from: std::net::IpAddr,
+    addr: std::net::IpAddr,
+    port: u16,
+    path: &str,
+) -> (u16, String) {
+    let c = reqwest::Client::builder()
+        .local_address(from)
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let r = c
+        .get(format!(
+            "http://{}{path}",
+            std::net::SocketAddr::new(addr, port)
+        ))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Whoever may write an EndpointSlice in a namespace chooses its addresses: one of
+/// 127.0.0.1 and the status port would proxy a public host to `/status/resources`
+/// (every tenant's Ingresses, hosts, Secret names and errors). Without
+/// `--allow-local-endpoints` (the default) such endpoints are left out and reported.
+#[tokio::test]
+async fn a_local_endpoint_is_left_out_and_reported() {
+    let m = Manifests::new();
+    m.write("ns.yaml", &ingress_class("unused", false));
+    let f = Ferrule::start(m.path(), &["--allow-local-endpoints=false"]).await;
+    let local: std::net::SocketAddr = format!("127.0.0.1:{}", f.status).parse().unwrap();
+    m.write("svc.yaml", &service("evil", "peek", &[local]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("evil", "peek", T0)
+            .rule("peek.test", &[("/", "Prefix", "peek")])
+            .yaml(),
+    );
+    let reported = wait_until(std::time::Duration::from_secs(10), || async {
+        f.resource("Ingress", "evil", "peek")
+            .await
+            .is_some_and(|r| {
+                r["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains(&format!("endpoint {local} left out"))
+            })
+    })
+    .await;
+    assert!(
+        reported,
+        "{:?}\n{}",
+        f.resource("Ingress", "evil", "peek").await,
+        f.logs()
+    );
+    let (status, body) = f.get("peek.test", "/status/resources").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(f.get_status("/readyz").await.0, 200);
+
+    // A backend on another address of this machine (the same port: one Service
+    // port) is still served, and only it.
+    if let Some(ip) = non_loopback_address() {
+        let echo = Echo::start_on(&ip.to_string(), f.status).await;
+        m.write("svc.yaml", &service("evil", "peek", &[local, echo.addr]));
+        let served = wait_until(std::time::Duration::from_secs(10), || async {
+            f.backend("peek.test", "/").await == (200, echo.addr.to_string())
+        })
+        .await;
+        assert!(served, "{}", f.logs());
+        for _ in 0..4 {
+            assert_eq!(f.backend("peek.test", "/").await.1, echo.addr.to_string());
+        }
+    }
+}
+
+/// `/status/resources` answers only on loopback (unless `--status-resources-public`),
+/// and not through NGINX; the probes and metrics answer on every address.
+#[tokio::test]
+async fn status_resources_answer_only_on_loopback() {
+    let Some(ip) = non_loopback_address() else {
+        eprintln!("skipped: this machine has no address but loopback");
+        return;
+    };
+    let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+    let m = Manifests::new();
+    m.write("ns.yaml", &ingress_class("unused", false));
+    let f = Ferrule::start(m.path(), &["--status-address", "0.0.0.0"]).await;
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(get_from(ip, ip, f.status, path).await.0, 200, "{path}");
+    }
+    let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("--status-resources-public"), "{body}");
+    let (status, body) = get_from(loopback, loopback, f.status, "/status/resources").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with('['), "{body}");
+
+    // Through NGINX, from loopback (endpoints of 127.0.0.1 allowed here): NGINX
+    // reaches the port, but not the resources.
+    let local: std::net::SocketAddr = format!("127.0.0.1:{}", f.status).parse().unwrap();
+    m.write("svc.yaml", &service("evil", "peek", &[local]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("evil", "peek", T0)
+            .rule("peek.test", &[("/", "Prefix", "peek")])
+            .yaml(),
+    );
+    let proxied = wait_until(std::time::Duration::from_secs(10), || async {
+        f.get("peek.test", "/healthz").await.0 == 200
+    })
+    .await;
+    assert!(proxied, "{}", f.logs());
+    assert_eq!(f.get("peek.test", "/status/resources").await.0, 403);
+    drop(f);
+
+    let f = Ferrule::start(
+        m.path(),
+        &["--status-address", "0.0.0.0", "--status-resources-public"],
+    )
+    .await;
+    let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"peek\""), "{body}");
+}
