@@ -242,6 +242,7 @@ mod tests {
             tls: None,
             owner: None,
             server_snippet: None,
+            client_certificates: None,
             locations: vec![
                 loc("/", Prefix),
                 loc("/foo", Prefix),

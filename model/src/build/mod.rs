@@ -653,7 +653,7 @@ impl Builder<'_> {
                         self.backends[&name].service_port,
                         shown.join(", "),
                     );
-                    self.problem(r, Severity::Warning, msg);
+                    self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
                     let outcome = match canary {
