@@ -1,0 +1,146 @@
+//! The access-control families' Secrets, read and checked for one Ingress
+//! (basic auth's users, client certificates' CA): what cannot be set up rejects
+//! the Ingress, with a message naming the annotation and the Secret.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::networking::v1::Ingress;
+
+use super::Builder;
+use crate::annotations::{self, IngressAnnotations};
+use crate::model::ResourceRef;
+
+impl Builder<'_> {
+    /// The basic authentication of Ingress `r`: its Secret (of `r`'s namespace)
+    /// read and checked.
+    pub(super) fn basic_auth(
+        &self,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+    ) -> Result<Option<annotations::BasicAuth>, String> {
+        use annotations::basic_auth::{self, SecretType};
+        let Some(ann) = &a.basic_auth else {
+            return Ok(None);
+        };
+        let (ns, name) = ann
+            .secret
+            .split_once('/')
+            .unwrap_or((r.namespace.as_str(), ann.secret.as_str()));
+        let what = format!("auth-secret {}", ann.secret);
+        if ns != r.namespace {
+            return Err(format!(
+                "{what}: a Secret of another namespace is not read (it must be in {})",
+                r.namespace
+            ));
+        }
+        let secret = self
+            .secrets
+            .get(&(ns, name))
+            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
+        let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for (k, v) in secret.data.iter().flatten() {
+            entries.insert(k.clone(), v.0.clone());
+        }
+        for (k, v) in secret.string_data.iter().flatten() {
+            entries.insert(k.clone(), v.clone().into_bytes());
+        }
+        let text = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .map(str::to_owned)
+                .map_err(|_| format!("{what}: not UTF-8"))
+        };
+        let users = match ann.secret_type {
+            SecretType::AuthFile => {
+                let file = entries
+                    .get("auth")
+                    .ok_or_else(|| format!("{what}: the Secret has no key \"auth\""))?;
+                basic_auth::htpasswd_users(text(file)?.lines())
+            }
+            SecretType::AuthMap => {
+                let mut lines = Vec::new();
+                for (user, hash) in &entries {
+                    lines.push((user.clone(), text(hash)?));
+                }
+                basic_auth::map_users(lines.iter().map(|(u, h)| (u.as_str(), h.as_str())))
+            }
+        }
+        .map_err(|e| format!("{what}: {e}"))?;
+        Ok(Some(annotations::BasicAuth {
+            realm: ann.realm.clone(),
+            secret: format!("{ns}/{name}"),
+            users,
+        }))
+    }
+
+    /// The client certificate settings of Ingress `r`: its Secret (of `r`'s
+    /// namespace) read and checked, and none of its hosts already served (by an
+    /// older Ingress) with other settings: server-level, the oldest decides, and a
+    /// younger Ingress is not served with less than it asked for.
+    pub(super) fn client_certificates(
+        &self,
+        ing: &Ingress,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+    ) -> Result<Option<annotations::ClientCertificates>, String> {
+        use annotations::client_certificates as cc;
+        let Some(ann) = &a.client_certificates else {
+            return Ok(None);
+        };
+        let (ns, name) = ann
+            .secret
+            .split_once('/')
+            .unwrap_or((r.namespace.as_str(), ann.secret.as_str()));
+        let what = format!("auth-tls-secret {}", ann.secret);
+        if ns != r.namespace {
+            return Err(format!(
+                "{what}: a Secret of another namespace is not read (it must be in {})",
+                r.namespace
+            ));
+        }
+        let secret = self
+            .secrets
+            .get(&(ns, name))
+            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
+        let field = |key: &str| -> Option<String> {
+            secret
+                .data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .or_else(|| {
+                    secret
+                        .string_data
+                        .as_ref()
+                        .and_then(|d| d.get(key))
+                        .cloned()
+                })
+        };
+        let ca = field("ca.crt").ok_or_else(|| format!("{what}: the Secret has no ca.crt"))?;
+        let ca = cc::ca_bundle(&ca).map_err(|e| format!("{what}: ca.crt: {e}"))?;
+        let crl = field("ca.crl")
+            .map(|c| cc::crl(&c).map_err(|e| format!("{what}: ca.crl: {e}")))
+            .transpose()?;
+        let certs = annotations::ClientCertificates {
+            secret: format!("{ns}/{name}"),
+            ca,
+            crl,
+            settings: ann.settings.clone(),
+        };
+        let hosts = ing
+            .spec
+            .iter()
+            .flat_map(|s| s.rules.iter().flatten())
+            .filter_map(|rule| rule.host.as_deref());
+        for host in hosts {
+            if let Some(older) = self.servers.get(&host.to_ascii_lowercase())
+                && older.client_certificates.as_ref() != Some(&certs)
+            {
+                return Err(format!(
+                    "host {host}: client certificate settings are the host's oldest Ingress's ({}), which sets others",
+                    older.owner
+                ));
+            }
+        }
+        Ok(Some(certs))
+    }
+}
