@@ -37,6 +37,13 @@ pub struct StateLabel {
     pub state: String,
 }
 
+/// Label: which figure of a store.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabel {
+    /// `capacity` or `free`.
+    pub state: String,
+}
+
 /// Every metric Ferrule exports.
 pub struct Metrics {
     registry: Registry,
@@ -64,6 +71,9 @@ pub struct Metrics {
     /// Manifest files (standalone mode) that do not load: each keeps its last
     /// version that did.
     pub manifest_errors: Gauge,
+    /// The Lua balancer's certificate store (`--certificate-store-size`): its size
+    /// and its free bytes, after the last sync that changed it (absent with njs).
+    pub certificate_store_bytes: Family<StoreLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -123,6 +133,12 @@ impl Default for Metrics {
             "Manifest files that do not load (standalone mode)",
             manifest_errors.clone(),
         );
+        let certificate_store_bytes = Family::<StoreLabel, Gauge>::default();
+        registry.register(
+            "certificate_store_bytes",
+            "The balancer's certificate store: capacity and free bytes (whole free pages)",
+            certificate_store_bytes.clone(),
+        );
         Self {
             registry,
             reloads,
@@ -136,6 +152,7 @@ impl Default for Metrics {
             nginx_restarts,
             config_tests,
             manifest_errors,
+            certificate_store_bytes,
         }
     }
 }
@@ -157,6 +174,17 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .inc();
+    }
+
+    /// Sets the certificate store's figures.
+    pub fn certificate_store(&self, capacity: u64, free: u64) {
+        for (state, bytes) in [("capacity", capacity), ("free", free)] {
+            self.certificate_store_bytes
+                .get_or_create(&StoreLabel {
+                    state: state.to_owned(),
+                })
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts a dynamic update.
