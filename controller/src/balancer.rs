@@ -84,6 +84,33 @@ impl Posted {
     }
 }
 
+/// An object the API refused, as reported on the resources it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// [`BACKENDS`] (`name` is a backend), [`CERTIFICATES`] (`name` is a host), or
+    /// [`DEFAULT_CERTIFICATE`] (`name` is empty).
+    pub kind: &'static str,
+    /// The backend or host.
+    pub name: String,
+    /// Why, as the API said.
+    pub message: String,
+    /// Refused for want of room in the store (507), not for what it holds: posted
+    /// again once something leaves the store.
+    pub full: bool,
+}
+
+/// The kind of a refused default certificate.
+pub const DEFAULT_CERTIFICATE: &str = "default certificate";
+
+/// A refused object as the client remembers it: not posted again while its digest
+/// is the same (a full store's refusal: until something leaves the store).
+#[derive(Debug, Clone)]
+struct Refusal {
+    digest: Digest,
+    message: String,
+    full: bool,
+}
+
 /// At most this many objects per POST: a full sync at 10k backends in one body
 /// needed tens of MB in the controller and in the Lua decoder at once.
 const CHUNK: usize = 1000;
@@ -104,8 +131,16 @@ pub struct BalancerClient {
     backends: BTreeMap<String, Digest>,
     certificates: BTreeMap<String, Digest>,
     /// Objects the API refused, as they were refused (not retried while unchanged).
-    refused_backends: BTreeMap<String, Digest>,
-    refused_certificates: BTreeMap<String, Digest>,
+    refused_backends: BTreeMap<String, Refusal>,
+    refused_certificates: BTreeMap<String, Refusal>,
+    /// Why the fallback certificate was refused, if it was.
+    refused_default: Option<Refusal>,
+    /// The certificate store's size and free bytes, as the API last said (Lua only).
+    certificate_store: Option<(u64, u64)>,
+    /// The hosts whose certificates the store held before [`BalancerClient::reset`]:
+    /// posted first into the new store, so that when it cannot take everything, the
+    /// hosts that were served keep their certificates and what came last is refused.
+    stored_before_reset: std::collections::BTreeSet<String>,
     /// The digest of each backend of the last synced model, with the backend it was
     /// computed from: a backend the next model shares (the build's endpoint fast path
     /// copies only the backends it changes) is not hashed again.
@@ -142,6 +177,9 @@ impl BalancerClient {
             certificates: BTreeMap::new(),
             refused_backends: BTreeMap::new(),
             refused_certificates: BTreeMap::new(),
+            refused_default: None,
+            certificate_store: None,
+            stored_before_reset: Default::default(),
             digests: BTreeMap::new(),
             default_certificate: None,
             certificates_posted: None,
@@ -177,21 +215,72 @@ impl BalancerClient {
     /// Forgets what the store holds (after NGINX restarted: its shared memory is new).
     pub fn reset(&mut self) {
         self.backends.clear();
-        self.certificates.clear();
+        if !self.certificates.is_empty() {
+            self.stored_before_reset = std::mem::take(&mut self.certificates).into_keys().collect();
+        }
         self.refused_backends.clear();
         self.refused_certificates.clear();
+        self.refused_default = None;
+        self.certificate_store = None;
         self.certificates_posted = None;
         self.posted_default = None;
         self.store_unread = true;
     }
 
+    /// What the API refuses now: each refused object until it changes (or, refused
+    /// for want of room, until something leaves the store).
+    pub fn refused(&self) -> Vec<Refused> {
+        let each = |kind, map: &BTreeMap<String, Refusal>| {
+            map.iter()
+                .map(|(name, r)| Refused {
+                    kind,
+                    name: name.clone(),
+                    message: r.message.clone(),
+                    full: r.full,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out = each(BACKENDS, &self.refused_backends);
+        out.extend(each(CERTIFICATES, &self.refused_certificates));
+        out.extend(self.refused_default.iter().map(|r| Refused {
+            kind: DEFAULT_CERTIFICATE,
+            name: String::new(),
+            message: r.message.clone(),
+            full: r.full,
+        }));
+        out
+    }
+
+    /// The certificate store's size and free bytes (whole free pages), as the API
+    /// said after the last sync that changed it; `None` when it does not say (njs).
+    pub fn certificate_store(&self) -> Option<(u64, u64)> {
+        self.certificate_store
+    }
+
+    /// Reads the certificate store's size and free bytes (`GET
+    /// /configuration/version`); keeps the last known on failure.
+    async fn read_certificate_store(&mut self) {
+        let Ok(r) = self.request("GET", "/configuration/version", None).await else {
+            return;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&r.body) else {
+            return;
+        };
+        let c = &v["certificates"];
+        if let (Some(capacity), Some(free)) = (c["capacity"].as_u64(), c["free_space"].as_u64()) {
+            self.certificate_store = Some((capacity, free));
+        }
+    }
+
     /// Posts what differs between the store and `model`, retrying with backoff.
     ///
     /// The delta goes in one POST per kind. If the API refuses it (4xx: an object
-    /// fails its validation), the removals and then every changed object are posted
-    /// one by one, so that the valid ones are applied and only the invalid ones are
-    /// reported in [`Posted::rejected`]. Errors are returned only when nothing could
-    /// be applied (socket unreachable, token refused, store full, ...).
+    /// fails its validation; 507: the store has no room for one), the removals and
+    /// then every changed object are posted one by one, so that the others are
+    /// applied and only the refused ones are reported in [`Posted::rejected`] (and
+    /// [`BalancerClient::refused`]): one tenant's object that does not fit is that
+    /// tenant's problem, not a failed sync. Errors are returned only when nothing
+    /// could be applied (socket unreachable, token refused, ...).
     pub async fn sync(&mut self, model: &Model) -> Result<Posted, SyncError> {
         let mut posted = Posted::default();
         self.digests.retain(|n, _| model.backends.contains_key(n));
@@ -213,19 +302,23 @@ impl BalancerClient {
         }
         let digests = &self.digests;
         self.refused_backends
-            .retain(|n, d| digests.get(n).is_some_and(|(_, seen)| seen == d));
-        let changed: Vec<(&Backend, Digest)> = wanted
-            .into_iter()
-            .filter(|(b, d)| {
-                self.backends.get(&b.name) != Some(d)
-                    && self.refused_backends.get(&b.name) != Some(d)
-            })
-            .collect();
+            .retain(|n, r| digests.get(n).is_some_and(|(_, seen)| *seen == r.digest));
         let mut removed: Vec<String> = self
             .backends
             .keys()
             .filter(|n| !model.backends.contains_key(*n))
             .cloned()
+            .collect();
+        // What leaves the store makes room for what it refused as full.
+        if !removed.is_empty() {
+            self.refused_backends.retain(|_, r| !r.full);
+        }
+        let changed: Vec<(&Backend, Digest)> = wanted
+            .into_iter()
+            .filter(|(b, d)| {
+                self.backends.get(&b.name) != Some(d)
+                    && self.refused_backends.get(&b.name).map(|r| &r.digest) != Some(d)
+            })
             .collect();
         let stored = if self.store_unread {
             Some(self.stored_names().await.map_err(during(BACKENDS))?)
@@ -253,10 +346,17 @@ impl BalancerClient {
                 self.backends.remove(name);
             }
             for (b, d) in changed {
-                match refused.iter().find(|(n, _)| *n == b.name) {
-                    Some((_, msg)) => {
-                        posted.rejected.push(format!("backend {}: {msg}", b.name));
-                        self.refused_backends.insert(b.name.clone(), d);
+                match refused.iter().find(|r| r.name == b.name) {
+                    Some(r) => {
+                        posted
+                            .rejected
+                            .push(format!("backend {}: {}", b.name, r.message));
+                        let refusal = Refusal {
+                            digest: d,
+                            message: r.message.clone(),
+                            full: r.full,
+                        };
+                        self.refused_backends.insert(b.name.clone(), refusal);
                     }
                     None => {
                         posted.backends += 1;
@@ -287,6 +387,9 @@ impl BalancerClient {
         self.sync_default(model, &mut posted)
             .await
             .map_err(during(CERTIFICATES))?;
+        if self.store_unread || posted.certificates > 0 || posted.rejected_certificates() > 0 {
+            self.read_certificate_store().await;
+        }
         self.store_unread = false;
         for r in &posted.rejected {
             tracing::warn!(refused = %r, "the balancer API refused an update; the others are applied");
@@ -319,15 +422,7 @@ impl BalancerClient {
             })
             .collect();
         self.refused_certificates
-            .retain(|h, d| digests.get(h.as_str()) == Some(&*d));
-        let changed: Vec<(&str, Digest)> = digests
-            .iter()
-            .filter(|(h, d)| {
-                self.certificates.get(**h) != Some(*d)
-                    && self.refused_certificates.get(**h) != Some(*d)
-            })
-            .map(|(h, d)| (*h, *d))
-            .collect();
+            .retain(|h, r| digests.get(h.as_str()) == Some(&r.digest));
         let mut removed: Vec<String> = self
             .certificates
             .keys()
@@ -344,6 +439,24 @@ impl BalancerClient {
                     .cloned(),
             );
         }
+        // What leaves the store makes room for what it refused as full (the API
+        // removes before it stores), and so may a rotation to a smaller pair.
+        let rotated = digests
+            .iter()
+            .any(|(h, d)| self.certificates.get(*h).is_some_and(|old| old != d));
+        if !removed.is_empty() || rotated {
+            self.refused_certificates.retain(|_, r| !r.full);
+        }
+        let mut changed: Vec<(&str, Digest)> = digests
+            .iter()
+            .filter(|(h, d)| {
+                self.certificates.get(**h) != Some(*d)
+                    && self.refused_certificates.get(**h).map(|r| &r.digest) != Some(*d)
+            })
+            .map(|(h, d)| (*h, *d))
+            .collect();
+        // what was served before a restart first (a stable sort: host order else)
+        changed.sort_by_key(|(h, _)| !self.stored_before_reset.contains(*h));
         if !changed.is_empty() || !removed.is_empty() {
             let items: Vec<(String, CertificatePayload)> = changed
                 .iter()
@@ -364,10 +477,17 @@ impl BalancerClient {
                 self.certificates.remove(host);
             }
             for (host, d) in changed {
-                match refused.iter().find(|(h, _)| h == host) {
-                    Some((_, msg)) => {
-                        posted.rejected.push(format!("certificate {host}: {msg}"));
-                        self.refused_certificates.insert(host.to_owned(), d);
+                match refused.iter().find(|r| r.name == host) {
+                    Some(r) => {
+                        posted
+                            .rejected
+                            .push(format!("certificate {host}: {}", r.message));
+                        let refusal = Refusal {
+                            digest: d,
+                            message: r.message.clone(),
+                            full: r.full,
+                        };
+                        self.refused_certificates.insert(host.to_owned(), refusal);
                     }
                     None => {
                         posted.certificates += 1;
@@ -377,6 +497,7 @@ impl BalancerClient {
             }
             posted.certificates += removed.len();
         }
+        self.stored_before_reset.clear();
         Ok(())
     }
 
@@ -402,7 +523,10 @@ impl BalancerClient {
             return Ok(());
         };
         let posted_now = self.posted_default.as_ref();
-        if posted_now.is_some_and(|(c, k)| (c.as_str(), k.as_str()) == (cert, key)) {
+        let full = self.refused_default.as_ref().is_some_and(|r| r.full);
+        if posted_now.is_some_and(|(c, k)| (c.as_str(), k.as_str()) == (cert, key))
+            && !(full && posted.certificates > 0)
+        {
             return Ok(());
         }
         let wanted = Some((cert.to_owned(), key.to_owned()));
@@ -415,10 +539,22 @@ impl BalancerClient {
         });
         let body = serde_json::to_vec(&body).expect("JSON encoding cannot fail");
         match self.post("/configuration/certificates", &body).await {
-            Ok(()) => posted.certificates += 1,
-            // Not retried until it changes, like any refused object.
-            Err(e) if is_validation(&e) => {
-                posted.rejected.push(format!("default certificate: {e}"))
+            Ok(()) => {
+                posted.certificates += 1;
+                self.refused_default = None;
+            }
+            // Not retried until it changes, like any refused object (a full store's
+            // refusal: until a sync changes what the store holds).
+            Err(BalancerError::Refused { status, body }) if is_refusal_status(status) => {
+                let message = api_message(&body);
+                posted
+                    .rejected
+                    .push(format!("{DEFAULT_CERTIFICATE}: {message}"));
+                self.refused_default = Some(Refusal {
+                    digest: digest(&(cert, key)),
+                    message,
+                    full: status == STORE_FULL,
+                });
             }
             Err(e) => return Err(e),
         }
@@ -434,7 +570,7 @@ impl BalancerClient {
         field: &str,
         mut items: Vec<(String, T)>,
         removed: &[String],
-    ) -> Result<Vec<(String, String)>, BalancerError> {
+    ) -> Result<Vec<Refused>, BalancerError> {
         let mut refused = Vec::new();
         let mut removed = removed;
         loop {
@@ -448,28 +584,40 @@ impl BalancerClient {
         }
     }
 
-    /// Posts `items` (name, payload) and `removed` under `field`; on a validation
-    /// refusal, isolates the culprits. Returns the refused items (name, message).
+    /// Posts `items` (name, payload) and `removed` under `field`; when the API
+    /// refuses an object (it fails its validation, or the store has no room for it),
+    /// isolates the culprits. Returns the refused items.
     async fn post_delta<T: Serialize>(
         &mut self,
         path: &str,
         field: &str,
         items: Vec<(String, T)>,
         removed: &[String],
-    ) -> Result<Vec<(String, String)>, BalancerError> {
+    ) -> Result<Vec<Refused>, BalancerError> {
+        let kind = if field == "backends" {
+            BACKENDS
+        } else {
+            CERTIFICATES
+        };
+        let refusal = |name: String, status: u16, body: &str| Refused {
+            kind,
+            name,
+            message: api_message(body),
+            full: status == STORE_FULL,
+        };
         self.version += 1;
         let all: Vec<&T> = items.iter().map(|(_, v)| v).collect();
         let body = payload(self.version, field, &all, removed);
         match self.post(path, &body).await {
             Ok(()) => return Ok(Vec::new()),
-            Err(e) if !is_validation(&e) || items.len() + removed.len() <= 1 => {
+            Err(e) if !is_refusal(&e) || items.len() + removed.len() <= 1 => {
                 // A single object: report it as refused, unless the API refused the
-                // request itself (token, store full, unreachable).
+                // request itself (token, unreachable).
                 return match (e, items.first()) {
                     (BalancerError::Refused { status, body }, Some((name, _)))
-                        if is_validation_status(status) && removed.is_empty() =>
+                        if is_refusal_status(status) && removed.is_empty() =>
                     {
-                        Ok(vec![(name.clone(), api_message(&body))])
+                        Ok(vec![refusal(name.clone(), status, &body)])
                     }
                     (e, _) => Err(e),
                 };
@@ -488,8 +636,8 @@ impl BalancerClient {
             let body = payload(self.version, field, &[&item], &[]);
             match self.post(path, &body).await {
                 Ok(()) => {}
-                Err(BalancerError::Refused { status, body }) if is_validation_status(status) => {
-                    refused.push((name, api_message(&body)));
+                Err(BalancerError::Refused { status, body }) if is_refusal_status(status) => {
+                    refused.push(refusal(name, status, &body));
                 }
                 Err(e) => return Err(e),
             }
@@ -563,8 +711,9 @@ impl BalancerClient {
             let result = self.request("POST", path, Some(bytes)).await;
             match result {
                 Ok(r) if (200..300).contains(&r.status) => return Ok(()),
-                // A refusal is deterministic: retrying the same body cannot help.
-                Ok(r) if r.status < 500 => {
+                // A refusal is deterministic: retrying the same body cannot help
+                // (nor, at once, does it for a full store).
+                Ok(r) if r.status < 500 || r.status == STORE_FULL => {
                     return Err(BalancerError::Refused {
                         status: r.status,
                         body: r.body,
@@ -589,13 +738,19 @@ impl BalancerClient {
     }
 }
 
-/// A refusal caused by the payload (as opposed to authentication or capacity).
-fn is_validation_status(status: u16) -> bool {
-    (400..500).contains(&status) && status != 401 && status != 403
+/// The API's answer when the store has no room for an object (507 Insufficient
+/// Storage).
+const STORE_FULL: u16 = 507;
+
+/// A refusal of what was posted: an object fails its validation, or the store has
+/// no room for it (as opposed to authentication, or an API that cannot answer).
+/// One object's refusal must not stop the others: it is isolated and reported.
+fn is_refusal_status(status: u16) -> bool {
+    ((400..500).contains(&status) && status != 401 && status != 403) || status == STORE_FULL
 }
 
-fn is_validation(e: &BalancerError) -> bool {
-    matches!(e, BalancerError::Refused { status, .. } if is_validation_status(*status))
+fn is_refusal(e: &BalancerError) -> bool {
+    matches!(e, BalancerError::Refused { status, .. } if is_refusal_status(*status))
 }
 
 /// The `error` of an API error body, or the body itself.

@@ -179,9 +179,10 @@ struct NginxFlags {
     /// The balancer inside NGINX (picks peers, serves certificates).
     #[arg(long, value_enum, default_value_t = Balancer::Lua)]
     balancer: Balancer,
-    /// MiB of NGINX shared memory for the Lua balancer's certificates (each TLS host's
-    /// chain and key; 256 MiB holds about 20,000 hosts with 5 KB of PEM). Only the
-    /// pages in use take memory. A new size needs a new NGINX (a new pod), not a
+    /// MiB of NGINX shared memory for the Lua balancer's certificates (each distinct
+    /// chain and key once, however many hosts name it; 256 MiB holds about 20,000
+    /// with 5 KB of PEM, and at least 2,000 of the 128 KiB a Secret may have). Only
+    /// the pages in use take memory. A new size needs a new NGINX (a new pod), not a
     /// reload: NGINX would start the zone empty.
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65536))]
     certificate_store_size: u32,

@@ -53,6 +53,13 @@ pub struct AdmissionLabel {
     pub result: String,
 }
 
+/// Label: which figure of a store.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabel {
+    /// `capacity` or `free`.
+    pub state: String,
+}
+
 /// Every metric Ferrule exports.
 pub struct Metrics {
     registry: Registry,
@@ -87,6 +94,9 @@ pub struct Metrics {
     /// Ingresses the last admission decision built (the candidate and those sharing
     /// its hosts): its cost, whatever the size of the cluster.
     pub admission_tested_ingresses: Gauge,
+    /// The Lua balancer's certificate store (`--certificate-store-size`): its size
+    /// and its free bytes, after the last sync that changed it (absent with njs).
+    pub certificate_store_bytes: Family<StoreLabel, Gauge>,
 }
 
 impl Default for Metrics {
@@ -164,6 +174,12 @@ impl Default for Metrics {
             "Ingresses the last admission decision built: the candidate and those it may interact with",
             admission_tested_ingresses.clone(),
         );
+        let certificate_store_bytes = Family::<StoreLabel, Gauge>::default();
+        registry.register(
+            "certificate_store_bytes",
+            "The balancer's certificate store: capacity and free bytes (whole free pages)",
+            certificate_store_bytes.clone(),
+        );
         Self {
             registry,
             reloads,
@@ -180,6 +196,7 @@ impl Default for Metrics {
             admission_requests,
             admission_roundtrip,
             admission_tested_ingresses,
+            certificate_store_bytes,
         }
     }
 }
@@ -210,6 +227,17 @@ impl Metrics {
                 result: result.to_owned(),
             })
             .inc();
+    }
+
+    /// Sets the certificate store's figures.
+    pub fn certificate_store(&self, capacity: u64, free: u64) {
+        for (state, bytes) in [("capacity", capacity), ("free", free)] {
+            self.certificate_store_bytes
+                .get_or_create(&StoreLabel {
+                    state: state.to_owned(),
+                })
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts a dynamic update.

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 use ferrule_model::{Diff, Model, ResourceRef, Severity, Snapshot};
 use tokio::sync::{Mutex, watch};
 
-use crate::balancer::{BACKENDS, BalancerClient, CERTIFICATES, Posted, SyncError};
+use crate::balancer::{
+    BACKENDS, BalancerClient, CERTIFICATES, DEFAULT_CERTIFICATE, Posted, Refused, SyncError,
+};
 use crate::nginx::safety::Exclusions;
 use crate::nginx::{Applied, Dataplane};
 use crate::status::{ResourceState, ResourceStatus, Shared};
@@ -65,6 +67,10 @@ struct Common {
     configmap_unready_logged: AtomicBool,
     /// The model NGINX serves (set by the reload task).
     applied: watch::Sender<Option<Arc<Model>>>,
+    /// What the balancer refuses now (reported on the resources it comes from), and
+    /// whether that changed since the status was last published.
+    refusals: std::sync::Mutex<Vec<Refused>>,
+    refusals_changed: AtomicBool,
     /// The newest snapshot the model task evaluated and the model it built: what the
     /// reload task applies (never an older snapshot: after an NGINX restart or a
     /// reverted edit it must not bring back what the cluster no longer holds) and
@@ -97,6 +103,8 @@ pub async fn run(
         configmap_proven: AtomicBool::new(false),
         configmap_unready_logged: AtomicBool::new(false),
         applied,
+        refusals: std::sync::Mutex::new(Vec::new()),
+        refusals_changed: AtomicBool::new(false),
         latest: std::sync::Mutex::new(None),
     });
     // A wake-up only: the reload task reads `Common::latest`.
@@ -251,6 +259,13 @@ async fn model_task(
             if restored {
                 update_readiness(&common, &snap, &model, &excl);
             }
+            // What the balancer refused is reported with what NGINX serves: here when
+            // this model needs no reload, else by the reload task once it does.
+            if matches!(diff, Some(Diff::Unchanged | Diff::Dynamic { .. }))
+                && common.refusals_changed.load(Ordering::SeqCst)
+            {
+                publish_status(&common, &snap, &model, &excl);
+            }
             retry = (!posted).then(|| Instant::now() + retry_backoff);
             retry_backoff = if posted {
                 RETRY_FIRST
@@ -358,7 +373,18 @@ async fn post(
     };
     let result = poster.client.sync(&view).await;
     poster.posted = Some(view);
+    let refused = poster.client.refused();
+    {
+        let mut refusals = common.refusals.lock().expect("refusals lock");
+        if *refusals != refused {
+            *refusals = refused;
+            common.refusals_changed.store(true, Ordering::SeqCst);
+        }
+    }
     let metrics = &common.shared.metrics;
+    if let Some((capacity, free)) = poster.client.certificate_store() {
+        metrics.certificate_store(capacity, free);
+    }
     match &result {
         Ok(p) => {
             for (kind, applied, refused) in [
@@ -615,6 +641,100 @@ fn configmap_rejection(
         .map(|p| (name, p.message.clone()))
 }
 
+/// What a refusal of the balancer says, and the resources it is reported on: a
+/// certificate's Secret and the Ingresses that name it for the host, a backend's
+/// Service and the Ingresses that route to it, the default certificate's Secret.
+fn refusal_status(
+    snap: &Snapshot,
+    model: &Model,
+    owned: &std::collections::BTreeSet<ResourceRef>,
+    r: &Refused,
+) -> (String, Vec<ResourceRef>) {
+    let full = if r.full {
+        " (the store is full: --certificate-store-size, or fewer or smaller certificates)"
+    } else {
+        ""
+    };
+    let mut resources = Vec::new();
+    let message = match r.kind {
+        CERTIFICATES => {
+            let host = r.name.as_str();
+            let server = model.server(host);
+            let secret = server
+                .and_then(|s| s.tls.as_ref()?.certificate.as_ref())
+                .and_then(|k| model.certificates.get(k))
+                .map(|c| c.secret.clone());
+            if let Some(secret) = &secret {
+                resources.push(secret.clone());
+                for ing in &snap.ingresses {
+                    let m = &ing.metadata;
+                    let ing_ref = ResourceRef::new(
+                        "Ingress",
+                        m.namespace.as_deref().unwrap_or_default(),
+                        m.name.as_deref().unwrap_or_default(),
+                    );
+                    let names_it = ing_ref.namespace == secret.namespace
+                        && ing
+                            .spec
+                            .iter()
+                            .flat_map(|s| s.tls.iter().flatten())
+                            .any(|t| {
+                                t.secret_name.as_deref() == Some(secret.name.as_str())
+                                    && t.hosts
+                                        .iter()
+                                        .flatten()
+                                        .any(|h| h.eq_ignore_ascii_case(host))
+                            });
+                    if names_it && owned.contains(&ing_ref) {
+                        resources.push(ing_ref);
+                    }
+                }
+            } else {
+                resources.extend(server.and_then(|s| s.owner.clone()));
+            }
+            format!(
+                "the balancer refused the certificate of host {host}: {}{full}; the host \
+                 keeps the certificate it had, else is served the default one",
+                r.message
+            )
+        }
+        BACKENDS => {
+            if let Some(b) = model.backends.get(&r.name) {
+                resources.push(b.service.clone());
+            }
+            for s in model.servers.iter() {
+                for l in &s.locations {
+                    if matches!(&l.target, ferrule_model::Target::Backend(n) if *n == r.name) {
+                        resources.push(l.owner.clone());
+                    }
+                }
+            }
+            format!(
+                "the balancer refused backend {}: {}{full}; its last accepted version, if \
+                 any, keeps serving",
+                r.name, r.message
+            )
+        }
+        _ => {
+            debug_assert_eq!(r.kind, DEFAULT_CERTIFICATE);
+            resources.extend(
+                model
+                    .default_certificate
+                    .as_ref()
+                    .and_then(|k| model.certificates.get(k))
+                    .map(|c| c.secret.clone()),
+            );
+            format!(
+                "the balancer refused the default certificate: {}{full}",
+                r.message
+            )
+        }
+    };
+    resources.sort();
+    resources.dedup();
+    (message, resources)
+}
+
 /// Recomputes what `/status/resources` reports from the model NGINX serves and the
 /// exclusions it was built with.
 fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclusions) {
@@ -653,6 +773,20 @@ fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclus
         let entry = by_resource.entry(p.resource.clone()).or_default();
         entry.0 |= p.severity == Severity::Error;
         entry.1.push(p.message.clone());
+    }
+    common.refusals_changed.store(false, Ordering::SeqCst);
+    let refusals = common.refusals.lock().expect("refusals lock").clone();
+    if !refusals.is_empty() {
+        let owned: std::collections::BTreeSet<ResourceRef> =
+            ferrule_model::owned_ingresses(snap).into_iter().collect();
+        for r in &refusals {
+            let (message, resources) = refusal_status(snap, model, &owned, r);
+            for res in resources {
+                let entry = by_resource.entry(res).or_default();
+                entry.0 = true;
+                entry.1.push(message.clone());
+            }
+        }
     }
     let statuses = by_resource
         .into_iter()

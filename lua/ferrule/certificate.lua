@@ -2,8 +2,12 @@
 -- shared dict without a reload.
 --
 -- Shared dict layout:
---   c:<host>   JSON {"cert": PEM, "key": PEM}; host may be "*.example.com";
+--   c:<host>   the digest of the host's pair; host may be "*.example.com";
 --              the default certificate uses the reserved host "#default"
+--              (a JSON pair itself when an older Ferrule wrote it)
+--   p:<digest> JSON {"cert": PEM, "key": PEM}, stored once however many hosts
+--              name it (hosts share a wildcard or a tenant's Secret)
+--   n:<digest> how many c: entries name that pair (it goes with the last)
 --   v:<host>   unique generation of that entry (changes on every rotation)
 --   g          generation counter;   cv  last controller "version"
 local ssl = require("ngx.ssl")
@@ -24,6 +28,7 @@ _M.DEFAULT = "#default"
 _M.CACHE_SIZE = 1000
 
 local cache -- per worker: host -> { v = generation, cert = cdata, key = cdata }
+local parsed_pairs -- per worker: digest -> { cert = cdata, key = cdata }
 
 local function dict()
     local d = ngx.shared[_M.DICT]
@@ -139,19 +144,45 @@ local function lookup(server_name)
     if hit and hit.v == v then
         return hit
     end
-    local s = d:get("c:" .. host)
-    if not s then
-        return nil
+    if not parsed_pairs then
+        parsed_pairs = lrucache.new(_M.CACHE_SIZE)
     end
-    local pem, derr = cjson.decode(s)
-    if not pem then
-        return nil, "decode " .. host .. ": " .. tostring(derr)
+    -- twice: a rotation may release the pair between the reads of c: and p:
+    local pair
+    for _ = 1, 2 do
+        local s = d:get("c:" .. host)
+        if not s then
+            return nil
+        end
+        local digest, json = s, nil
+        if sub(s, 1, 1) == "{" then
+            digest, json = nil, s
+        end
+        pair = digest and parsed_pairs:get(digest)
+        if pair then
+            break
+        end
+        json = json or d:get("p:" .. digest)
+        if json then
+            local pem, derr = cjson.decode(json)
+            if not pem then
+                return nil, "decode " .. host .. ": " .. tostring(derr)
+            end
+            local cert, key = parse(pem)
+            if not cert then
+                return nil, host .. ": " .. key
+            end
+            pair = { cert = cert, key = key }
+            if digest then
+                parsed_pairs:set(digest, pair)
+            end
+            break
+        end
     end
-    local cert, key = parse(pem)
-    if not cert then
-        return nil, host .. ": " .. key
+    if not pair then
+        return nil, host .. ": its certificate is not in the store"
     end
-    hit = { v = v, cert = cert, key = key, host = host }
+    hit = { v = v, cert = pair.cert, key = pair.key, host = host }
     cache:set(host, hit)
     return hit
 end
@@ -181,23 +212,85 @@ function _M.call()
     end
 end
 
+-- The digest a pair is stored under (p:, n:).
+local function pair_digest(pair)
+    return ngx.encode_base64(ngx.sha1_bin(pair.cert .. "\0" .. pair.key))
+end
+_M.pair_digest = pair_digest
+
+-- Drops one c: entry's reference to the pair `digest` (the value c: held), and the
+-- pair with the last one. Nothing for a pair of the older layout (c: held it).
+local function release(d, digest)
+    if not digest or sub(digest, 1, 1) == "{" then
+        return
+    end
+    local n = d:incr("n:" .. digest, -1)
+    if not n or n <= 0 then
+        d:delete("p:" .. digest)
+        d:delete("n:" .. digest)
+    end
+end
+
+-- Takes a reference to the stored copy of `pair`, storing it when it is new.
+local function acquire(d, digest, pair)
+    if d:incr("n:" .. digest, 1) then
+        return true
+    end
+    local ok, err = d:safe_add("p:" .. digest, cjson.encode({ cert = pair.cert, key = pair.key }))
+    if not ok and err ~= "exists" then
+        return nil, err
+    end
+    ok, err = d:safe_add("n:" .. digest, 1)
+    if not ok then
+        d:delete("p:" .. digest)
+        return nil, err
+    end
+    return true
+end
+
 -- The certificate store's writes (see write below for the lock).
 local function write_locked(payload)
     local d = dict()
     local function put(host, pair)
-        local s = cjson.encode({ cert = pair.cert, key = pair.key })
+        local digest = pair_digest(pair)
         local ckey = "c:" .. host
+        local old = d:get(ckey)
+        if old ~= digest then
+            local ok, err = acquire(d, digest, pair)
+            if not ok then
+                return nil, err
+            end
+        end
         -- a lost c: with its v: still there hides the wildcard and the default
         -- for that host (the lookup stops at v:): keep the old pair on failure
-        return store.replace(d, ckey, s, function()
+        local ok, err = store.replace(d, ckey, digest, function()
             -- the generation moves only once c: is written
             d:safe_add("g", 0)
-            local g, err = d:incr("g", 1)
+            local g, gerr = d:incr("g", 1)
             if not g then
-                return nil, err
+                return nil, gerr
             end
             return d:safe_set("v:" .. host, g)
         end)
+        if old ~= digest then
+            -- the pair no longer named: the old one, or the new one on failure
+            if ok then
+                release(d, old)
+            else
+                release(d, digest)
+            end
+        end
+        return ok, err
+    end
+    -- removals first: they make room for what follows
+    for _, h in ipairs(payload.removed) do
+        d:delete("v:" .. h) -- readers check v: first
+        local old = d:get("c:" .. h)
+        d:delete("c:" .. h)
+        release(d, old)
+        if h ~= _M.DEFAULT then
+            fast.tls(h, false)
+        end
     end
     for _, c in ipairs(payload.certificates) do
         local ok, err = put(c.host, c)
@@ -212,15 +305,19 @@ local function write_locked(payload)
             return nil, "shared dict " .. _M.DICT .. ": " .. tostring(err) .. " (default)"
         end
     end
-    for _, h in ipairs(payload.removed) do
-        d:delete("v:" .. h) -- readers check v: first
-        d:delete("c:" .. h)
-        if h ~= _M.DEFAULT then
-            fast.tls(h, false)
-        end
-    end
     d:safe_set("cv", payload.version)
     return d:get("g") or 0
+end
+
+-- The store's size and its free space, in bytes (nil where this lua-nginx-module
+-- cannot tell: before 0.10.11). Free space counts whole free pages only: small
+-- entries may still fit in the slots of used ones.
+function _M.usage()
+    local d = dict()
+    if not d.capacity or not d.free_space then
+        return nil
+    end
+    return d:capacity(), d:free_space()
 end
 
 -- Writer used by the configuration API (payload already validated), under the

@@ -161,12 +161,15 @@ local function post_certificates()
         ngx.log(ngx.ERR, "ferrule: POST certificates: ", terr)
         return fail(503, terr)
     end
+    local capacity, free = certificate.usage()
     return reply(201, {
         version = payload.version,
         generation = gen,
         changed = #payload.certificates,
         removed = #payload.removed,
         default = payload.default ~= nil,
+        capacity = capacity,
+        free_space = free,
     })
 end
 
@@ -192,6 +195,9 @@ local function get_version()
         certificates = {
             version = certificate.dict():get("cv") or cjson.null,
             generation = certificate.dict():get("g") or 0,
+            -- bytes (nil: this lua-nginx-module cannot tell)
+            capacity = (certificate.usage()),
+            free_space = select(2, certificate.usage()),
         },
     })
 end

@@ -387,6 +387,11 @@ function _M.host(h)
     return h
 end
 
+-- The most bytes a certificate and its key may have together: the controller's
+-- bound (model/src/build/tls.rs MAX_TLS_PEM), so that one pair cannot take the
+-- store every host's TLS shares.
+_M.MAX_PEM = 128 * 1024
+
 local function pem_pair(v, where)
     if type(v) ~= "table" then
         return err(where, "must be an object")
@@ -396,6 +401,10 @@ local function pem_pair(v, where)
     end
     if type(v.key) ~= "string" or not find(v.key, "-----BEGIN ", 1, true) then
         return err(where, "key must be a PEM string")
+    end
+    if #v.cert + #v.key > _M.MAX_PEM then
+        return err(where, "cert and key: %d bytes together, more than the %d allowed",
+                   #v.cert + #v.key, _M.MAX_PEM)
     end
     return { cert = v.cert, key = v.key }
 end

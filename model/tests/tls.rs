@@ -250,7 +250,7 @@ fn broken_or_oversized_chains() {
         "{}-----BEGIN CERTIFICATE-----\nQUJD\n-----END CERTIFICATE-----\n",
         fixture("a.crt")
     );
-    let huge = fixture("a.crt").repeat(64 * 1024 / fixture("a.crt").len() + 1);
+    let huge = fixture("a.crt").repeat(128 * 1024 / fixture("a.crt").len() + 1);
     let with_ca = format!("{}{}", fixture("a.crt"), fixture("ca.crt"));
     let with_secret = |pem: &str| {
         let yaml = docs![
@@ -275,13 +275,53 @@ fn broken_or_oversized_chains() {
         &m,
         &[(
             "Ingress default/i",
-            "Secret default/s: tls.crt: |a certificate chain may have",
+            "Secret default/s: tls.crt and tls.key: |bytes together, more than the 131072",
         )],
     );
     // the same leaf with a valid CA certificate after it is fine
     let m = with_secret(&with_ca);
     assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/s"));
     expect_no_problems_on(&m, "Ingress default/i");
+}
+
+/// The store keeps what is served: the blocks read, without the text around them,
+/// and a certificate and key of at most 128 KiB together, however the bytes are
+/// spent (a padded key took a MB of the store per host).
+#[test]
+fn only_the_pem_blocks_are_kept_and_their_size_is_bounded() {
+    let with_secret = |cert: &str, key: &str| {
+        let yaml = docs![
+            app("default/web", "10.0.0.1"),
+            tls_secret_pem("default/s", cert, key),
+            tls_ingress("default/i", 1, "a.example.com", "s"),
+        ];
+        check(&yaml, &[])
+    };
+    let (cert, key) = (fixture("a.crt"), fixture("a.key"));
+    // padding after the key's block, a comment before the chain, a key in tls.crt
+    let padded = format!("{key}{}\n", "x".repeat(1 << 20));
+    let m = with_secret(&cert, &padded);
+    assert_eq!(served(&m, "a.example.com"), None);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/i",
+            "Secret default/s: tls.crt and tls.key: |bytes together, more than the 131072",
+        )],
+    );
+    let noisy_cert = format!("issued by us\n{cert}{key}trailing text\n");
+    let noisy_key = format!("{key}{}\n", "x".repeat(60 * 1024));
+    let m = with_secret(&noisy_cert, &noisy_key);
+    assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/s"));
+    let c = &m.certificates["default/s"];
+    assert_eq!(c.cert_pem, cert);
+    assert_eq!(c.key_pem, key);
+    // at the bound: a chain of the same leaf, repeated
+    let n = (128 * 1024 - key.len()) / cert.len();
+    let m = with_secret(&cert.repeat(n), &key);
+    assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/s"));
+    let m = with_secret(&cert.repeat(n + 1), &key);
+    assert_eq!(served(&m, "a.example.com"), None);
 }
 
 /// A Secret whose new version is not valid keeps serving the certificate the

@@ -6,6 +6,8 @@
 import expr from 'ferrule/expr.js';
 
 var MAX_NAME = 1024;
+// The most bytes a certificate and its key may have together.
+var MAX_PEM = 128 * 1024;
 
 function isNull(v) {
     return v === null || v === undefined;
@@ -424,6 +426,12 @@ function pemPair(v, where) {
     }
     if (typeof v.key !== 'string' || v.key.indexOf('-----BEGIN ') < 0) {
         return fail(where, 'key must be a PEM string');
+    }
+    // the controller's bound (model/src/build/tls.rs MAX_TLS_PEM); JSON strings of
+    // PEM are ASCII: characters are bytes
+    if (v.cert.length + v.key.length > MAX_PEM) {
+        return fail(where, 'cert and key: ' + (v.cert.length + v.key.length) +
+                    ' bytes together, more than the ' + MAX_PEM + ' allowed');
     }
     return {ok: {cert: v.cert, key: v.key}};
 }

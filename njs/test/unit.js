@@ -99,6 +99,17 @@ var tests = {
         ok(/mode must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
             affinity: {mode: 'balanced', cookie_name: 'r'}}]}).err));
     },
+    'validate: a certificate and its key, 128 KiB at most': function () {
+        var pem = '-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n';
+        var key = '-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n';
+        var pad = function (n) { return pem + 'x'.repeat(n - pem.length - key.length); };
+        var body = function (n) {
+            return {version: 1, certificates: [{host: 'a', cert: pad(n), key: key}]};
+        };
+        eq(validate.certificatesPayload(body(128 * 1024)).err, undefined);
+        ok(/131073 bytes together, more than the 131072/.test(
+            validate.certificatesPayload(body(128 * 1024 + 1)).err));
+    },
     'validate: hosts': function () {
         eq(validate.host('A.Example.COM.'), 'a.example.com');
         eq(validate.host('*.w.example.com'), '*.w.example.com');

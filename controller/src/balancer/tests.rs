@@ -473,3 +473,200 @@ async fn a_large_sync_is_posted_in_chunks() {
     let sizes: Vec<usize> = log.iter().map(|v| names(v).len()).collect();
     assert_eq!(sizes, [1000, 1000, 500]);
 }
+
+/// A fake certificate store with room for `capacity` distinct pairs, as the Lua
+/// store: removals first, then each certificate in turn until one does not fit
+/// (507, the earlier ones kept). Hosts naming the same pair share it.
+fn fake_store(
+    dir: &std::path::Path,
+    capacity: usize,
+) -> (PathBuf, Arc<Mutex<BTreeMap<String, String>>>) {
+    let path = dir.join("store.sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let store: Arc<Mutex<BTreeMap<String, String>>> = Arc::default();
+    let state = store.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 65536];
+            let (head, body) = loop {
+                let n = s.read(&mut buf).await.unwrap();
+                raw.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&raw).into_owned();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if body.len() >= len {
+                        break (head.to_owned(), body.to_owned());
+                    }
+                }
+            };
+            let (status, reply) = if head.starts_with("GET /configuration/certificates") {
+                let hosts: Vec<String> = state.lock().unwrap().keys().cloned().collect();
+                (200, json!({ "hosts": hosts }).to_string())
+            } else if head.starts_with("GET /configuration/version") {
+                let used = state
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .collect::<BTreeSet<_>>()
+                    .len();
+                let c =
+                    json!({ "capacity": capacity * 100, "free_space": (capacity - used) * 100 });
+                (200, json!({ "certificates": c }).to_string())
+            } else if head.starts_with("GET ") {
+                (200, r#"{"names":[]}"#.to_owned())
+            } else {
+                let v: Value = serde_json::from_str(&body).unwrap();
+                let mut st = state.lock().unwrap();
+                for h in v["removed"].as_array().into_iter().flatten() {
+                    st.remove(h.as_str().unwrap());
+                }
+                let mut full = None;
+                for c in v["certificates"].as_array().into_iter().flatten() {
+                    let pair = format!("{}|{}", c["cert"], c["key"]);
+                    let host = c["host"].as_str().unwrap().to_owned();
+                    let mut pairs: BTreeSet<&String> = st.values().collect();
+                    if let Some(old) = st.get(&host)
+                        && st.values().filter(|p| *p == old).count() == 1
+                    {
+                        pairs.remove(old);
+                    }
+                    if !pairs.contains(&pair) && pairs.len() >= capacity {
+                        full = Some(host);
+                        break;
+                    }
+                    st.insert(host, pair);
+                }
+                match full {
+                    Some(h) => (
+                        507,
+                        json!({ "error": format!("shared dict ferrule_certificates: no memory (at {h})") })
+                            .to_string(),
+                    ),
+                    None => (201, "{}".to_owned()),
+                }
+            };
+            let resp = format!(
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
+            s.write_all(resp.as_bytes()).await.unwrap();
+        }
+    });
+    (path, store)
+}
+
+/// A model whose servers `hosts` (host, Secret) have TLS, each Secret its own pair.
+fn hosts_model(hosts: &[(&str, &str)]) -> Model {
+    let mut m = model(&[]);
+    let mut certs = BTreeMap::new();
+    let mut servers = Vec::new();
+    for (host, secret) in hosts {
+        certs
+            .entry(format!("ns/{secret}"))
+            .or_insert_with(|| Certificate {
+                secret: ResourceRef::new("Secret", "ns", secret),
+                cert_pem: format!("cert {secret}"),
+                key_pem: format!("key {secret}"),
+                names: Vec::new(),
+                not_after: i64::MAX,
+            });
+        servers.push(Server {
+            host: host.to_string(),
+            tls: Some(ferrule_model::ServerTls {
+                certificate: Some(format!("ns/{secret}")),
+            }),
+            owner: None,
+            server_snippet: None,
+            client_certificates: None,
+            locations: Vec::new(),
+        });
+    }
+    m.certificates = Arc::new(certs);
+    m.servers = Arc::new(servers);
+    m
+}
+
+/// A store with no room for one tenant's certificates refuses those (507): they are
+/// refused objects, reported, not a failed sync (which cost every tenant readiness),
+/// and they are posted again once something leaves the store.
+#[tokio::test]
+async fn a_full_store_refuses_the_certificates_that_do_not_fit_not_the_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sock, store) = fake_store(dir.path(), 4);
+    let mut c = BalancerClient::new(sock, "t".into());
+    // (its host sorts last)
+    let victim = ("zz-victim.test", "victim");
+    c.sync(&hosts_model(&[victim])).await.unwrap();
+    assert_eq!(c.certificate_store(), Some((400, 300)));
+
+    // Ten hosts on one Secret take one pair; five Secrets of their own do not fit
+    // (posted in the order of their hosts).
+    let mut hosts = vec![victim];
+    let shared: Vec<String> = (0..10).map(|i| format!("s{i}.evil.test")).collect();
+    hosts.extend(shared.iter().map(|h| (h.as_str(), "shared")));
+    let own: Vec<(String, String)> = (0..5)
+        .map(|i| (format!("x{i}.evil.test"), format!("own{i}")))
+        .collect();
+    hosts.extend(own.iter().map(|(h, s)| (h.as_str(), s.as_str())));
+    let m = hosts_model(&hosts);
+    let p = c.sync(&m).await.expect("a full store is not a failed sync");
+    assert_eq!(p.rejected_certificates(), 3, "{p:?}");
+    assert!(
+        p.rejected[0]
+            .starts_with("certificate x2.evil.test: shared dict ferrule_certificates: no memory"),
+        "{p:?}"
+    );
+    let refused = c.refused();
+    assert_eq!(
+        refused
+            .iter()
+            .map(|r| (r.kind, r.name.as_str(), r.full))
+            .collect::<Vec<_>>(),
+        [
+            (CERTIFICATES, "x2.evil.test", true),
+            (CERTIFICATES, "x3.evil.test", true),
+            (CERTIFICATES, "x4.evil.test", true)
+        ]
+    );
+    assert_eq!(
+        store.lock().unwrap()["zz-victim.test"],
+        "\"cert victim\"|\"key victim\""
+    );
+    assert_eq!(store.lock().unwrap().len(), 1 + 10 + 2);
+    assert_eq!(c.certificate_store(), Some((400, 0)));
+
+    // Unchanged: not posted again.
+    assert_eq!(
+        c.sync(&hosts_model(&hosts)).await.unwrap(),
+        Posted::default()
+    );
+    assert_eq!(c.refused().len(), 3);
+
+    // Two of them leave: the refused ones are tried again, two fit.
+    let fewer: Vec<(&str, &str)> = hosts
+        .iter()
+        .filter(|(h, _)| !h.starts_with("x0.") && !h.starts_with("x1."))
+        .copied()
+        .collect();
+    let p = c.sync(&hosts_model(&fewer)).await.unwrap();
+    assert_eq!(p.rejected_certificates(), 1, "{p:?}");
+    assert_eq!(c.refused()[0].name, "x4.evil.test");
+    assert!(store.lock().unwrap().contains_key("x3.evil.test"));
+
+    // NGINX restarts with an empty store: what it served is posted first, so the
+    // host that came last is refused again, not the victim (which sorts last).
+    store.lock().unwrap().clear();
+    c.reset();
+    let p = c.sync(&hosts_model(&fewer)).await.unwrap();
+    assert_eq!(
+        p.rejected,
+        ["certificate x4.evil.test: shared dict ferrule_certificates: no memory (at x4.evil.test)"]
+    );
+    assert!(store.lock().unwrap().contains_key("zz-victim.test"));
+}

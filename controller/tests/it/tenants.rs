@@ -229,3 +229,203 @@ async fn status_resources_answer_only_on_loopback() {
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"peek\""), "{body}");
 }
+
+/// The subject of the certificate served for `sni` on the HTTPS port.
+fn served_subject(f: &Ferrule, sni: &str) -> String {
+    let out = std::process::Command::new("openssl")
+        .args(["s_client", "-connect"])
+        .arg(format!("127.0.0.1:{}", f.https))
+        .args(["-servername", sni])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("subject="))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The balancer keeps certificates in NGINX shared memory that every tenant's TLS
+/// shares. One tenant's Secrets fill it here three ways: a key padded past its PEM
+/// block, named by forty hosts (a copy per host filled the store); one large chain
+/// named by fifty hosts (stored once); and thirty Secrets of a large chain each,
+/// more than the store holds. Another namespace's host keeps its certificate, the
+/// pod stays Ready, and what does not fit is reported on the Ingress and Secrets
+/// that bring it, with the store's fill level in the metrics.
+#[tokio::test]
+async fn a_tenant_cannot_exhaust_the_certificate_store() {
+    let certs = tempfile::tempdir().unwrap();
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    let tls_ing = |ns: &str, name: &str, hosts: &[String], secret: &str| {
+        let paths = [("/", "Prefix", "app")];
+        let mut ing = Ing::new(ns, name, T0).nginx("ssl-redirect", "false");
+        for h in hosts {
+            ing = ing.rule(h, &paths);
+        }
+        let hosts: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        ing.tls(&hosts, secret).yaml()
+    };
+    let (v_cert, v_key, v_fp) = self_signed(certs.path(), "victim", &["victim.good.test"]);
+    m.write("good-svc.yaml", &service("good", "app", &[echo.addr]));
+    // as large as the tenant's, so that the order matters after a restart
+    let chain = |cert: &str| cert.repeat(100_000 / cert.len());
+    m.write(
+        "good-secret.yaml",
+        &tls_secret("good", "victim", &chain(&v_cert), &v_key),
+    );
+    m.write(
+        "good-ing.yaml",
+        &tls_ing("good", "victim", &["victim.good.test".to_owned()], "victim"),
+    );
+    // the Lua balancer's store (njs keeps certificates in files, one per host)
+    let flags = ["--balancer", "lua", "--certificate-store-size", "2"];
+    let f = Ferrule::start(m.path(), &flags).await;
+    assert_eq!(f.served_fingerprint("victim.good.test"), v_fp);
+
+    m.write("evil-svc.yaml", &service("evil", "app", &[echo.addr]));
+    let hosts = |prefix: &str, n: usize| -> Vec<String> {
+        (0..n)
+            .map(|i| format!("{prefix}{i:02}.evil.test"))
+            .collect()
+    };
+    // a valid key, and a MB of padding after its block
+    let (cert, key, _) = self_signed(certs.path(), "padded", &["*.evil.test"]);
+    let padded = format!("{key}{}\n", "A".repeat(1 << 20));
+    m.write(
+        "evil-padded.yaml",
+        &tls_secret("evil", "padded", &cert, &padded),
+    );
+    m.write(
+        "evil-padded-ing.yaml",
+        &tls_ing("evil", "padded", &hosts("p", 40), "padded"),
+    );
+    // about 100 KB of chain each: the same certificate, repeated
+    let (cert, key, shared_fp) = self_signed(certs.path(), "shared", &["*.evil.test"]);
+    m.write(
+        "evil-shared.yaml",
+        &tls_secret("evil", "shared", &chain(&cert), &key),
+    );
+    m.write(
+        "evil-shared-ing.yaml",
+        &tls_ing("evil", "shared", &hosts("a", 50), "shared"),
+    );
+    let mut fill = Vec::new();
+    for i in 0..30 {
+        let (cert, key, _) = self_signed(certs.path(), &format!("fill{i}"), &["*.evil.test"]);
+        fill.push(tls_secret(
+            "evil",
+            &format!("fill{i:02}"),
+            &chain(&cert),
+            &key,
+        ));
+        let ing = tls_ing(
+            "evil",
+            &format!("fill{i:02}"),
+            &hosts(&format!("f{i:02}-"), 1),
+            &format!("fill{i:02}"),
+        );
+        fill.push(ing);
+    }
+    m.write("evil-fill.yaml", &fill.join("\n---\n"));
+
+    // Some fill Ingresses are refused by the store, and reported; Ready throughout.
+    let ready_throughout = std::sync::atomic::AtomicBool::new(true);
+    let reported = wait_until(std::time::Duration::from_secs(30), || async {
+        if f.get_status("/readyz").await.0 != 200 {
+            ready_throughout.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
+        f.resources().await.iter().any(|r| {
+            r["kind"] == "Ingress"
+                && r["namespace"] == "evil"
+                && r["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("the balancer refused the certificate of host f")
+        })
+    })
+    .await;
+    let resources = f.resources().await;
+    let dump = serde_json::to_string_pretty(&resources).unwrap();
+    assert!(reported, "no store refusal reported:\n{dump}\n{}", f.logs());
+    assert!(
+        ready_throughout.load(std::sync::atomic::Ordering::SeqCst),
+        "not Ready at some point:\n{}",
+        f.logs()
+    );
+    assert_eq!(f.get_status("/readyz").await.0, 200);
+
+    // The other namespace keeps its certificate.
+    assert_eq!(
+        served_subject(&f, "victim.good.test"),
+        "CN = victim.good.test"
+    );
+    assert_eq!(f.served_fingerprint("victim.good.test"), v_fp);
+    let good = f.resource("Ingress", "good", "victim").await.unwrap();
+    assert_eq!(good["state"], "applied", "{good}");
+
+    // The padded key is refused by its size, whatever the rest is.
+    let padded = f.resource("Ingress", "evil", "padded").await.unwrap();
+    assert_eq!(padded["state"], "rejected", "{padded}");
+    assert!(
+        padded["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than the 131072"),
+        "{padded}"
+    );
+    // Fifty hosts of one Secret take its size once: all served.
+    let shared = f.resource("Ingress", "evil", "shared").await.unwrap();
+    assert_eq!(shared["state"], "applied", "{shared}");
+    for h in ["a00.evil.test", "a49.evil.test"] {
+        assert_eq!(f.served_fingerprint(h), shared_fp, "{h}");
+    }
+    // What does not fit is reported on its Ingress and its Secret, with the reason.
+    let refused: Vec<&serde_json::Value> = resources
+        .iter()
+        .filter(|r| {
+            r["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("no memory")
+        })
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = refused
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Ingress", "Secret"].into(), "{dump}");
+    assert!(
+        refused.iter().all(|r| r["namespace"] == "evil"
+            && r["state"] == "rejected"
+            && r["message"]
+                .as_str()
+                .unwrap()
+                .contains("--certificate-store-size")),
+        "{dump}"
+    );
+    let capacity = f
+        .metric("ferrule_certificate_store_bytes", "state=\"capacity\"")
+        .await;
+    let free = f
+        .metric("ferrule_certificate_store_bytes", "state=\"free\"")
+        .await;
+    assert_eq!(capacity, (2 << 20) as f64);
+    assert!(free < 200_000.0, "{free} bytes free");
+
+    // NGINX dies and starts with an empty store: the hosts it served come first,
+    // the victim's among them, though its host sorts after the tenant's.
+    let master = f.master_pid().unwrap();
+    kill_9(master);
+    let back = wait_until(std::time::Duration::from_secs(30), || async {
+        f.master_pid().is_some_and(|p| p != master && alive(p))
+            && f.get_status("/readyz").await.0 == 200
+            && f.served_fingerprint("victim.good.test") == v_fp
+    })
+    .await;
+    assert!(back, "{}", f.logs());
+    assert_eq!(f.served_fingerprint("a07.evil.test"), shared_fp);
+}

@@ -151,6 +151,13 @@ T["certificates payload"] = function(t)
     t.ok(e2 and e2:find("cert must be a PEM"), e2)
     local _, e3 = validate.certificates_payload(body, function() return nil, "bad pem" end)
     t.ok(e3 and e3:find("bad pem"), e3)
+    -- at most 128 KiB of certificate and key together
+    local pad = function(n) return pem .. ("x"):rep(n - #pem - #key) end
+    t.ok(validate.certificates_payload({ version = 1,
+        certificates = { { host = "a", cert = pad(128 * 1024), key = key } } }))
+    local _, e4 = validate.certificates_payload({ version = 1,
+        certificates = { { host = "a", cert = pad(128 * 1024 + 1), key = key } } })
+    t.ok(e4 and e4:find("131073 bytes together, more than the 131072", 1, true), e4)
 end
 
 return T

@@ -7,8 +7,11 @@ use x509_parser::prelude::*;
 
 use crate::model::{Certificate, ResourceRef};
 
-/// The largest `tls.crt` accepted, in bytes (a leaf and intermediates are a few KB).
-pub(crate) const MAX_CHAIN_PEM: usize = 64 * 1024;
+/// The most bytes a TLS Secret's `tls.crt` and `tls.key` may hold together. The
+/// balancer keeps every certificate and key in NGINX shared memory that all tenants'
+/// TLS shares (`--certificate-store-size`): a leaf, its intermediates and a key are a
+/// few KB, and one Secret must not take a tenant's share of the store.
+pub(crate) const MAX_TLS_PEM: usize = 128 * 1024;
 
 /// Reads and checks a `kubernetes.io/tls` Secret. Errors name the field.
 pub(crate) fn certificate(secret: &Secret, now: i64) -> Result<Certificate, String> {
@@ -17,12 +20,13 @@ pub(crate) fn certificate(secret: &Secret, now: i64) -> Result<Certificate, Stri
     let cert_pem = field(secret, "tls.crt")?;
     let key_pem = field(secret, "tls.key")?;
 
-    // Each host's copy is kept in NGINX's shared memory: a chain is a few KB, and a
-    // bound keeps one Secret from filling the store that every tenant's TLS uses.
-    if cert_pem.len() > MAX_CHAIN_PEM {
+    // Kept in NGINX's shared memory: a bound keeps one Secret from filling the store
+    // that every tenant's TLS uses.
+    let total = cert_pem.len() + key_pem.len();
+    if total > MAX_TLS_PEM {
         return Err(format!(
-            "tls.crt: {} bytes, more than the {MAX_CHAIN_PEM} a certificate chain may have",
-            cert_pem.len()
+            "tls.crt and tls.key: {total} bytes together, more than the {MAX_TLS_PEM} a \
+             certificate chain and its key may have"
         ));
     }
     let blocks = ::pem::parse_many(&cert_pem).map_err(|e| format!("tls.crt: invalid PEM: {e}"))?;
@@ -40,6 +44,16 @@ pub(crate) fn certificate(secret: &Secret, now: i64) -> Result<Certificate, Stri
         })?;
     }
     let key = ::pem::parse(&key_pem).map_err(|e| format!("tls.key: invalid PEM: {e}"))?;
+    // What is served, and kept in the store: the blocks read, not what surrounds them
+    // (text after a block, other blocks: a private key pasted into tls.crt).
+    let encode = |b: &::pem::Pem| {
+        ::pem::encode_config(
+            b,
+            ::pem::EncodeConfig::new().set_line_ending(::pem::LineEnding::LF),
+        )
+    };
+    let cert_pem: String = chain.iter().map(|b| encode(b)).collect();
+    let key_pem = encode(&key);
     let spki = cert.public_key().subject_public_key.data.as_ref();
     if !key_matches(key.tag(), key.contents(), spki)? {
         return Err("tls.key does not match the certificate in tls.crt".to_owned());
