@@ -113,6 +113,9 @@ pub struct Dataplane {
     pub verify_timeout: Duration,
     /// Only render and test; never start or reload NGINX (`ferrule validate`).
     pub dry_run: bool,
+    /// The uid of the worker user (when NGINX starts as root): owner of the files
+    /// the workers read themselves. Looked up once, not per render.
+    worker_uid: Option<u32>,
 }
 
 impl Dataplane {
@@ -229,6 +232,11 @@ impl Dataplane {
                 }
             }
         }
+        let worker_uid = opts
+            .user
+            .as_deref()
+            .and_then(|u| nix::unistd::User::from_name(u).ok().flatten())
+            .map(|u| u.uid.as_raw());
         let dp = Self {
             renderer,
             nginx,
@@ -240,6 +248,7 @@ impl Dataplane {
             adopted_version: adopted.map(|a| a.version),
             verify_timeout: Duration::from_secs(10),
             dry_run: false,
+            worker_uid,
         };
         if !kept {
             dp.clear_njs_state()?;
@@ -348,18 +357,13 @@ impl Dataplane {
         }
         // Basic-auth users: read by the workers at each request, so theirs (0600).
         let opts = self.renderer.options();
-        let worker_uid = opts
-            .user
-            .as_deref()
-            .and_then(|u| nix::unistd::User::from_name(u).ok().flatten())
-            .map(|u| u.uid.as_raw());
         for (file, users) in render::basic_auth_files(model) {
             let key = match &opts.worker_dir {
                 None => file,
                 Some(dir) => dir.join(file).to_string_lossy().into_owned(),
             };
             let mut spec = FileSpec::new(users.as_bytes().to_vec(), 0o600);
-            spec.owner = worker_uid;
+            spec.owner = self.worker_uid;
             specs.insert(key, spec);
         }
         // Certificates of hosts are not files: the balancer serves them by SNI from

@@ -182,30 +182,11 @@ async fn raw_from(
     host: &str,
     xff: Option<&str>,
 ) -> (u16, Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
-    let mut s = socket
-        .connect(format!("127.0.0.1:{}", f.http).parse().unwrap())
-        .await
-        .unwrap();
     let xff = xff
         .map(|x| format!("X-Forwarded-For: {x}\r\n"))
         .unwrap_or_default();
     let req = format!("{prefix}GET / HTTP/1.1\r\nHost: {host}\r\n{xff}Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut raw)).await;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
+    let (status, body) = raw_http_from(from, f.http, &req).await;
     // The echo answers with a chunked body: its JSON is between the chunk sizes.
     let json = body
         .find('{')
@@ -914,20 +895,23 @@ async fn satisfy_combines_the_allowlist_and_basic_auth() {
     assert_eq!(get_from_as(&f, "127.0.0.1", "all.test", creds).await, 403);
 }
 
+/// Runs `openssl args` in `dir`; it must succeed.
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A CA (`name.crt`/`name.key` in `dir`); returns its certificate's PEM.
 fn ca(dir: &std::path::Path, name: &str) -> String {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = |args: &[&str]| openssl(dir, args);
     run(&[
         "req",
         "-x509",
@@ -950,18 +934,7 @@ fn ca(dir: &std::path::Path, name: &str) -> String {
 
 /// A client certificate `cn` signed by CA `ca` (files `cn.crt`, `cn.key` in `dir`).
 fn client_cert(dir: &std::path::Path, ca: &str, cn: &str) {
-    let run = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let run = |args: &[&str]| openssl(dir, args);
     run(&[
         "req",
         "-newkey",

@@ -1004,8 +1004,16 @@ pub fn endpoint_count(b: &Value) -> usize {
 
 /// A raw HTTP/1.1 request on a proxy port: (status, body).
 pub async fn raw_http(port: u16, request: &str) -> (u16, String) {
+    raw_http_from("127.0.0.1", port, request).await
+}
+
+/// [`raw_http`] from source address `from` (any 127.0.0.0/8 address is local).
+pub async fn raw_http_from(from: &str, port: u16, request: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut s = socket
+        .connect(format!("127.0.0.1:{port}").parse().unwrap())
         .await
         .unwrap();
     s.write_all(request.as_bytes()).await.unwrap();

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::registry::{Family, Key, Risk, Scope::*};
-use super::{AnnotationError, IngressAnnotations, Reader};
+use super::{AnnotationError, IngressAnnotations, Reader, value};
 
 /// The family's keys (see `registry.rs`).
 pub(super) const FAMILY: Family = Family {
@@ -91,7 +91,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         }
         _ => Err("expected \"basic\"".to_owned()),
     })?;
-    let secret = r.parse("auth-secret", secret_name)?;
+    let secret = r.parse("auth-secret", value::secret_ref)?;
     let secret_type = r.parse("auth-secret-type", |v| match v {
         "auth-file" => Ok(SecretType::AuthFile),
         "auth-map" => Ok(SecretType::AuthMap),
@@ -131,21 +131,6 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
             ))
         }
         (None, _) => Ok(()),
-    }
-}
-
-/// `name` or `namespace/name` (the build checks the namespace is the Ingress's).
-fn secret_name(v: &str) -> Result<String, String> {
-    let ok = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 253
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-    };
-    match v.split_once('/') {
-        Some((ns, name)) if ok(ns) && ok(name) => Ok(v.to_owned()),
-        None if ok(v) => Ok(v.to_owned()),
-        _ => Err("expected a Secret name, or namespace/name".to_owned()),
     }
 }
 

@@ -114,19 +114,7 @@ pub struct ClientCertificates {
 }
 
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
-    let secret = r.parse("auth-tls-secret", |v| {
-        let ok = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 253
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        };
-        match v.split_once('/') {
-            Some((ns, name)) if ok(ns) && ok(name) => Ok(v.to_owned()),
-            None if ok(v) => Ok(v.to_owned()),
-            _ => Err("expected a Secret name, or namespace/name".to_owned()),
-        }
-    })?;
+    let secret = r.parse("auth-tls-secret", value::secret_ref)?;
     let verify = r.parse("auth-tls-verify-client", |v| match v {
         "on" => Ok(Verify::On),
         "off" => Ok(Verify::Off),

@@ -70,3 +70,19 @@ pub(crate) fn plain(v: &str) -> Result<String, String> {
     }
     Ok(v.to_owned())
 }
+
+/// A Secret reference: `name` or `namespace/name`, each a DNS subdomain (the build
+/// checks the namespace is the Ingress's own).
+pub(crate) fn secret_ref(v: &str) -> Result<String, String> {
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    match v.split_once('/') {
+        Some((ns, name)) if ok(ns) && ok(name) => Ok(v.to_owned()),
+        None if ok(v) => Ok(v.to_owned()),
+        _ => Err("expected a Secret name, or namespace/name".to_owned()),
+    }
+}

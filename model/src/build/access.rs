@@ -4,13 +4,39 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
 
-use super::Builder;
+use super::{Builder, tls};
 use crate::annotations::{self, IngressAnnotations};
 use crate::model::ResourceRef;
 
-impl Builder<'_> {
+impl<'a> Builder<'a> {
+    /// The Secret `written` (`name` or `namespace/name`) that an annotation of
+    /// Ingress `r` names, and its `namespace/name`: only a Secret of `r`'s own
+    /// namespace is read. Errors start with `what`.
+    fn own_secret(
+        &self,
+        r: &ResourceRef,
+        written: &str,
+        what: &str,
+    ) -> Result<(&'a Secret, String), String> {
+        let (ns, name) = written
+            .split_once('/')
+            .unwrap_or((r.namespace.as_str(), written));
+        if ns != r.namespace {
+            return Err(format!(
+                "{what}: a Secret of another namespace is not read (it must be in {})",
+                r.namespace
+            ));
+        }
+        let secret = self
+            .secrets
+            .get(&(ns, name))
+            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
+        Ok((secret, format!("{ns}/{name}")))
+    }
+
     /// The basic authentication of Ingress `r`: its Secret (of `r`'s namespace)
     /// read and checked.
     pub(super) fn basic_auth(
@@ -22,28 +48,8 @@ impl Builder<'_> {
         let Some(ann) = &a.basic_auth else {
             return Ok(None);
         };
-        let (ns, name) = ann
-            .secret
-            .split_once('/')
-            .unwrap_or((r.namespace.as_str(), ann.secret.as_str()));
         let what = format!("auth-secret {}", ann.secret);
-        if ns != r.namespace {
-            return Err(format!(
-                "{what}: a Secret of another namespace is not read (it must be in {})",
-                r.namespace
-            ));
-        }
-        let secret = self
-            .secrets
-            .get(&(ns, name))
-            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
-        let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-        for (k, v) in secret.data.iter().flatten() {
-            entries.insert(k.clone(), v.0.clone());
-        }
-        for (k, v) in secret.string_data.iter().flatten() {
-            entries.insert(k.clone(), v.clone().into_bytes());
-        }
+        let (secret, secret_name) = self.own_secret(r, &ann.secret, &what)?;
         let text = |b: &[u8]| {
             std::str::from_utf8(b)
                 .map(str::to_owned)
@@ -51,12 +57,18 @@ impl Builder<'_> {
         };
         let users = match ann.secret_type {
             SecretType::AuthFile => {
-                let file = entries
-                    .get("auth")
+                let file = tls::secret_value(secret, "auth")
                     .ok_or_else(|| format!("{what}: the Secret has no key \"auth\""))?;
-                basic_auth::htpasswd_users(text(file)?.lines())
+                basic_auth::htpasswd_users(text(&file)?.lines())
             }
             SecretType::AuthMap => {
+                let mut entries: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+                for (k, v) in secret.data.iter().flatten() {
+                    entries.insert(k.clone(), v.0.clone());
+                }
+                for (k, v) in secret.string_data.iter().flatten() {
+                    entries.insert(k.clone(), v.clone().into_bytes());
+                }
                 let mut lines = Vec::new();
                 for (user, hash) in &entries {
                     lines.push((user.clone(), text(hash)?));
@@ -67,7 +79,7 @@ impl Builder<'_> {
         .map_err(|e| format!("{what}: {e}"))?;
         Ok(Some(annotations::BasicAuth {
             realm: ann.realm.clone(),
-            secret: format!("{ns}/{name}"),
+            secret: secret_name.clone(),
             users,
         }))
     }
@@ -86,34 +98,10 @@ impl Builder<'_> {
         let Some(ann) = &a.client_certificates else {
             return Ok(None);
         };
-        let (ns, name) = ann
-            .secret
-            .split_once('/')
-            .unwrap_or((r.namespace.as_str(), ann.secret.as_str()));
         let what = format!("auth-tls-secret {}", ann.secret);
-        if ns != r.namespace {
-            return Err(format!(
-                "{what}: a Secret of another namespace is not read (it must be in {})",
-                r.namespace
-            ));
-        }
-        let secret = self
-            .secrets
-            .get(&(ns, name))
-            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
-        let field = |key: &str| -> Option<String> {
-            secret
-                .data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-                .or_else(|| {
-                    secret
-                        .string_data
-                        .as_ref()
-                        .and_then(|d| d.get(key))
-                        .cloned()
-                })
+        let (secret, secret_name) = self.own_secret(r, &ann.secret, &what)?;
+        let field = |key: &str| {
+            tls::secret_value(secret, key).map(|b| String::from_utf8_lossy(&b).into_owned())
         };
         let ca = field("ca.crt").ok_or_else(|| format!("{what}: the Secret has no ca.crt"))?;
         let ca = cc::ca_bundle(&ca).map_err(|e| format!("{what}: ca.crt: {e}"))?;
@@ -121,7 +109,7 @@ impl Builder<'_> {
             .map(|c| cc::crl(&c).map_err(|e| format!("{what}: ca.crl: {e}")))
             .transpose()?;
         let certs = annotations::ClientCertificates {
-            secret: format!("{ns}/{name}"),
+            secret: secret_name.clone(),
             ca,
             crl,
             settings: ann.settings.clone(),

@@ -94,7 +94,13 @@ pub(crate) fn certificate(secret: &Secret, now: i64) -> Result<Certificate, Stri
 }
 
 fn field(secret: &Secret, key: &str) -> Result<String, String> {
-    let bytes = secret
+    let bytes = secret_value(secret, key).ok_or_else(|| format!("{key}: missing"))?;
+    String::from_utf8(bytes).map_err(|_| format!("{key}: not UTF-8 PEM"))
+}
+
+/// The value of `key` in `secret`: `data`, else `stringData` (a manifest's).
+pub(crate) fn secret_value(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret
         .data
         .as_ref()
         .and_then(|d| d.get(key))
@@ -106,11 +112,8 @@ fn field(secret: &Secret, key: &str) -> Result<String, String> {
                 .and_then(|d| d.get(key))
                 .map(|s| s.clone().into_bytes())
         })
-        .ok_or_else(|| format!("{key}: missing"))?;
-    String::from_utf8(bytes).map_err(|_| format!("{key}: not UTF-8 PEM"))
 }
 
-/// Whether `host` is covered by a certificate name (a `*.` name covers exactly one label).
 pub(crate) fn covers(names: &[String], host: &str) -> bool {
     names.iter().any(|n| {
         if n == host {
