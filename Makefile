@@ -28,6 +28,7 @@ test: deps
 	bash lua/test/run.sh
 	FAST=1 bash lua/test/run.sh
 	bash njs/test/run.sh
+	bash test/chart/run.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,192 @@
+{{/* The controller pod, shared by the Deployment and the DaemonSet. */}}
+{{- define "ferrule.controller.args" -}}
+- run
+- --controller-class={{ .Values.controller.ingressClassResource.controllerValue }}
+- --ingress-class={{ .Values.controller.ingressClass }}
+- --configmap={{ include "ferrule.namespace" . }}/{{ include "ferrule.controller.fullname" . }}
+- --election-id={{ include "ferrule.controller.electionID" . }}
+{{- if .Values.controller.publishService.enabled }}
+- --publish-service={{ default (printf "%s/%s" (include "ferrule.namespace" .) (include "ferrule.controller.fullname" .)) .Values.controller.publishService.pathOverride }}
+{{- end }}
+{{- if .Values.controller.scope.enabled }}
+- --watch-namespace={{ include "ferrule.scopeNamespace" . }}
+{{- end }}
+{{- if .Values.controller.watchIngressWithoutClass }}
+- --watch-ingress-without-class
+{{- end }}
+{{- if .Values.controller.allowSnippetAnnotations }}
+- --allow-snippet-annotations
+{{- end }}
+- --http-port={{ .Values.controller.containerPort.http }}
+- --https-port={{ .Values.controller.containerPort.https }}
+- --status-port={{ .Values.controller.metrics.port }}
+- --nginx-prefix=/var/lib/ferrule/nginx
+- --shutdown-grace-period={{ .Values.controller.shutdownGracePeriod }}
+{{- if .Values.controller.admissionWebhooks.enabled }}
+- --admission-port={{ .Values.controller.admissionWebhooks.port }}
+- --admission-cert=/etc/ferrule/admission/tls.crt
+- --admission-key=/etc/ferrule/admission/tls.key
+{{- if .Values.controller.admissionWebhooks.strictTls }}
+- --admission-strict-tls
+{{- end }}
+{{- end }}
+{{- range $key, $value := .Values.controller.extraArgs }}
+{{- if or (kindIs "invalid" $value) (eq (toString $value) "") }}
+- --{{ $key }}
+{{- else }}
+- --{{ $key }}={{ $value }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "ferrule.controller.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "ferrule.labels" . | nindent 4 }}
+    app.kubernetes.io/component: controller
+    {{- with .Values.controller.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    # Ferrule reads its ConfigMap live, but a new one rolls the pods too: a pod that
+    # starts with a ConfigMap it rejects stays not Ready, so a broken one stalls the
+    # rollout while the old pods keep serving the last good one.
+    checksum/config: {{ toJson .Values.controller.config | sha256sum }}
+    {{- with .Values.controller.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "ferrule.serviceAccountName" . }}
+  automountServiceAccountToken: {{ .Values.serviceAccount.automountServiceAccountToken }}
+  terminationGracePeriodSeconds: {{ .Values.controller.terminationGracePeriodSeconds }}
+  dnsPolicy: {{ .Values.controller.dnsPolicy }}
+  {{- if .Values.controller.hostNetwork }}
+  hostNetwork: true
+  {{- end }}
+  {{- with .Values.controller.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    {{- if .Values.controller.podSecurityContext }}
+    {{- toYaml .Values.controller.podSecurityContext | nindent 4 }}
+    {{- else }}
+    runAsNonRoot: true
+    runAsUser: {{ .Values.controller.image.runAsUser }}
+    runAsGroup: {{ .Values.controller.image.runAsGroup }}
+    fsGroup: {{ .Values.controller.image.runAsGroup }}
+    seccompProfile:
+      type: RuntimeDefault
+    {{- if not .Values.controller.hostNetwork }}
+    sysctls:
+      # Ports below 1024 without a capability, in the pod's own network namespace.
+      - name: net.ipv4.ip_unprivileged_port_start
+        value: "0"
+    {{- end }}
+    {{- end }}
+  containers:
+    - name: controller
+      image: {{ include "ferrule.image" . }}
+      imagePullPolicy: {{ .Values.controller.image.pullPolicy }}
+      args:
+        {{- include "ferrule.controller.args" . | nindent 8 }}
+      env:
+        - name: POD_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+        - name: POD_NAMESPACE
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.namespace
+        {{- with .Values.controller.extraEnvs }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      ports:
+        - name: http
+          containerPort: {{ .Values.controller.containerPort.http }}
+          protocol: TCP
+          {{- if .Values.controller.hostPort.enabled }}
+          hostPort: {{ .Values.controller.hostPort.ports.http }}
+          {{- end }}
+        - name: https
+          containerPort: {{ .Values.controller.containerPort.https }}
+          protocol: TCP
+          {{- if .Values.controller.hostPort.enabled }}
+          hostPort: {{ .Values.controller.hostPort.ports.https }}
+          {{- end }}
+        - name: {{ .Values.controller.metrics.portName }}
+          containerPort: {{ .Values.controller.metrics.port }}
+          protocol: TCP
+        {{- if .Values.controller.admissionWebhooks.enabled }}
+        - name: webhook
+          containerPort: {{ .Values.controller.admissionWebhooks.port }}
+          protocol: TCP
+        {{- end }}
+      livenessProbe:
+        {{- toYaml .Values.controller.livenessProbe | nindent 8 }}
+      readinessProbe:
+        {{- toYaml .Values.controller.readinessProbe | nindent 8 }}
+      resources:
+        {{- toYaml .Values.controller.resources | nindent 8 }}
+      securityContext:
+        {{- if .Values.controller.containerSecurityContext }}
+        {{- toYaml .Values.controller.containerSecurityContext | nindent 8 }}
+        {{- else }}
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities:
+          drop:
+            - ALL
+          {{- if .Values.controller.hostNetwork }}
+          add:
+            - NET_BIND_SERVICE
+          {{- end }}
+        {{- end }}
+      volumeMounts:
+        # NGINX's prefix (configuration, certificates, sockets, temporary files).
+        - name: nginx
+          mountPath: /var/lib/ferrule
+        - name: tmp
+          mountPath: /tmp
+        {{- if .Values.controller.admissionWebhooks.enabled }}
+        - name: admission
+          mountPath: /etc/ferrule/admission
+          readOnly: true
+        {{- end }}
+        {{- with .Values.controller.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+  volumes:
+    - name: nginx
+      emptyDir: {}
+    - name: tmp
+      emptyDir: {}
+    {{- if .Values.controller.admissionWebhooks.enabled }}
+    - name: admission
+      secret:
+        secretName: {{ include "ferrule.admission.secretName" . }}
+    {{- end }}
+    {{- with .Values.controller.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .Values.controller.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.controller.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.controller.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.controller.topologySpreadConstraints }}
+  topologySpreadConstraints:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
