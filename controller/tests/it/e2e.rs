@@ -14,14 +14,14 @@ use serde_json::Value;
 
 use crate::support::*;
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
 const NETNS: &str = "ferrule-e2e";
 
-struct Cluster {
-    root: PathBuf,
-    kubeconfig: PathBuf,
+pub(crate) struct Cluster {
+    pub(crate) root: PathBuf,
+    pub(crate) kubeconfig: PathBuf,
 }
 
 fn repo_root() -> PathBuf {
@@ -32,7 +32,7 @@ fn repo_root() -> PathBuf {
 }
 
 /// Starts (or reuses) the harness cluster and the backend network namespace.
-fn cluster() -> &'static Cluster {
+pub(crate) fn cluster() -> &'static Cluster {
     CLUSTER.get_or_init(|| {
         let root = repo_root();
         let out = Command::new(root.join("test/e2e/cluster.sh"))
@@ -56,7 +56,7 @@ fn cluster() -> &'static Cluster {
 }
 
 impl Cluster {
-    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    pub(crate) fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> (bool, String) {
         let mut cmd = Command::new(self.root.join("target/e2e/bin/kubectl"));
         cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
         let out = match stdin {
@@ -87,7 +87,7 @@ impl Cluster {
     }
 
     /// `kubectl apply -f -`, retried while the API server is unavailable.
-    fn apply(&self, yaml: &str) {
+    pub(crate) fn apply(&self, yaml: &str) {
         for _ in 0..60 {
             let (ok, text) = self.kubectl(&["apply", "-f", "-"], Some(yaml));
             if ok {
@@ -99,14 +99,14 @@ impl Cluster {
         panic!("kubectl apply kept failing");
     }
 
-    fn delete(&self, args: &[&str]) {
+    pub(crate) fn delete(&self, args: &[&str]) {
         let mut all = vec!["delete", "--ignore-not-found", "--wait=false"];
         all.extend_from_slice(args);
         let (ok, text) = self.kubectl(&all, None);
         assert!(ok, "kubectl delete failed: {text}");
     }
 
-    fn json(&self, args: &[&str]) -> Value {
+    pub(crate) fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend_from_slice(&["-o", "json"]);
         let (ok, text) = self.kubectl(&all, None);
@@ -114,7 +114,7 @@ impl Cluster {
         serde_json::from_str(&text).unwrap()
     }
 
-    fn namespace(&self, ns: &str) {
+    pub(crate) fn namespace(&self, ns: &str) {
         self.apply(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{ name: {ns} }}\n"
         ));
@@ -166,7 +166,7 @@ fn netns_up() {
 }
 
 /// An echo backend listening inside the network namespace on `ip:8080`.
-async fn netns_echo(ip: &str) -> Echo {
+pub(crate) async fn netns_echo(ip: &str) -> Echo {
     let ip = ip.to_owned();
     let std_listener = std::thread::spawn(move || {
         let ns = std::fs::File::open(format!("/var/run/netns/{NETNS}")).unwrap();
@@ -182,13 +182,13 @@ async fn netns_echo(ip: &str) -> Echo {
 }
 
 /// Service + EndpointSlice YAML for ready backends at `ips` (port 8080).
-fn k8s_service(ns: &str, name: &str, ips: &[&str]) -> String {
+pub(crate) fn k8s_service(ns: &str, name: &str, ips: &[&str]) -> String {
     let ready: Vec<(&str, bool)> = ips.iter().map(|ip| (*ip, true)).collect();
     service_endpoints(ns, name, 8080, &ready)
 }
 
 /// Ingress YAML (no creationTimestamp: the API server sets it).
-fn k8s_ingress(
+pub(crate) fn k8s_ingress(
     ns: &str,
     name: &str,
     host: &str,

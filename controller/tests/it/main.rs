@@ -7,6 +7,7 @@ mod support;
 mod access;
 mod affinity;
 mod canary;
+mod chart;
 mod conformance;
 mod dataplane;
 mod dynamic;
