@@ -12,6 +12,7 @@ mod conformance;
 mod dataplane;
 mod dynamic;
 mod e2e;
+mod install;
 mod logs;
 mod njs;
 mod process;

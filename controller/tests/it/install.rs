@@ -1,0 +1,490 @@
+//! Ferrule installed as users install it: `helm install` of `charts/ferrule` on the
+//! harness's real node (kubelet, containerd, kube-proxy), the image from `make image`,
+//! echo backends as pods. One test walks a release's life: install, traffic, the
+//! webhook, a rolling upgrade under load, a broken ConfigMap that stalls a rollout,
+//! leader handover, uninstall.
+//!
+//! The client plays a cloud load balancer: it sends only to the controller Service's
+//! ready endpoints, read from its EndpointSlices, straight to the pod IPs.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::e2e::{Cluster, SERIAL, cluster};
+use crate::support::*;
+
+const NS: &str = "e2e-helm";
+const RELEASE: &str = "edge";
+const CONTROLLER: &str = "edge-ferrule-controller";
+const HOST: &str = "helm.e2e";
+
+impl Cluster {
+    fn helm(&self, args: &[&str]) -> (bool, String) {
+        let helm = std::env::var_os("HELM")
+            .map_or_else(|| self.root.join("target/e2e/bin/helm"), PathBuf::from);
+        let out = Command::new(helm)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("running helm");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// Addresses of `service`'s endpoints that are ready (and not terminating).
+    fn ready_endpoints(&self, ns: &str, service: &str) -> Vec<String> {
+        let label = format!("kubernetes.io/service-name={service}");
+        let (ok, text) = self.kubectl(
+            &[
+                "get",
+                "endpointslices",
+                "-n",
+                ns,
+                "-l",
+                &label,
+                "-o",
+                "json",
+            ],
+            None,
+        );
+        if !ok {
+            return Vec::new();
+        }
+        let v: Value = serde_json::from_str(&text).unwrap_or_default();
+        let mut ready = Vec::new();
+        for slice in v["items"].as_array().into_iter().flatten() {
+            for e in slice["endpoints"].as_array().into_iter().flatten() {
+                if e["conditions"]["ready"] == true && e["conditions"]["terminating"] != true {
+                    for a in e["addresses"].as_array().into_iter().flatten() {
+                        ready.extend(a.as_str().map(str::to_owned));
+                    }
+                }
+            }
+        }
+        ready
+    }
+
+    /// The controller pods: (name, IP, Ready).
+    fn controller_pods(&self) -> Vec<(String, String, bool)> {
+        let v = self.json(&[
+            "get",
+            "pods",
+            "-n",
+            NS,
+            "-l",
+            "app.kubernetes.io/component=controller,app.kubernetes.io/instance=edge",
+        ]);
+        v["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                let ready = p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                (
+                    p["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    p["status"]["podIP"].as_str().unwrap_or_default().to_owned(),
+                    ready,
+                )
+            })
+            .collect()
+    }
+
+    fn rollout_status(&self, timeout: &str) -> (bool, String) {
+        self.kubectl(
+            &[
+                "rollout",
+                "status",
+                "-n",
+                NS,
+                &format!("deployment/{CONTROLLER}"),
+                &format!("--timeout={timeout}"),
+            ],
+            None,
+        )
+    }
+}
+
+/// GET `HOST` at `ip`:80: the echo pod that answered, or an error.
+async fn via(ip: &str) -> Result<String, String> {
+    let r = client()
+        .get(format!("http://{ip}/"))
+        .header("Host", HOST)
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|e| format!("{ip}: {e}"))?;
+    let status = r.status().as_u16();
+    let body: Value = r.json().await.unwrap_or_default();
+    match (status, body["pod"].as_str()) {
+        (200, Some(pod)) => Ok(pod.to_owned()),
+        _ => Err(format!("{ip}: {status} {body}")),
+    }
+}
+
+/// Steady load through the controller Service's ready endpoints, as a cloud load
+/// balancer sends it, on threads of its own (helm and kubectl block the test's).
+struct Load {
+    stop: Arc<AtomicBool>,
+    ok: Arc<AtomicU64>,
+    failures: Arc<Mutex<Vec<String>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(c: &'static Cluster) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ok = Arc::new(AtomicU64::new(0));
+        let failures = Arc::new(Mutex::new(Vec::new()));
+        let targets = Arc::new(Mutex::new(c.ready_endpoints(NS, CONTROLLER)));
+        let watcher = {
+            let (stop, targets) = (stop.clone(), targets.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let ready = c.ready_endpoints(NS, CONTROLLER);
+                    if !ready.is_empty() {
+                        *targets.lock().unwrap() = ready;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        };
+        let sender = {
+            let (stop, ok, failures) = (stop.clone(), ok.clone(), failures.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let mut n = 0usize;
+                    while !stop.load(Ordering::Relaxed) {
+                        let ip = {
+                            let t = targets.lock().unwrap();
+                            t[n % t.len()].clone()
+                        };
+                        n += 1;
+                        match via(&ip).await {
+                            Ok(_) => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => failures.lock().unwrap().push(e),
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+            })
+        };
+        Load {
+            stop,
+            ok,
+            failures,
+            threads: vec![watcher, sender],
+        }
+    }
+
+    /// Stops the load: (requests answered, failures).
+    fn finish(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+        let failures = self.failures.lock().unwrap().clone();
+        (self.ok.load(Ordering::Relaxed), failures)
+    }
+}
+
+fn echo_backends() -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{ name: echo, namespace: {NS} }}
+spec:
+  replicas: 2
+  selector: {{ matchLabels: {{ app: echo }} }}
+  template:
+    metadata: {{ labels: {{ app: echo }} }}
+    spec:
+      containers:
+        - name: echo
+          image: ferrule.local/echo:dev
+          imagePullPolicy: Never
+          env: [{{ name: POD_NAME, valueFrom: {{ fieldRef: {{ fieldPath: metadata.name }} }} }}]
+          ports: [{{ containerPort: 8080 }}]
+          readinessProbe: {{ httpGet: {{ path: /healthz, port: 8080 }}, periodSeconds: 1 }}
+---
+apiVersion: v1
+kind: Service
+metadata: {{ name: echo, namespace: {NS} }}
+spec:
+  selector: {{ app: echo }}
+  ports: [{{ port: 80, targetPort: 8080 }}]
+"#
+    )
+}
+
+fn web_ingress(name: &str, host: &str, annotations: &str) -> String {
+    format!(
+        r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: {name}
+  namespace: {NS}
+  annotations: {{ {annotations} }}
+spec:
+  ingressClassName: helm-e2e
+  rules:
+    - host: {host}
+      http:
+        paths:
+          - path: /
+            pathType: Prefix
+            backend: {{ service: {{ name: echo, port: {{ number: 80 }} }} }}
+"#
+    )
+}
+
+fn publish_address(c: &Cluster, ip: &str) {
+    let patch = format!(r#"{{"status":{{"loadBalancer":{{"ingress":[{{"ip":"{ip}"}}]}}}}}}"#);
+    let (ok, text) = c.kubectl(
+        &[
+            "patch",
+            "service",
+            CONTROLLER,
+            "-n",
+            NS,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
+        ],
+        None,
+    );
+    assert!(ok, "setting the Service's load balancer address: {text}");
+}
+
+async fn ingress_status_is(c: &Cluster, ip: &str) -> bool {
+    wait_until(Duration::from_secs(40), || async move {
+        let ing = c.json(&["get", "ingress", "-n", NS, "web"]);
+        ing["status"]["loadBalancer"]["ingress"] == serde_json::json!([{ "ip": ip }])
+    })
+    .await
+}
+
+/// Every object of the release still in the cluster, namespaced or not.
+fn leftovers(c: &Cluster) -> Vec<String> {
+    let label = format!("app.kubernetes.io/instance={RELEASE}");
+    let mut left = Vec::new();
+    for (kinds, scope) in [
+        (
+            "deployments,replicasets,pods,services,configmaps,secrets,serviceaccounts,roles,\
+             rolebindings,leases,poddisruptionbudgets,horizontalpodautoscalers",
+            vec!["-n", NS],
+        ),
+        (
+            "clusterroles,clusterrolebindings,ingressclasses,validatingwebhookconfigurations",
+            vec![],
+        ),
+    ] {
+        let mut args = vec!["get", kinds, "-l", &label, "-o", "name"];
+        args.extend(scope);
+        let (ok, text) = c.kubectl(&args, None);
+        assert!(ok, "kubectl get {kinds}: {text}");
+        left.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty() && !l.starts_with("No resources"))
+                .map(str::to_owned),
+        );
+    }
+    left
+}
+
+#[tokio::test]
+async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster();
+    c.namespace(NS);
+    c.apply(&echo_backends());
+
+    // Install: two replicas of the image `make image` built, with a class of their own.
+    let chart = c.root.join("charts/ferrule");
+    let chart = chart.to_str().unwrap();
+    let values = [
+        "--set=controller.replicaCount=2",
+        "--set=controller.image.pullPolicy=Never",
+        "--set=controller.ingressClassResource.name=helm-e2e",
+        "--set=controller.ingressClassResource.controllerValue=ferrule.dev/helm-e2e",
+        "--set=controller.ingressClass=helm-e2e",
+        "--set=controller.terminationGracePeriodSeconds=60",
+    ];
+    let mut install = vec![
+        "install",
+        RELEASE,
+        chart,
+        "-n",
+        NS,
+        "--wait",
+        "--timeout=4m",
+    ];
+    install.extend(values);
+    let (ok, text) = c.helm(&install);
+    assert!(ok, "helm install: {text}");
+    let pods = c.controller_pods();
+    assert_eq!(pods.len(), 2, "two controller pods: {pods:?}");
+    assert!(pods.iter().all(|p| p.2), "both Ready: {pods:?}");
+
+    // The webhook answers from the pods: an invalid Ingress is refused with the model's
+    // message, a valid one is admitted and served by every replica.
+    let (ok, text) = c.kubectl(
+        &["apply", "-f", "-"],
+        Some(&web_ingress(
+            "bad",
+            "bad.helm.e2e",
+            r#"nginx.ingress.kubernetes.io/proxy-read-timeout: "soon""#,
+        )),
+    );
+    assert!(
+        !ok && text.contains("proxy-read-timeout"),
+        "refused by the webhook: {text}"
+    );
+    c.apply(&web_ingress("web", HOST, ""));
+    publish_address(c, "192.0.2.60");
+    for (_, ip, _) in &pods {
+        let answered = RefCell::new(BTreeSet::new());
+        let served = wait_until(Duration::from_secs(30), || async {
+            if let Ok(pod) = via(ip).await {
+                answered.borrow_mut().insert(pod);
+            }
+            answered.borrow().len() == 2
+        })
+        .await;
+        assert!(served, "{ip} routes {HOST} to both echo pods: {answered:?}");
+    }
+    assert!(
+        ingress_status_is(c, "192.0.2.60").await,
+        "the chart Service's address is published"
+    );
+
+    // A rolling upgrade under steady load: not one request fails.
+    let load = Load::start(c);
+    let mut upgrade = vec![
+        "upgrade",
+        RELEASE,
+        chart,
+        "-n",
+        NS,
+        "--reuse-values",
+        "--set=controller.podAnnotations.revision=two",
+        "--wait",
+        "--timeout=4m",
+    ];
+    let (ok, text) = c.helm(&upgrade);
+    assert!(ok, "helm upgrade: {text}");
+    let (ok, text) = c.rollout_status("3m");
+    assert!(ok, "rollout: {text}");
+    // Config safety in a rollout: a ConfigMap value the new pods refuse leaves the
+    // surge pod not Ready, so the rollout stalls and the old pods keep serving...
+    upgrade[6] = "--set=controller.config.proxy-read-timeout=soon";
+    upgrade.truncate(7); // no --wait: it would wait for the stalled rollout
+    let (ok, text) = c.helm(&upgrade);
+    assert!(ok, "helm upgrade with a broken ConfigMap: {text}");
+    let (rolled, _) = c.rollout_status("25s");
+    assert!(
+        !rolled,
+        "the rollout stalls on a pod that rejects the ConfigMap"
+    );
+    let pods = c.controller_pods();
+    assert_eq!(
+        pods.iter().filter(|p| p.2).count(),
+        2,
+        "the two old pods stay Ready, the new one does not: {pods:?}"
+    );
+    assert_eq!(pods.len(), 3, "one surge pod: {pods:?}");
+    // ... and fixing the input lets it finish by itself.
+    let (ok, text) = c.kubectl(
+        &[
+            "patch",
+            "configmap",
+            CONTROLLER,
+            "-n",
+            NS,
+            "--type=merge",
+            "-p",
+            r#"{"data":{"proxy-read-timeout":"30"}}"#,
+        ],
+        None,
+    );
+    assert!(ok, "fixing the ConfigMap: {text}");
+    let (ok, text) = c.rollout_status("3m");
+    assert!(
+        ok,
+        "the rollout finishes once the ConfigMap is fixed: {text}"
+    );
+    let (answered, failures) = load.finish();
+    assert!(answered > 100, "the load ran: {answered} answers");
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed during the rollouts: {:?}",
+        failures.len(),
+        answered + failures.len() as u64,
+        &failures[..failures.len().min(10)]
+    );
+
+    // Leader election: one pod holds the Lease; when it goes, another takes over and
+    // writes the status.
+    let holder = || {
+        c.json(&["get", "lease", "-n", NS, "edge-ferrule-leader"])["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let first = holder();
+    let pods = c.controller_pods();
+    assert!(
+        pods.iter().any(|p| p.0 == first),
+        "a controller pod holds the Lease: {first:?} of {pods:?}"
+    );
+    c.delete(&["pod", "-n", NS, &first]);
+    let handed_over = wait_until(Duration::from_secs(60), || async {
+        let h = holder();
+        !h.is_empty() && h != first
+    })
+    .await;
+    assert!(handed_over, "another pod took the Lease from {first}");
+    publish_address(c, "192.0.2.61");
+    assert!(
+        ingress_status_is(c, "192.0.2.61").await,
+        "the new leader writes status"
+    );
+
+    // Uninstall leaves nothing of the release, cluster-scoped objects included.
+    let (ok, text) = c.helm(&["uninstall", RELEASE, "-n", NS, "--wait", "--timeout=3m"]);
+    assert!(ok, "helm uninstall: {text}");
+    let left = RefCell::new(Vec::new());
+    let clean = wait_until(Duration::from_secs(90), || async {
+        *left.borrow_mut() = leftovers(c);
+        left.borrow().is_empty()
+    })
+    .await;
+    assert!(clean, "left behind by helm uninstall: {left:?}");
+    c.delete(&["namespace", NS]);
+}
