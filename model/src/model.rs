@@ -371,6 +371,8 @@ pub struct Global {
     /// The status of a request refused by `limit-connections`
     /// (`limit-conn-status-code`, default 503).
     pub limit_conn_status: u16,
+    /// ConfigMap `global-auth-*` and `no-auth-locations`.
+    pub global_auth: crate::annotations::GlobalAuth,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

@@ -1872,7 +1872,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
 fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
         ("block-cidrs", "10.0.0.0/8"),
-        ("global-auth-url", "http://auth.example/"),
+        ("global-auth-cache-key", "$remote_user"),
         ("use-gzip", "true"),
         ("proxy-body-size", "2m"),
     ])]));
@@ -1887,7 +1887,7 @@ fn configmap_unimplemented_keys_are_reported() {
         std::collections::BTreeSet::from([
             (
                 Severity::Error,
-                "key global-auth-url restricts access and Ferrule does not implement it yet; the hosts are served without it"
+                "key global-auth-cache-key restricts access and Ferrule does not implement it yet; the hosts are served without it"
             ),
             (
                 Severity::Warning,
@@ -1901,4 +1901,108 @@ fn configmap_unimplemented_keys_are_reported() {
         .map(|(s, t)| (s == Severity::Error, t)))
     );
     assert_eq!(m.global.proxy_body_size, "2m");
+}
+
+/// ConfigMap `global-auth-url`: the external auth of every location whose Ingress
+/// has no `auth-url` and does not opt out with `enable-global-auth: "false"`, except
+/// below `no-auth-locations` (ACME's challenge path by default). An invalid value
+/// closes what it would cover (403), reported on the ConfigMap.
+#[test]
+fn configmap_global_auth_covers_every_location_that_does_not_opt_out() {
+    let ingresses = docs![
+        our_class(),
+        app("default/a", "10.0.0.1"),
+        Ing::new("default/plain", 1).rule(
+            "plain.test",
+            &[
+                ("/", "Prefix", "a", "80"),
+                ("/.well-known/acme-challenge", "Prefix", "a", "80"),
+            ]
+        ),
+        Ing::new("default/out", 2)
+            .ann("enable-global-auth", "false")
+            .rule("out.test", &[("/", "Prefix", "a", "80")]),
+        Ing::new("default/own", 3)
+            .ann("auth-url", "http://own.auth/check")
+            .rule("own.test", &[("/", "Prefix", "a", "80")]),
+    ];
+    let location = |m: &ferrule_model::Model, host: &str, path: &str| {
+        let s = m.servers.iter().find(|s| s.host == host).unwrap();
+        s.locations
+            .iter()
+            .find(|l| l.path == path)
+            .unwrap()
+            .settings
+            .clone()
+    };
+    let auth_of = |m: &ferrule_model::Model, host: &str, path: &str| {
+        location(m, host, path).external_auth.map(|a| a.url)
+    };
+    let with = |data: &[(&str, &str)]| {
+        ferrule_model::build(&snapshot(&format!(
+            "{ingresses}{}",
+            docs![config_map(data)]
+        )))
+    };
+
+    let m = with(&[
+        ("global-auth-url", "http://global.auth/check"),
+        ("global-auth-method", "POST"),
+        ("global-auth-response-headers", "X-User"),
+    ]);
+    expect_problems(&m, &[]);
+    let global = location(&m, "plain.test", "/").external_auth.unwrap();
+    assert_eq!(global.url, "http://global.auth/check");
+    assert_eq!(global.method, "POST");
+    assert_eq!(global.response_headers, ["X-User"]);
+    assert_eq!(
+        auth_of(&m, "plain.test", "/.well-known/acme-challenge"),
+        None
+    );
+    assert_eq!(auth_of(&m, "out.test", "/"), None);
+    assert_eq!(
+        auth_of(&m, "own.test", "/").as_deref(),
+        Some("http://own.auth/check")
+    );
+
+    let m = with(&[
+        ("global-auth-url", "http://global.auth/check"),
+        ("no-auth-locations", "/public, /.well-known"),
+    ]);
+    assert_eq!(
+        auth_of(&m, "plain.test", "/.well-known/acme-challenge"),
+        None
+    );
+    assert!(auth_of(&m, "plain.test", "/").is_some());
+
+    // Invalid: closed where it would apply, reported; opted-out and own auth stay.
+    for data in [
+        &[("global-auth-url", "http://$host/check")][..],
+        &[("global-auth-signin", "https://login.example/")][..],
+    ] {
+        let m = with(data);
+        let key = data[0].0;
+        expect_problems(
+            &m,
+            &[("ConfigMap ingress-nginx/ferrule", &format!("key {key}: "))],
+        );
+        assert!(
+            location(&m, "plain.test", "/").source_ranges.closed,
+            "{data:?}"
+        );
+        assert!(!location(&m, "out.test", "/").source_ranges.closed);
+        assert!(!location(&m, "own.test", "/").source_ranges.closed);
+    }
+    // The rest of the global-auth keys are not implemented yet: refused.
+    let m = with(&[
+        ("global-auth-url", "http://global.auth/check"),
+        ("global-auth-cache-key", "$remote_user"),
+    ]);
+    expect_problems(
+        &m,
+        &[(
+            "ConfigMap ingress-nginx/ferrule",
+            "key global-auth-cache-key restricts access",
+        )],
+    );
 }

@@ -787,6 +787,74 @@ async fn external_auth_decides_every_request_and_never_lets_through_on_failure()
     }
 }
 
+/// The ConfigMap's `global-auth-url` covers every Ingress that sets no `auth-url`
+/// and does not opt out, but not the paths of `no-auth-locations` (an ACME
+/// challenge); an invalid value closes what it covers.
+#[tokio::test]
+async fn global_auth_covers_every_ingress_that_does_not_opt_out() {
+    let echo = Echo::start("127.0.0.2").await;
+    let auth = AuthService::start().await;
+    let url = format!("http://{}/check", auth.addr);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("global-auth-url", &url),
+            ("global-auth-response-headers", "X-Auth-User"),
+        ]),
+    );
+    m.write("plain.yaml", &ing("plain", "plain.test", &[]));
+    m.write(
+        "out.yaml",
+        &ing("out", "out.test", &[("enable-global-auth", "false")]),
+    );
+    let challenge = "/.well-known/acme-challenge/token";
+    m.write(
+        "acme.yaml",
+        &ingress(
+            "demo",
+            "acme",
+            T0,
+            "plain.test",
+            &[(challenge, "Exact", "echo")],
+            &[("ssl-redirect", "false")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+
+    assert_eq!(get_with_verdict(&f, "plain.test", "/", "").await.0, 401);
+    let (s, _, v) = get_with_verdict(&f, "plain.test", "/app", "ok").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(v["headers"]["x-auth-user"], "alice", "{v}");
+    assert_eq!(auth.last()["original_url"], "http://plain.test/app");
+    assert_eq!(get_with_verdict(&f, "out.test", "/", "").await.0, 200);
+    assert_eq!(
+        get_with_verdict(&f, "plain.test", challenge, "").await.0,
+        200
+    );
+
+    // Invalid: closed where it applies (403), reported on the ConfigMap.
+    m.write(
+        "cm.yaml",
+        &configmap(&[("global-auth-url", "http://$host/check")]),
+    );
+    let closed = wait_until(Duration::from_secs(5), || async {
+        get_with_verdict(&f, "plain.test", "/", "ok").await.0 == 403
+    })
+    .await;
+    assert!(closed, "{}", f.logs());
+    let cm = f.resource("ConfigMap", "demo", "ferrule").await.unwrap();
+    assert!(
+        cm["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("global-auth-url"),
+        "{cm}"
+    );
+    assert_eq!(get_with_verdict(&f, "out.test", "/", "").await.0, 200);
+}
+
 /// `n` GETs in a row from `from`: their statuses.
 async fn burst(f: &Ferrule, from: &str, host: &str, n: usize) -> Vec<u16> {
     let mut out = Vec::new();

@@ -52,6 +52,11 @@ pub(super) const FAMILY: Family = Family {
             Risk::Medium,
             "X-Auth-Request-Redirect sent to the auth service",
         ),
+        security(
+            "enable-global-auth",
+            Risk::Low,
+            "false: the ConfigMap's global-auth-url does not apply",
+        ),
     ],
 };
 
@@ -87,42 +92,142 @@ pub struct ExternalAuth {
 pub const SIGNIN_VARIABLES: &[&str] = &["host", "scheme", "request_uri", "escaped_request_uri"];
 
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
-    let service = r.parse("auth-url", |v| url(v, &[]))?;
-    let method = r.parse("auth-method", method)?;
-    let signin = r.parse("auth-signin", |v| url(v, SIGNIN_VARIABLES))?;
-    let redirect_param = r.parse("auth-signin-redirect-param", |v| {
-        let t = value::token(v)?;
-        if t.contains(['$', '&', '=', '#', '%', '+']) {
-            return Err("expected a query parameter name".to_owned());
-        }
-        Ok(t)
-    })?;
-    let response_headers = r.parse("auth-response-headers", header_names)?;
-    let request_redirect = r.parse("auth-request-redirect", value::plain)?;
+    out.enable_global_auth = r.parse("enable-global-auth", value::boolean)?;
+    out.external_auth = read(|k| r.get(k)).map_err(|(key, reason)| r.invalid(key, &reason))?;
+    Ok(())
+}
+
+/// The keys [`read`] reads, by their annotation names.
+const KEYS: [&str; 6] = [
+    "auth-url",
+    "auth-method",
+    "auth-signin",
+    "auth-signin-redirect-param",
+    "auth-response-headers",
+    "auth-request-redirect",
+];
+
+/// The external auth that `get` describes (`None` without `auth-url`), by the
+/// annotations' names; an error names the key and why.
+fn read<'v>(
+    get: impl Fn(&str) -> Option<&'v str>,
+) -> Result<Option<ExternalAuth>, (&'static str, String)> {
+    let [
+        url_key,
+        method_key,
+        signin_key,
+        param_key,
+        headers_key,
+        redirect_key,
+    ] = KEYS;
+    let service = get(url_key).map(|v| url(v, &[])).transpose();
+    let service = service.map_err(|e| (url_key, e))?;
+    let method = get(method_key).map(method).transpose();
+    let method = method.map_err(|e| (method_key, e))?;
+    let signin = get(signin_key)
+        .map(|v| url(v, SIGNIN_VARIABLES))
+        .transpose();
+    let signin = signin.map_err(|e| (signin_key, e))?;
+    let redirect_param = get(param_key).map(query_parameter).transpose();
+    let redirect_param = redirect_param.map_err(|e| (param_key, e))?;
+    let response_headers = get(headers_key).map(header_names).transpose();
+    let response_headers = response_headers.map_err(|e| (headers_key, e))?;
+    let request_redirect = get(redirect_key).map(value::plain).transpose();
+    let request_redirect = request_redirect.map_err(|e| (redirect_key, e))?;
     let Some(url) = service else {
         // A companion without auth-url would leave the location open.
-        for key in [
-            "auth-method",
-            "auth-signin",
-            "auth-signin-redirect-param",
-            "auth-response-headers",
-            "auth-request-redirect",
-        ] {
-            if r.get(key).is_some() {
-                return Err(r.invalid(key, "without auth-url, nothing would be checked"));
-            }
-        }
-        return Ok(());
+        return match KEYS[1..].iter().find(|k| get(k).is_some()) {
+            Some(k) => Err((k, "without auth-url, nothing would be checked".to_owned())),
+            None => Ok(None),
+        };
     };
-    out.external_auth = Some(ExternalAuth {
+    Ok(Some(ExternalAuth {
         url,
         method: method.unwrap_or_else(|| "GET".to_owned()),
         signin,
         redirect_param: redirect_param.unwrap_or_else(|| "rd".to_owned()),
         response_headers: response_headers.unwrap_or_default(),
         request_redirect,
-    });
-    Ok(())
+    }))
+}
+
+fn query_parameter(v: &str) -> Result<String, String> {
+    let t = value::token(v)?;
+    if t.contains(['$', '&', '=', '#', '%', '+']) {
+        return Err("expected a query parameter name".to_owned());
+    }
+    Ok(t)
+}
+
+/// The ConfigMap's `global-auth-*` keys: the external auth of every location whose
+/// Ingress sets no `auth-url` of its own and does not opt out
+/// (`enable-global-auth: "false"`), except the paths of `no-auth-locations`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GlobalAuth {
+    /// `global-auth-url` and its companions (`None`: no global auth).
+    pub auth: Option<ExternalAuth>,
+    /// One of those keys is invalid: fail closed, every location it would cover
+    /// answers 403 until it is fixed.
+    pub invalid: bool,
+    /// Path prefixes never covered (`no-auth-locations`; by default ACME's
+    /// `/.well-known/acme-challenge`, so certificates can still be issued).
+    pub exempt: Vec<String>,
+}
+
+impl Default for GlobalAuth {
+    fn default() -> Self {
+        GlobalAuth {
+            auth: None,
+            invalid: false,
+            exempt: vec!["/.well-known/acme-challenge".to_owned()],
+        }
+    }
+}
+
+/// The ConfigMap keys [`GlobalAuth::read`] reads.
+pub const GLOBAL_KEYS: [&str; 7] = [
+    "global-auth-url",
+    "global-auth-method",
+    "global-auth-signin",
+    "global-auth-signin-redirect-param",
+    "global-auth-response-headers",
+    "global-auth-request-redirect",
+    "no-auth-locations",
+];
+
+impl GlobalAuth {
+    /// Reads the ConfigMap's keys through `get`; an invalid one is returned as
+    /// `(key, reason)` and closes what the global auth would cover.
+    pub fn read<'v>(
+        get: impl Fn(&str) -> Option<&'v str>,
+    ) -> (GlobalAuth, Option<(String, String)>) {
+        let mut g = GlobalAuth::default();
+        let mut error = None;
+        match read(|k| get(&format!("global-{k}"))) {
+            Ok(auth) => g.auth = auth,
+            Err((key, reason)) => {
+                g.invalid = true;
+                error = Some((format!("global-{key}"), reason));
+            }
+        }
+        if let Some(v) = get("no-auth-locations") {
+            g.exempt = v
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect();
+        }
+        (g, error)
+    }
+
+    /// Whether a location at `path` of an Ingress that sets no `auth-url` and
+    /// `enable-global-auth` (default true) is covered.
+    pub fn covers(&self, path: &str, enabled: Option<bool>) -> bool {
+        (self.auth.is_some() || self.invalid)
+            && enabled.unwrap_or(true)
+            && !self.exempt.iter().any(|e| path.starts_with(e.as_str()))
+    }
 }
 
 /// An absolute `http://` or `https://` URL: a host (DNS name, IPv4 or `[IPv6]`),

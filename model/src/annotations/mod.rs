@@ -28,7 +28,7 @@ pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use canary::{Canary, CanaryAffinity};
 pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
-pub use external_auth::ExternalAuth;
+pub use external_auth::{ExternalAuth, GlobalAuth};
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
 pub use satisfy::Satisfy;
@@ -109,6 +109,8 @@ pub struct IngressAnnotations {
     pub basic_auth: Option<BasicAuthAnnotations>,
     /// `auth-url` and its companions.
     pub external_auth: Option<ExternalAuth>,
+    /// `enable-global-auth` (`None`: the default, true).
+    pub enable_global_auth: Option<bool>,
     /// `limit-*`.
     pub rate_limits: RateLimits,
     /// `satisfy`.

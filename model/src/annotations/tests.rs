@@ -248,7 +248,7 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
     for key in [
         "auth-cache-key",
         "global-rate-limit",
-        "enable-global-auth",
+        "auth-keepalive",
         "ssl-passthrough",
         "enable-modsecurity",
         "auth-brand-new",

@@ -94,13 +94,6 @@ pub(super) const EXTERNAL_AUTH: Family = Family {
             true,
             "idle timeout of keepalive connections",
         ),
-        todo(
-            "enable-global-auth",
-            Location,
-            Low,
-            true,
-            "whether the ConfigMap's global-auth-url applies",
-        ),
     ],
 };
 

@@ -2,7 +2,7 @@
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::annotations::{balancing, source_ranges, value};
+use crate::annotations::{GlobalAuth, balancing, external_auth, source_ranges, value};
 use crate::build::real_ip;
 use crate::model::{Global, Problem, ProblemKind, ResourceRef, Severity};
 
@@ -118,6 +118,20 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
     };
     let mut unimplemented = Vec::new();
     g.client_address = real_ip::read(&r, |k| data.get(k).map(String::as_str), &mut unimplemented);
+    let (global_auth, invalid) = GlobalAuth::read(|k| data.get(k).map(|v| v.trim()));
+    g.global_auth = global_auth;
+    if let Some((key, reason)) = invalid {
+        // Fail closed: without it every location would be open.
+        unimplemented.push(Problem {
+            resource: r.clone(),
+            severity: Severity::Error,
+            message: format!(
+                "key {key}: {reason}; every location the global auth covers answers 403 \
+                 until it is fixed"
+            ),
+            kind: ProblemKind::Invalid,
+        });
+    }
     for (key, v) in data {
         let v = v.as_str();
         match key.as_str() {
@@ -191,6 +205,7 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                 }
             }
             k if real_ip::KEYS.contains(&k) => {}
+            k if external_auth::GLOBAL_KEYS.contains(&k) => {}
             _ => unimplemented.push(unimplemented_key(&r, key)),
         }
     }

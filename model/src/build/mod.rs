@@ -316,12 +316,23 @@ impl Builder<'_> {
                     self.servers.insert(host.clone(), acc);
                 }
                 let server = self.servers.get_mut(&host).expect("inserted above");
+                let mut settings = settings.clone();
+                let global_auth = &self.global.global_auth;
+                if settings.external_auth.is_none()
+                    && global_auth.covers(&path, a.enable_global_auth)
+                {
+                    match &global_auth.auth {
+                        Some(auth) => settings.external_auth = Some(auth.clone()),
+                        // Invalid global auth: closed (reported on the ConfigMap).
+                        None => settings.source_ranges.closed = true,
+                    }
+                }
                 let location = Location {
                     path,
                     path_match,
                     owner: r.clone(),
                     target,
-                    settings: settings.clone(),
+                    settings,
                 };
                 server.locations.insert(key, location);
             }
