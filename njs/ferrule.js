@@ -435,7 +435,7 @@ function sslKey(r) {
 // js_set $ferrule_tls_redirect: "1" when a plain-HTTP request must be redirected to
 // HTTPS: the location allows the ssl-redirect ($ferrule_redirect_host is its server's
 // host key) and a certificate is posted for exactly that key, so a host gaining or
-// losing TLS needs no reload. Evaluated through a map on $scheme: HTTPS requests
+// losing TLS needs no reload. Evaluated through a map on $ferrule_scheme: HTTPS requests
 // never run it.
 function tlsRedirect(r) {
     try {

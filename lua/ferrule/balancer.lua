@@ -254,7 +254,7 @@ end
 -- annotation allows the redirect, "" elsewhere.
 local function redirects()
     local rh = ngx_var.ferrule_redirect_host
-    return rh and rh ~= "" and has_tls(rh) and ngx_var.scheme == "http"
+    return rh and rh ~= "" and has_tls(rh) and ngx_var.ferrule_scheme == "http"
 end
 
 -- Sends the affinity cookie naming `ep`, from the phase that routes the request

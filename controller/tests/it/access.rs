@@ -276,6 +276,62 @@ async fn forwarded_headers_are_believed_from_trusted_proxies_only() {
     assert!(warned, "{:?}", f.resources().await);
 }
 
+/// Behind a load balancer that ends TLS (use-forwarded-headers): a trusted proxy's
+/// X-Forwarded-Proto, -Host and -Port are the request's, so its HTTPS requests are
+/// not redirected again and the backend learns what the client used; anyone else's
+/// are ignored (ingress-nginx believes them from every peer).
+#[tokio::test]
+async fn a_trusted_proxys_scheme_host_and_port_reach_the_backend_and_the_redirect() {
+    let echo = Echo::start("127.0.0.2").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "lb", &["lb.test"]);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("tls.yaml", &tls_secret("demo", "lb-tls", &cert, &key));
+    let web = ingress(
+        "demo",
+        "web",
+        T0,
+        "lb.test",
+        &[("/", "Prefix", "echo")],
+        &[],
+    );
+    m.write("web.yaml", &with_tls(&web, &["lb.test"], "lb-tls"));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("use-forwarded-headers", "true"),
+            ("proxy-real-ip-cidr", "127.0.0.1/32"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let forwarded = "X-Forwarded-Proto: https\r\nX-Forwarded-Host: www.example.com\r\n\
+                     X-Forwarded-Port: 443\r\n";
+    let get = |from: &'static str, headers: &'static str| async move {
+        let req = format!("GET /a HTTP/1.1\r\nHost: lb.test\r\n{headers}Connection: close\r\n\r\n");
+        let (status, body) = raw_http_from(from, f.http, &req).await;
+        let json = body
+            .find('{')
+            .and_then(|i| body.rfind('}').map(|j| body[i..=j].to_owned()));
+        (
+            status,
+            json.and_then(|j| serde_json::from_str::<Value>(&j).ok()),
+        )
+    };
+
+    let (s, v) = get("127.0.0.1", forwarded).await;
+    assert_eq!(s, 200, "TLS ended in front: no redirect; {}", f.logs());
+    let h = &v.unwrap()["headers"];
+    assert_eq!(h["x-forwarded-proto"], "https", "{h}");
+    assert_eq!(h["x-forwarded-host"], "www.example.com", "{h}");
+    assert_eq!(h["x-forwarded-port"], "443", "{h}");
+    // Plain HTTP through the proxy is redirected as before.
+    let plain = "X-Forwarded-Proto: http\r\n";
+    assert_eq!(get("127.0.0.1", plain).await.0, 308);
+    // From an untrusted peer the headers are the client's claims: redirected.
+    assert_eq!(get("127.0.0.8", forwarded).await.0, 308);
+}
+
 /// PROXY protocol on the listeners: the address of a trusted proxy's PROXY line.
 #[tokio::test]
 async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {

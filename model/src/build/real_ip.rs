@@ -28,6 +28,10 @@ pub struct ClientAddress {
     /// `X-Forwarded-For` to the backend keeps the incoming list and appends the
     /// client (`compute-full-forwarded-for`), instead of the client alone.
     pub full_forwarded_for: bool,
+    /// `use-forwarded-headers`: a trusted proxy's `X-Forwarded-Proto`, `-Host` and
+    /// `-Port` are the request's (the ssl-redirect sees the client's scheme, so a
+    /// load balancer that ends TLS causes no redirect loop) and pass to the backend.
+    pub forwarded_headers: bool,
 }
 
 /// The keys this file reads, for the ConfigMap reader's dispatch.
@@ -55,7 +59,8 @@ pub(crate) fn read<'a>(
             false
         }),
     };
-    let forwarded = flag("use-forwarded-headers") | flag("enable-real-ip");
+    let forwarded_headers = flag("use-forwarded-headers");
+    let forwarded = forwarded_headers | flag("enable-real-ip");
     let proxy_protocol = flag("use-proxy-protocol");
     let full_forwarded_for = flag("compute-full-forwarded-for");
     let mut header = "X-Forwarded-For".to_owned();
@@ -102,5 +107,6 @@ pub(crate) fn read<'a>(
         real_ip_header,
         trusted,
         full_forwarded_for,
+        forwarded_headers,
     }
 }
