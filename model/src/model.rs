@@ -373,6 +373,9 @@ pub struct Global {
     pub limit_conn_status: u16,
     /// ConfigMap `global-auth-*` and `no-auth-locations`.
     pub global_auth: crate::annotations::GlobalAuth,
+    /// ConfigMap `proxy-buffering` (default off, as ingress-nginx: a streamed or
+    /// server-sent-events answer reaches the client as the backend writes it).
+    pub proxy_buffering: bool,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

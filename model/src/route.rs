@@ -94,7 +94,8 @@ pub struct Locator<'s> {
     regexes: Regexes,
 }
 
-/// A server's regex paths, anchored as NGINX anchors them.
+/// A server's regex paths, anchored as NGINX anchors them, without regard to case
+/// (`~*`, as ingress-nginx renders them).
 enum Regexes {
     /// One set: a single pass over the path gives every pattern that matches.
     Set(regex::RegexSet),
@@ -123,7 +124,7 @@ impl<'s> Locator<'s> {
         }
         let patterns: Vec<String> = regex_locations
             .iter()
-            .map(|l| format!("^{}", l.path))
+            .map(|l| format!("(?i)^{}", l.path))
             .collect();
         let regexes = match regex::RegexSet::new(&patterns) {
             Ok(set) => Regexes::Set(set),
@@ -221,7 +222,7 @@ mod tests {
                 PathMatch::Exact => false,
                 PathMatch::Prefix => prefix_matches(&l.path, path),
                 PathMatch::Regex => {
-                    regex::Regex::new(&format!("^{}", l.path)).is_ok_and(|re| re.is_match(path))
+                    regex::Regex::new(&format!("(?i)^{}", l.path)).is_ok_and(|re| re.is_match(path))
                 }
             })
             .min_by_key(|l| precedence(l))

@@ -1298,6 +1298,19 @@ fn annotation_load_balance_default_from_the_configmap() {
     );
 }
 
+/// `proxy-buffering`: off unless the ConfigMap says on (ingress-nginx's default).
+#[test]
+fn configmap_proxy_buffering_is_off_by_default() {
+    let buffering = |data: &[(&str, &str)]| {
+        let m = ferrule_model::build(&snapshot(&docs![config_map(data)]));
+        (m.global.proxy_buffering, m.problems.len())
+    };
+    assert_eq!(buffering(&[]), (false, 0));
+    assert_eq!(buffering(&[("proxy-buffering", "on")]), (true, 0));
+    assert_eq!(buffering(&[("proxy-buffering", "off")]), (false, 0));
+    assert_eq!(buffering(&[("proxy-buffering", "yes")]), (false, 1));
+}
+
 /// HSTS: ingress-nginx's defaults (a year, subdomains), and the ConfigMap's keys.
 #[test]
 fn configmap_hsts_keys() {
@@ -1510,6 +1523,35 @@ fn regex_and_prefix_paths_of_a_host_are_tried_longest_first() {
             ("s.test", "/publicity", "c_web_80"),
             ("s.test", "/pzz", "c_web_80"),
             ("s.test", "/other", "a_web_80"),
+        ],
+    );
+}
+
+/// Regex paths match without regard to case (`~*`, as ingress-nginx); Prefix and
+/// Exact paths of the same host keep Kubernetes' case-sensitive rules.
+#[test]
+fn regex_paths_ignore_case_and_literal_paths_keep_it() {
+    let yaml = docs![
+        app("a/web", "10.0.0.1"),
+        app("c/web", "10.0.0.2"),
+        ingress(
+            "a/literal",
+            1,
+            "r.test",
+            &[("/Docs", "Prefix", "web", "80")]
+        ),
+        Ing::new("c/pattern", 2).ann("use-regex", "true").rule(
+            "r.test",
+            &[("/api/v[0-9]+", "ImplementationSpecific", "web", "80")]
+        ),
+    ];
+    check(
+        &yaml,
+        &[
+            ("r.test", "/api/v1", "c_web_80"),
+            ("r.test", "/API/V2/users", "c_web_80"),
+            ("r.test", "/Docs/x", "a_web_80"),
+            ("r.test", "/docs", "404"),
         ],
     );
 }

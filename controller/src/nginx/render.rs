@@ -408,10 +408,11 @@ impl Renderer {
         for l in ordered {
             match l.path_match {
                 PathMatch::Exact => locations.push(location_view(model, l, "=", &l.path, tls_host)),
+                // Case-insensitive, as ingress-nginx's regex paths (`~*`).
                 PathMatch::Regex => locations.push(location_view(
                     model,
                     l,
-                    "~",
+                    "~*",
                     &format!("^{}", l.path),
                     tls_host,
                 )),
@@ -444,7 +445,7 @@ impl Renderer {
         // unnamed (a Prefix always names both): name it, routed as the model routes it.
         let named: std::collections::HashSet<&str> = locations
             .iter()
-            .filter(|l| l.modifier != "~")
+            .filter(|l| !l.modifier.starts_with('~'))
             .map(|l| l.path.as_str())
             .collect();
         let mut twins = Vec::new();
@@ -699,7 +700,8 @@ fn location_view(
         read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
         send_timeout: st.proxy_send_timeout.map(|s| format!("{s}s")),
         rewrite_from: match l.path_match {
-            PathMatch::Regex => format!("^{}", l.path),
+            // The location matched without regard to case; so does its rewrite.
+            PathMatch::Regex => format!("(?i)^{}", l.path),
             _ => format!("^{}", regex_escape(&l.path)),
         },
         rewrite: st.rewrite_target.clone(),

@@ -820,6 +820,8 @@ async fn rewrite_target_with_regex_captures() {
         ("/something/", "/"),
         ("/something/new", "/new"),
         ("/something/a/b?x=1&y=%20", "/a/b?x=1&y=%20"),
+        // Regex paths ignore case, as ingress-nginx's (`~*`), and so does the rewrite.
+        ("/SomeThing/New", "/New"),
     ];
     for (req, want) in cases {
         let (s, v) = f.get("rewrite.test", req).await;

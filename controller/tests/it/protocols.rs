@@ -160,3 +160,108 @@ async fn lua_https_grpc_and_grpcs_backends_carry_traffic() {
 async fn njs_https_grpc_and_grpcs_backends_carry_traffic() {
     each_protocol_reaches_its_backend("127.0.0.48", NJS).await;
 }
+
+/// A backend answering 64 MiB, MiB by MiB, as its client takes them: the count of
+/// MiB it has written so far.
+async fn large_answer_backend(
+    ip: &str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let written = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = written.clone();
+    let app = axum::Router::new().fallback(move || {
+        let count = count.clone();
+        async move {
+            count.store(0, Ordering::SeqCst);
+            let chunks = futures::stream::unfold(0usize, move |n| {
+                let count = count.clone();
+                async move {
+                    (n < 64).then(|| {
+                        count.store(n, Ordering::SeqCst);
+                        (Ok::<_, std::io::Error>(vec![b'x'; 1 << 20]), n + 1)
+                    })
+                }
+            });
+            axum::body::Body::from_stream(chunks)
+        }
+    });
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, written, task)
+}
+
+/// Starts a GET of the large answer and reads only its first bytes: the connection
+/// stays open, the client reads nothing more.
+async fn stalled_client(f: &Ferrule) -> tokio::net::TcpStream {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", f.http))
+        .await
+        .unwrap();
+    s.write_all(b"GET /large HTTP/1.1\r\nHost: large.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 64];
+    let n = s.read(&mut head).await.unwrap();
+    assert!(head[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &head[..n]);
+    s
+}
+
+/// Proxy buffering is off by default, as in ingress-nginx: an answer streams at the
+/// client's pace (server-sent events and other streams are not held in NGINX), and
+/// the ConfigMap's `proxy-buffering: on` lets NGINX take the whole answer from the
+/// backend however slowly the client reads.
+#[tokio::test]
+async fn answers_stream_at_the_clients_pace_unless_the_configmap_buffers() {
+    use std::sync::atomic::Ordering;
+    let (addr, written, task) = large_answer_backend("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "large", &[addr]));
+    let ing = ingress(
+        "demo",
+        "large",
+        T0,
+        "large.test",
+        &[("/", "Prefix", "large")],
+        &[],
+    );
+    m.write("ing.yaml", &ing);
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+
+    let _client = stalled_client(&f).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = written.load(Ordering::SeqCst);
+    assert!(
+        held < 48,
+        "the backend is held at the client's pace: {held} MiB written"
+    );
+    drop(_client);
+
+    m.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: ferrule, namespace: demo }\n\
+         data: { proxy-buffering: \"on\" }\n",
+    );
+    let reloaded = wait_until(Duration::from_secs(10), || async {
+        std::fs::read_to_string(f.prefix.path().join("nginx/conf/nginx.conf"))
+            .is_ok_and(|c| c.contains("proxy_buffering on;"))
+    })
+    .await;
+    assert!(reloaded, "{}", f.logs());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _client = stalled_client(&f).await;
+    let absorbed = wait_until(Duration::from_secs(20), || async {
+        written.load(Ordering::SeqCst) == 63
+    })
+    .await;
+    assert!(
+        absorbed,
+        "NGINX buffers the whole answer: {} MiB",
+        written.load(Ordering::SeqCst)
+    );
+    task.abort();
+}

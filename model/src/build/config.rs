@@ -172,6 +172,11 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                     Err(e) => bad(key, v, e),
                 }
             }
+            "proxy-buffering" => match v.trim() {
+                "on" => g.proxy_buffering = true,
+                "off" => g.proxy_buffering = false,
+                _ => bad(key, v, "expected on or off".to_owned()),
+            },
             "hsts-max-age" => match value::integer(v.trim(), 0, i32::MAX as u32) {
                 Ok(n) => hsts.max_age = n,
                 Err(e) => bad(key, v, e),
