@@ -376,6 +376,8 @@ pub struct Global {
     /// ConfigMap `proxy-buffering` (default off, as ingress-nginx: a streamed or
     /// server-sent-events answer reaches the client as the backend writes it).
     pub proxy_buffering: bool,
+    /// ConfigMap tuning keys (connections, buffers, TLS sessions, keepalive).
+    pub tuning: crate::build::tuning::Tuning,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

@@ -122,3 +122,84 @@ async fn a_prefix_below_a_private_directory_serves_every_answer() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["body_bytes"], 200_000);
 }
+
+/// One raw HTTP/1.1 request with an extra header line of `header_len` bytes: the
+/// whole answer head (status line and headers).
+async fn raw_head(f: &Ferrule, header_len: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", f.http))
+        .await
+        .unwrap();
+    let req = format!(
+        "GET / HTTP/1.1\r\nHost: tune.test\r\nX-Long: {}\r\n\r\n",
+        "a".repeat(header_len)
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = Vec::new();
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// The ConfigMap's tuning keys reach NGINX with ingress-nginx's defaults
+/// (`large-client-header-buffers` 4 8k, `keep-alive-requests` 1000) and the values
+/// given; an invalid one is reported and its default kept.
+#[tokio::test]
+async fn configmap_tuning_keys_reach_nginx() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let ing = ingress(
+        "demo",
+        "tune",
+        "2026-01-01T00:00:00Z",
+        "tune.test",
+        &[("/", "Prefix", "echo")],
+        &[],
+    );
+    m.write("ing.yaml", &ing);
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let head = raw_head(&f, 3000).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("Connection: keep-alive"), "{head}");
+
+    m.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: ferrule, namespace: demo }\ndata:\n  \
+         large-client-header-buffers: \"2 1k\"\n  keep-alive-requests: \"1\"\n  \
+         ssl-session-tickets: \"true\"\n  ssl-session-timeout: \"1h\"\n  \
+         upstream-keepalive-requests: \"7\"\n  client-body-buffer-size: \"8 k\"\n",
+    );
+    let applied = wait_until(Duration::from_secs(10), || async {
+        raw_head(&f, 3000).await.starts_with("HTTP/1.1 400")
+    })
+    .await;
+    assert!(
+        applied,
+        "a 3 KB header line is too large for 1k buffers; {}",
+        f.logs()
+    );
+    let head = raw_head(&f, 10).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.contains("Connection: close"),
+        "one request per connection: {head}"
+    );
+    let cm = f.resource("ConfigMap", "demo", "ferrule").await.unwrap();
+    assert!(
+        cm["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("key client-body-buffer-size: invalid value \"8 k\""),
+        "{cm}"
+    );
+}

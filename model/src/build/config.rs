@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::annotations::{GlobalAuth, balancing, external_auth, source_ranges, value};
-use crate::build::real_ip;
+use crate::build::{real_ip, tuning};
 use crate::model::{Global, Problem, ProblemKind, ResourceRef, Severity};
 
 /// Reads the ConfigMap into global settings. Invalid values are reported on the
@@ -207,6 +207,11 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                             kind: ProblemKind::Invalid,
                         });
                     }
+                }
+            }
+            k if tuning::KEYS.contains(&k) => {
+                if let Err(e) = g.tuning.set(k, v) {
+                    bad(key, v, e);
                 }
             }
             k if real_ip::KEYS.contains(&k) => {}

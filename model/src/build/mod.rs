@@ -14,6 +14,7 @@ pub(crate) mod hosts;
 mod path_regex;
 pub mod real_ip;
 mod tls;
+pub mod tuning;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

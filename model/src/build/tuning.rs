@@ -1,0 +1,261 @@
+//! The ConfigMap's NGINX tuning keys (connections, buffers, TLS sessions, upstream
+//! keepalive), with ingress-nginx's defaults: a migrating user's ConfigMap means
+//! what it meant, and one without these keys gets what ingress-nginx rendered.
+//! Every value is typed (a number in its range, an NGINX size or time); an invalid
+//! one is reported on the ConfigMap and the default kept.
+
+use serde::{Deserialize, Serialize};
+
+use crate::annotations::value;
+
+/// The tuning the templates render.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tuning {
+    /// `keep-alive`: seconds an idle client connection is kept (`keepalive_timeout`).
+    pub keep_alive: u32,
+    /// `keep-alive-requests`: requests per client connection.
+    pub keep_alive_requests: u32,
+    /// `client-header-buffer-size`.
+    pub client_header_buffer_size: String,
+    /// `client-body-buffer-size`: bodies above it go to a temporary file.
+    pub client_body_buffer_size: String,
+    /// `large-client-header-buffers` (`number size`): the number.
+    pub large_client_header_buffers: u32,
+    /// The size of each of them.
+    pub large_client_header_buffer_size: String,
+    /// `ssl-buffer-size`.
+    pub ssl_buffer_size: String,
+    /// `ssl-session-cache`: whether TLS sessions are cached.
+    pub ssl_session_cache: bool,
+    /// `ssl-session-cache-size`.
+    pub ssl_session_cache_size: String,
+    /// `ssl-session-tickets` (off, as ingress-nginx: tickets without key rotation
+    /// weaken forward secrecy).
+    pub ssl_session_tickets: bool,
+    /// `ssl-session-timeout`.
+    pub ssl_session_timeout: String,
+    /// `upstream-keepalive-connections`: idle connections to backends per worker.
+    pub upstream_keepalive_connections: u32,
+    /// `upstream-keepalive-requests`.
+    pub upstream_keepalive_requests: u32,
+    /// `upstream-keepalive-timeout`, seconds.
+    pub upstream_keepalive_timeout: u32,
+    /// `variables-hash-bucket-size`.
+    pub variables_hash_bucket_size: u32,
+    /// `variables-hash-max-size`.
+    pub variables_hash_max_size: u32,
+    /// `enable-multi-accept`.
+    pub multi_accept: bool,
+    /// `max-worker-connections`.
+    pub worker_connections: u32,
+}
+
+impl Default for Tuning {
+    /// ingress-nginx's defaults (its `config.go`).
+    fn default() -> Self {
+        Tuning {
+            keep_alive: 75,
+            keep_alive_requests: 1000,
+            client_header_buffer_size: "1k".to_owned(),
+            client_body_buffer_size: "8k".to_owned(),
+            large_client_header_buffers: 4,
+            large_client_header_buffer_size: "8k".to_owned(),
+            ssl_buffer_size: "4k".to_owned(),
+            ssl_session_cache: true,
+            ssl_session_cache_size: "10m".to_owned(),
+            ssl_session_tickets: false,
+            ssl_session_timeout: "10m".to_owned(),
+            upstream_keepalive_connections: 320,
+            upstream_keepalive_requests: 1000,
+            upstream_keepalive_timeout: 60,
+            variables_hash_bucket_size: 256,
+            variables_hash_max_size: 2048,
+            multi_accept: true,
+            worker_connections: 16384,
+        }
+    }
+}
+
+/// The keys [`Tuning::set`] reads.
+pub(crate) const KEYS: &[&str] = &[
+    "keep-alive",
+    "keep-alive-requests",
+    "client-header-buffer-size",
+    "client-body-buffer-size",
+    "large-client-header-buffers",
+    "ssl-buffer-size",
+    "ssl-session-cache",
+    "ssl-session-cache-size",
+    "ssl-session-tickets",
+    "ssl-session-timeout",
+    "upstream-keepalive-connections",
+    "upstream-keepalive-requests",
+    "upstream-keepalive-timeout",
+    "variables-hash-bucket-size",
+    "variables-hash-max-size",
+    "enable-multi-accept",
+    "max-worker-connections",
+];
+
+impl Tuning {
+    /// Sets `key` (one of [`KEYS`]) from `v`; an error says why the value is refused.
+    pub(crate) fn set(&mut self, key: &str, v: &str) -> Result<(), String> {
+        let v = v.trim();
+        match key {
+            "keep-alive" => self.keep_alive = value::integer(v, 0, 86_400)?,
+            "keep-alive-requests" => self.keep_alive_requests = value::integer(v, 1, 1 << 30)?,
+            "client-header-buffer-size" => self.client_header_buffer_size = buffer(v)?,
+            "client-body-buffer-size" => self.client_body_buffer_size = buffer(v)?,
+            "large-client-header-buffers" => {
+                let (n, size) = v
+                    .split_once(' ')
+                    .ok_or("expected a number and a size, e.g. \"4 8k\"")?;
+                self.large_client_header_buffers = value::integer(n.trim(), 1, 64)?;
+                self.large_client_header_buffer_size = buffer(size.trim())?;
+            }
+            "ssl-buffer-size" => self.ssl_buffer_size = buffer(v)?,
+            "ssl-session-cache" => self.ssl_session_cache = value::boolean(v)?,
+            "ssl-session-cache-size" => self.ssl_session_cache_size = buffer(v)?,
+            "ssl-session-tickets" => self.ssl_session_tickets = value::boolean(v)?,
+            "ssl-session-timeout" => self.ssl_session_timeout = time(v)?,
+            "upstream-keepalive-connections" => {
+                self.upstream_keepalive_connections = value::integer(v, 0, 1 << 20)?;
+            }
+            "upstream-keepalive-requests" => {
+                self.upstream_keepalive_requests = value::integer(v, 1, 1 << 30)?;
+            }
+            "upstream-keepalive-timeout" => {
+                self.upstream_keepalive_timeout = value::integer(v, 1, 86_400)?;
+            }
+            "variables-hash-bucket-size" => {
+                self.variables_hash_bucket_size = power_of_two(v, 32, 4096)?;
+            }
+            "variables-hash-max-size" => {
+                self.variables_hash_max_size = value::integer(v, 64, 1 << 20)?;
+            }
+            "enable-multi-accept" => self.multi_accept = value::boolean(v)?,
+            "max-worker-connections" => {
+                // 0 means ingress-nginx's automatic value; Ferrule's default is that.
+                let n = value::integer(v, 0, 1 << 20)?;
+                self.worker_connections = if n == 0 { 16384 } else { n.max(64) };
+            }
+            _ => return Err(format!("{key} is not a tuning key")),
+        }
+        Ok(())
+    }
+}
+
+/// A buffer size: a positive NGINX size (`8k`, `1m`), at most 1 GiB.
+fn buffer(v: &str) -> Result<String, String> {
+    let s = value::size(v)?;
+    let (digits, unit) = s.split_at(s.trim_end_matches(['k', 'm', 'g']).len());
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected a size such as \"8k\"")?;
+    let bytes = n.saturating_mul(match unit {
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        _ => 1,
+    });
+    if bytes == 0 || bytes > 1 << 30 {
+        return Err("expected a size between 1 byte and 1g".to_owned());
+    }
+    Ok(s)
+}
+
+/// An NGINX time: a whole number with an optional unit `ms`, `s`, `m`, `h` or `d`.
+fn time(v: &str) -> Result<String, String> {
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &v[digits.len()..];
+    let ok = !digits.is_empty()
+        && digits.len() <= 9
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && matches!(unit, "" | "ms" | "s" | "m" | "h" | "d");
+    if ok {
+        Ok(v.to_owned())
+    } else {
+        Err("expected a time such as \"10m\", \"600s\" or \"1h\"".to_owned())
+    }
+}
+
+/// A power of two in `min..=max` (NGINX's hash bucket sizes).
+fn power_of_two(v: &str, min: u32, max: u32) -> Result<u32, String> {
+    let n = value::integer(v, min, max)?;
+    if n.is_power_of_two() {
+        Ok(n)
+    } else {
+        Err(format!("expected a power of two between {min} and {max}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(key, value, Ok(what the template gets) | Err(part of the reason))`.
+    fn check(cases: &[(&str, &str, Result<&str, &str>)]) {
+        for (key, v, want) in cases {
+            let mut t = Tuning::default();
+            let got = t.set(key, v).map(|()| {
+                let json = serde_json::to_value(&t).unwrap();
+                let field = key
+                    .replace("enable-multi-accept", "multi_accept")
+                    .replace("max-worker-connections", "worker_connections")
+                    .replace('-', "_");
+                let text = |f: &str| match &json[f] {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                if field == "large_client_header_buffers" {
+                    format!(
+                        "{} {}",
+                        text(&field),
+                        text("large_client_header_buffer_size")
+                    )
+                } else {
+                    text(&field)
+                }
+            });
+            match (got, want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, *w, "{key}: {v}"),
+                (Err(e), Err(w)) => assert!(e.contains(w), "{key}: {v}: {e}"),
+                (got, want) => panic!("{key}: {v}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn values_are_typed() {
+        check(&[
+            ("keep-alive", "30", Ok("30")),
+            ("keep-alive", "30s", Err("integer")),
+            ("keep-alive-requests", "0", Err("between 1")),
+            ("client-body-buffer-size", "16K", Ok("16k")),
+            ("client-body-buffer-size", "0", Err("between 1 byte")),
+            ("client-body-buffer-size", "2g", Err("between 1 byte")),
+            ("client-body-buffer-size", "8k; deny all", Err("size")),
+            ("large-client-header-buffers", "8 16k", Ok("8 16k")),
+            (
+                "large-client-header-buffers",
+                "16k",
+                Err("a number and a size"),
+            ),
+            (
+                "large-client-header-buffers",
+                "100 8k",
+                Err("between 1 and 64"),
+            ),
+            ("ssl-session-tickets", "true", Ok("true")),
+            ("ssl-session-timeout", "1h", Ok("1h")),
+            ("ssl-session-timeout", "1 h", Err("a time")),
+            ("ssl-session-timeout", "10y", Err("a time")),
+            ("upstream-keepalive-connections", "0", Ok("0")),
+            ("variables-hash-bucket-size", "128", Ok("128")),
+            ("variables-hash-bucket-size", "100", Err("power of two")),
+            ("enable-multi-accept", "false", Ok("false")),
+            ("max-worker-connections", "0", Ok("16384")),
+            ("max-worker-connections", "4096", Ok("4096")),
+        ]);
+    }
+}
