@@ -71,8 +71,19 @@ take_lock() {
 # ---------------------------------------------------------------------------
 # Building the binaries (first use only)
 # ---------------------------------------------------------------------------
+# Built from k8s.io/kubernetes (cmd/NAME); etcd and helm come from their own modules.
+KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+HELM_VERSION=${FERRULE_E2E_HELM_VERSION:-v3.22.0}
+
+missing_kube_binaries() {
+    local b
+    for b in "${KUBE_BINARIES[@]}"; do
+        [[ -x $BIN_DIR/$b ]] || printf '%s\n' "$b"
+    done
+}
+
 have_binaries() {
-    [[ -x $BIN_DIR/kube-apiserver && -x $BIN_DIR/kubectl && -x $BIN_DIR/etcd ]]
+    [[ -z $(missing_kube_binaries) && -x $BIN_DIR/etcd && -x $BIN_DIR/helm ]]
 }
 
 # Runs a go command in a build dir, output to a log; on failure prints the
@@ -87,8 +98,13 @@ run_go() {
     fi
 }
 
-build_kube() {
-    local dir=$BUILD_DIR/kube logfile=$BUILD_DIR/kube.log modfile
+build_kube() { # NAMES... (cmd/NAME in k8s.io/kubernetes)
+    local dir=$BUILD_DIR/kube logfile=$BUILD_DIR/kube.log modfile b
+    local -a pkgs=() gets=()
+    for b in "$@"; do
+        pkgs+=("k8s.io/kubernetes/cmd/$b")
+        gets+=("k8s.io/kubernetes/cmd/$b@$K8S_VERSION")
+    done
     rm -rf "$dir" && mkdir -p "$dir/out"
     : >"$logfile"
     printf 'module ferrule-e2e/bootstrap\n\ngo 1.25.0\n' >"$dir/go.mod"
@@ -111,9 +127,7 @@ build_kube() {
     } >"$dir/go.mod"
     grep -q '=> k8s.io/api ' "$dir/go.mod" || die "no staging replaces found in $modfile"
     log "  $(grep -c ' => ' "$dir/go.mod") staging modules pinned to $STAGING_VERSION"
-    run_go "$dir" "$logfile" get \
-        "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
-        "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+    run_go "$dir" "$logfile" get "${gets[@]}"
     # Same version stamping as kubernetes' hack/lib/version.sh, so /version and
     # `kubectl version` report the real release instead of v0.0.0-master.
     local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -122,9 +136,23 @@ build_kube() {
         ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
-    run_go "$dir" "$logfile" build -trimpath "-ldflags=$ld" -o "$dir/out/" \
-        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
-    mv -f "$dir/out/kube-apiserver" "$dir/out/kubectl" "$BIN_DIR/"
+    run_go "$dir" "$logfile" build -trimpath "-ldflags=$ld" -o "$dir/out/" "${pkgs[@]}"
+    for b in "$@"; do
+        mv -f "$dir/out/$b" "$BIN_DIR/$b"
+    done
+}
+
+# helm from helm.sh/helm/v3 in a scratch module, version stamped like helm's Makefile.
+build_helm() {
+    local dir=$BUILD_DIR/helm logfile=$BUILD_DIR/helm.log
+    rm -rf "$dir" && mkdir -p "$dir/out"
+    : >"$logfile"
+    printf 'module ferrule-e2e/helm-tools\n\ngo 1.25.0\n' >"$dir/go.mod"
+    run_go "$dir" "$logfile" get "helm.sh/helm/v3@$HELM_VERSION"
+    run_go "$dir" "$logfile" build -trimpath \
+        "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+        -o "$dir/out/helm" helm.sh/helm/v3/cmd/helm
+    mv -f "$dir/out/helm" "$BIN_DIR/helm"
 }
 
 build_etcd() {
@@ -158,12 +186,19 @@ ensure_binaries() {
             build_etcd
             log "  etcd built ($((SECONDS - t0)) s so far)"
         fi
-        if [[ ! -x $BIN_DIR/kube-apiserver || ! -x $BIN_DIR/kubectl ]]; then
-            log "  kube-apiserver + kubectl $K8S_VERSION (k8s.io/kubernetes)..."
-            build_kube
+        local -a missing
+        mapfile -t missing < <(missing_kube_binaries)
+        if ((${#missing[@]})); then
+            log "  ${missing[*]} $K8S_VERSION (k8s.io/kubernetes)..."
+            build_kube "${missing[@]}"
+            log "  kubernetes binaries built ($((SECONDS - t0)) s so far)"
         fi
-        printf 'kubernetes %s\nstaging %s\netcd %s\n%s\n' "$K8S_VERSION" "$STAGING_VERSION" \
-            "$ETCD_VERSION" "$("$GO" version)" >"$BIN_DIR/VERSIONS"
+        if [[ ! -x $BIN_DIR/helm ]]; then
+            log "  helm $HELM_VERSION (helm.sh/helm/v3)..."
+            build_helm
+        fi
+        printf 'kubernetes %s\nstaging %s\netcd %s\nhelm %s\n%s\n' "$K8S_VERSION" "$STAGING_VERSION" \
+            "$ETCD_VERSION" "$HELM_VERSION" "$("$GO" version)" >"$BIN_DIR/VERSIONS"
         log "build done in $((SECONDS - t0)) s"
     fi
     flock -u 8
@@ -400,7 +435,7 @@ EOF
 
     mkdir -p "$E2E_DIR/bin"
     local b
-    for b in kubectl kube-apiserver etcd; do
+    for b in "${KUBE_BINARIES[@]}" etcd helm; do
         ln -sfn "$BIN_DIR/$b" "$E2E_DIR/bin/$b"
     done
 
