@@ -56,6 +56,7 @@ PAUSE_IMAGE=ferrule.local/pause:dev
 CNI_BIN_DIR=${FERRULE_E2E_CNI_BIN:-/usr/lib/cni}
 CONTAINERD=${FERRULE_E2E_CONTAINERD:-/usr/bin/containerd}
 CTR=${FERRULE_E2E_CTR:-/usr/bin/ctr}
+RUNC=${FERRULE_E2E_RUNC:-/usr/sbin/runc}
 # Sockets and runtime state live under a short path (sun_path has 108 bytes),
 # one per work dir.
 RUN_DIR=/run/ferrule-e2e-$(printf '%s' "$E2E_DIR" | sha256sum | cut -c1-8)
@@ -650,6 +651,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   sandbox_image = "$PAUSE_IMAGE"
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+  # This machine class withholds CAP_SYS_RESOURCE even from root, so runc cannot
+  # lower a process's oom_score_adj (the kubelet asks -998 for every sandbox):
+  # keep each container's at least containerd's own, as kind does.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -657,6 +662,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        BinaryName = "$RUNC"
+        Root = "$RUN_DIR/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$CNI_CONF_DIR"
@@ -673,7 +680,7 @@ containerd_healthy() {
 start_containerd() {
     need ip
     [[ -x $CONTAINERD ]] || die "containerd not found at $CONTAINERD (apt-get install containerd runc)"
-    command -v runc >/dev/null 2>&1 || die "runc not found (apt-get install runc)"
+    [[ -x $RUNC ]] || die "runc not found at $RUNC (apt-get install runc)"
     [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local && -x $CNI_BIN_DIR/loopback ]] ||
         die "CNI plugins not found in $CNI_BIN_DIR (apt-get install containernetworking-plugins)"
     write_cni_config
@@ -873,8 +880,22 @@ wait_node_ready() {
 # The control-plane components after the apiserver, then the node. FRESH=1:
 # etcd started empty, so every component starts again (the kubelet registers its
 # node only when it starts).
+NODE_OWNER=/run/ferrule-e2e-node.owner
+
+# One node per machine: the bridge, the pod CIDR and kube-proxy's rules are the
+# host's. A node another work dir runs is refused, by name.
+claim_node() {
+    local owner
+    owner=$(cat "$NODE_OWNER" 2>/dev/null || true)
+    if [[ -n $owner && $owner != "$E2E_DIR" ]] && pid_alive "$owner/kubelet.pid" kubelet; then
+        die "the e2e node already runs for $owner (one per machine); stop it with 'FERRULE_E2E_DIR=$owner $0 down', or run FERRULE_E2E_NODE=0 $0 up for etcd + kube-apiserver only"
+    fi
+    echo "$E2E_DIR" >"$NODE_OWNER"
+}
+
 start_node() { # FRESH
     local fresh=$1
+    claim_node
     ensure_bridge
     if [[ -n $fresh ]]; then stop_node_daemons; fi
     ensure_containerd
@@ -920,12 +941,32 @@ remove_pod_containers() {
     rm -rf "$RUN_DIR/cni-ipam"
 }
 
-unmount_below() { # DIR: every mount point below DIR, deepest first
+unmount_below() { # DIR: every mount point at or below DIR, deepest first
     local dir=$1 m
     [[ -d $dir ]] || return 0
     while read -r m; do
         umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
-    done < <(awk -v d="$dir/" 'index($5, d) == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+    done < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+}
+
+# The chains the kubelet adds (its canary, and KUBE-FIREWALL, which drops
+# connections to 127.0.0.0/8 from other sources).
+remove_kubelet_chains() {
+    local ipt table
+    for ipt in iptables ip6tables; do
+        command -v "$ipt" >/dev/null 2>&1 || continue
+        for table in filter nat mangle; do
+            if "$ipt" -t "$table" -S KUBE-FIREWALL >/dev/null 2>&1; then
+                while "$ipt" -t "$table" -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+                while "$ipt" -t "$table" -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+                "$ipt" -t "$table" -F KUBE-FIREWALL 2>/dev/null && "$ipt" -t "$table" -X KUBE-FIREWALL 2>/dev/null
+            fi
+            if "$ipt" -t "$table" -S KUBE-KUBELET-CANARY >/dev/null 2>&1; then
+                "$ipt" -t "$table" -F KUBE-KUBELET-CANARY 2>/dev/null && "$ipt" -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null
+            fi
+        done
+    done
+    return 0
 }
 
 stop_node() {
@@ -935,11 +976,13 @@ stop_node() {
     unmount_below "$KUBELET_DIR"
     unmount_below "$RUN_DIR"
     # The kubelet's pod directories belong to the etcd that goes away with them.
-    rm -rf "$KUBELET_DIR" "$POD_LOGS"
+    rm -rf "$KUBELET_DIR" "$POD_LOGS" || log "could not remove all of $KUBELET_DIR (see mount)"
     if [[ -x $BIN_DIR/kube-proxy ]] && iptables -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
         "$BIN_DIR/kube-proxy" --cleanup >>"$PROXY_LOG" 2>&1 || log "kube-proxy --cleanup failed (see $PROXY_LOG)"
     fi
+    remove_kubelet_chains
     if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
+    [[ $(cat "$NODE_OWNER" 2>/dev/null) != "$E2E_DIR" ]] || rm -f "$NODE_OWNER"
 }
 
 # import FILE=NAME:TAG...: OCI archives into the node's containerd (k8s.io), each
@@ -995,7 +1038,7 @@ cmd_up() {
         stop_node_daemons
         stop_process "$APISERVER_PID" kube-apiserver
     fi
-    [[ $NODE != 1 ]] || ensure_bridge
+    if [[ $NODE == 1 ]]; then claim_node; ensure_bridge; fi
     if ! etcd_healthy; then
         # The apiserver cannot outlive its etcd: start both from scratch.
         stop_process "$APISERVER_PID" kube-apiserver
@@ -1052,6 +1095,13 @@ cmd_restart_apiserver() {
     ensure_binaries
     start_apiserver
     log "kube-apiserver restarted in $((SECONDS - t0)) s on https://127.0.0.1:$APISERVER_PORT"
+}
+
+# ctr ARGS...: ctr against the node's containerd, namespace k8s.io.
+cmd_ctr() {
+    load_state
+    containerd_healthy || die "the node's containerd is not running ($CONTAINERD_SOCK); run '$0 up' or '$0 import'"
+    exec "$CTR" --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"
 }
 
 cmd_status() {
@@ -1131,6 +1181,7 @@ usage: $0 COMMAND
   reset              down + delete $E2E_DIR (keeps the binary cache)
   import FILE=IMAGE  import OCI archives into the node's containerd (namespace k8s.io),
                      starting containerd if needed (make image does this)
+  ctr ARGS...        ctr against the node's containerd, namespace k8s.io
 
 versions: kubernetes $K8S_VERSION (staging $STAGING_VERSION), etcd $ETCD_VERSION
 cache:    $CACHE_DIR
@@ -1148,6 +1199,7 @@ case ${1:-} in
     build) cmd_build ;;
     reset) cmd_reset ;;
     import) shift; cmd_import "$@" ;;
+    ctr) shift; cmd_ctr "$@" ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;
 esac
