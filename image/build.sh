@@ -194,8 +194,18 @@ build_ferrule() {
 }
 
 build_pause() {
-    local dir=$OUT/pause-root
-    [[ -f $PAUSE_SRC ]] || die "no $PAUSE_SRC: run 'test/e2e/cluster.sh build' (it downloads k8s.io/kubernetes@$K8S_VERSION) or set FERRULE_PAUSE_SRC"
+    local dir=$OUT/pause-root moddir
+    if [[ ! -f $PAUSE_SRC && -z ${FERRULE_PAUSE_SRC:-} ]]; then
+        # The kubernetes sources, from the Go module proxy into the module cache
+        # (test/e2e/cluster.sh build fetches the same module).
+        log "fetching k8s.io/kubernetes@$K8S_VERSION for build/pause (go mod download)"
+        moddir=$(cd "$OUT" && GOFLAGS='' GOWORK=off GOTOOLCHAIN=local \
+            "$GO" mod download -json "k8s.io/kubernetes@$K8S_VERSION" |
+            sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p') ||
+            die "go mod download k8s.io/kubernetes@$K8S_VERSION failed"
+        PAUSE_SRC=$moddir/build/pause/linux/pause.c
+    fi
+    [[ -f $PAUSE_SRC ]] || die "no $PAUSE_SRC (set FERRULE_PAUSE_SRC to kubernetes' build/pause/linux/pause.c)"
     rm -rf "$dir" && mkdir -p "$dir"
     gcc -Os -Wall -Werror -static -DVERSION="$K8S_VERSION-ferrule" -o "$dir/pause" "$PAUSE_SRC" ||
         die "gcc could not build $PAUSE_SRC statically (libc6-dev provides libc.a)"
