@@ -12,7 +12,8 @@
 #    token, KUBERNETES_SERVICE_HOST=10.96.0.1 through kube-proxy) and RBAC,
 #    non-root, read-only root file system, every capability dropped, listening
 #    on 80 (net.ipv4.ip_unprivileged_port_start=0): becomes Ready, and an Ingress
-#    routes a request sent from the host to the Ferrule pod's IP to an echo pod.
+#    routes a request sent from the host to the Ferrule pod's IP, and one to its
+#    Service's ClusterIP, to an echo pod.
 #    Then the Ingress's status, written by Ferrule through the API, names the
 #    address it was given.
 set -euo pipefail
@@ -194,6 +195,13 @@ spec:
       paths:
       - {path: /, pathType: Prefix, backend: {service: {name: echo, port: {name: http}}}}
 ---
+apiVersion: v1
+kind: Service
+metadata: {name: ferrule}
+spec:
+  selector: {app: ferrule}
+  ports: [{name: http, port: 80, targetPort: http}]
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: ferrule}
@@ -259,6 +267,15 @@ body=$(curl -sS --max-time 5 -H 'Host: echo.test' "http://${fpod#*=}/through-fer
     fail "no answer from the ferrule pod at ${fpod#*=}:80"
 [[ $body == *'"pod":"echo-'* && $body == *'"path":"/through-ferrule"'* ]] ||
     fail "the ferrule pod did not route echo.test to an echo pod: $body"
+# And through the ferrule Service's ClusterIP (kube-proxy), as a client in the
+# cluster would come.
+fsvc=$(kubectl -n "$NS" get service ferrule -o 'jsonpath={.spec.clusterIP}')
+deadline=$((SECONDS + 20))
+until body=$(curl -sS --max-time 2 -H 'Host: echo.test' "http://$fsvc/via-service" 2>&1) &&
+    [[ $body == *'"pod":"echo-'* ]]; do
+    ((SECONDS < deadline)) || fail "no echo answer through Service ferrule ($fsvc:80) in 20 s: $body"
+    sleep 0.3
+done
 # Ferrule wrote the Ingress status through the API, with its ServiceAccount.
 deadline=$((SECONDS + 30))
 until [[ $(kubectl -n "$NS" get ingress echo -o 'jsonpath={.status.loadBalancer.ingress[0].ip}') == 10.9.8.7 ]]; do
@@ -267,7 +284,7 @@ until [[ $(kubectl -n "$NS" get ingress echo -o 'jsonpath={.status.loadBalancer.
 done
 kubectl -n "$NS" logs "${fpod%%=*}" | grep -q '"GET /through-ferrule HTTP/1.1" 200' ||
     fail "no NGINX access log line in the ferrule pod's log"
-log "ferrule: echo.test via ${fpod#*=}:80 answered by an echo pod, status published, access log in the pod log"
+log "ferrule: echo.test via pod ${fpod#*=}:80 and Service $fsvc:80 answered by echo pods, status published, access log in the pod log"
 
 kubectl delete namespace "$NS" --timeout=60s >/dev/null || fail "namespace $NS not deleted in 60 s"
 log "passed in $((SECONDS - t0)) s"
