@@ -548,7 +548,7 @@ EOF
         printf 'export FERRULE_E2E_CA=%q\n' "$PKI/ca.crt"
         printf 'export FERRULE_E2E_HELM=%q\n' "$E2E_DIR/bin/helm"
         if [[ $NODE == 1 ]]; then
-            printf 'export FERRULE_E2E_NODE=%q\n' "$NODE_NAME"
+            printf 'export FERRULE_E2E_NODE_NAME=%q\n' "$NODE_NAME"
             printf 'export FERRULE_E2E_NODE_IP=%q\n' "$NODE_IP"
             printf 'export FERRULE_E2E_CONTAINERD=%q\n' "$CONTAINERD_SOCK"
         fi
@@ -1132,8 +1132,8 @@ cmd_status() {
                 printf '%-24s stopped\n' "$name:"; rc=1
             fi
         done
-        if node_ready; then echo "node $NODE_NAME:      Ready ($NODE_IP, pods $POD_CIDR on $BRIDGE)"
-        else echo "node $NODE_NAME:      NOT Ready"; rc=1; fi
+        if node_ready; then printf '%-24s Ready (%s, pods %s on %s)\n' "node $NODE_NAME:" "$NODE_IP" "$POD_CIDR" "$BRIDGE"
+        else printf '%-24s NOT Ready\n' "node $NODE_NAME:"; rc=1; fi
         echo "containerd socket:       $CONTAINERD_SOCK"
     fi
     echo "kubeconfig:     $KUBECONFIG_FILE"
