@@ -3,9 +3,10 @@ SHELL := /bin/bash
 CARGO ?= cargo
 APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
 	libnginx-mod-http-js openssl curl wrk ca-certificates python3 procps iproute2 \
-	nginx-dev gcc make libc6-dev libpcre2-dev libssl-dev zlib1g-dev
+	nginx-dev gcc make libc6-dev libpcre2-dev libssl-dev zlib1g-dev \
+	mmdebstrap umoci containerd runc containernetworking-plugins iptables tar
 
-.PHONY: deps build test lint bench bench-scale run fmt cluster-up cluster-down
+.PHONY: deps build test lint bench bench-scale run fmt image cluster-up cluster-down
 
 ## deps: install everything the build and the tests need (idempotent).
 deps:
@@ -16,6 +17,8 @@ deps:
 	fi
 	@# Debian enables the packaged nginx service on install; Ferrule runs its own.
 	@systemctl disable --now nginx >/dev/null 2>&1 || true
+	@# Likewise containerd: the e2e node runs its own (test/e2e/cluster.sh).
+	@systemctl disable --now containerd >/dev/null 2>&1 || true
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup" >&2; exit 1; }
 	@# Ferrule's C fast path, built for the installed NGINX (skipped when up to date).
 	@bash nginx-module/build.sh
@@ -23,12 +26,19 @@ deps:
 build:
 	$(CARGO) build --release --bin ferrule
 
-test: deps
+## image: the OCI images (ferrule.local/ferrule:dev, .../echo:dev, .../pause:dev) in
+## target/image/*.oci.tar, imported into the e2e node's containerd (image/build.sh).
+image: deps build
+	image/build.sh
+
+test: deps image
 	$(CARGO) test --workspace
 	bash lua/test/run.sh
 	FAST=1 bash lua/test/run.sh
 	bash njs/test/run.sh
 	bash test/chart/run.sh
+	test/image/test.sh
+	test/e2e/pods.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -51,7 +61,8 @@ bench-scale: deps
 run: deps build
 	examples/run.sh
 
-## cluster-up / cluster-down: a real etcd + kube-apiserver on loopback for e2e tests.
+## cluster-up / cluster-down: a real single-node Kubernetes for e2e tests (etcd,
+## kube-apiserver, controller-manager, scheduler, containerd, kubelet, kube-proxy).
 cluster-up:
 	test/e2e/cluster.sh up
 

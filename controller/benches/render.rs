@@ -120,6 +120,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         certificate_store_mib: 256,
         fast_path: false,
         worker_dir: None,
+        log_to_stdio: false,
     };
     let pem = ferrule::tls::self_signed_default().expect("default certificate");
     Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), pem).expect("prefix")

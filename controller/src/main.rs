@@ -191,6 +191,11 @@ struct NginxFlags {
     /// backends without entering Lua. By default it is used when NGINX loads it.
     #[arg(long)]
     no_fast_path: bool,
+    /// Send NGINX's error log to stderr and its access log to stdout (a container's
+    /// logs; the image's default command sets it) instead of files in
+    /// `--nginx-prefix`/logs.
+    #[arg(long)]
+    nginx_log_stdio: bool,
 }
 
 impl NginxFlags {
@@ -216,6 +221,7 @@ impl NginxFlags {
             certificate_store_mib: self.certificate_store_size,
             fast_path: false,
             worker_dir: None,
+            log_to_stdio: self.nginx_log_stdio,
         }
     }
 

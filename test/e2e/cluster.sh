@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Ferrule end-to-end cluster: a real etcd + kube-apiserver on loopback.
+# Ferrule end-to-end cluster: a real single-node Kubernetes, built from source.
 #
-# No kubelet, no controller-manager, no scheduler: enough for a controller that
-# watches Ingresses, IngressClasses, Services, EndpointSlices, Secrets and
-# ConfigMaps and writes statuses/events/leases. See test/e2e/README.md.
+# etcd + kube-apiserver, kube-controller-manager, kube-scheduler, and one node
+# (ferrule-node): containerd (Debian's) with runc and the CNI bridge plugin, the
+# kubelet and kube-proxy. Pods run images imported by `make image` (the sandbox
+# image too); nothing is pulled. FERRULE_E2E_NODE=0 runs only etcd and the
+# apiserver (on loopback), as before. See test/e2e/README.md.
 #
 # Usage: test/e2e/cluster.sh up|down|status|env|restart-apiserver|
-#                           stop-apiserver|start-apiserver|build|reset
+#                           stop-apiserver|start-apiserver|build|reset|
+#                           import FILE=IMAGE...
 set -euo pipefail
 
 # ---------------------------------------------------------------------------
@@ -40,6 +43,40 @@ APISERVER_PID=$E2E_DIR/kube-apiserver.pid
 READY_TIMEOUT=${FERRULE_E2E_READY_TIMEOUT:-120}
 SERVICE_CIDR=10.96.0.0/16
 
+# The node. One per machine: the bridge, the pod CIDR and the netfilter rules of
+# kube-proxy are the host's.
+NODE=${FERRULE_E2E_NODE:-1}
+NODE_NAME=ferrule-node
+POD_CIDR=10.244.0.0/24
+BRIDGE=ferrule0
+# The bridge's address: the pods' gateway, the node's InternalIP and the address
+# the apiserver advertises (the endpoint of the kubernetes Service).
+NODE_IP=10.244.0.1
+PAUSE_IMAGE=ferrule.local/pause:dev
+CNI_BIN_DIR=${FERRULE_E2E_CNI_BIN:-/usr/lib/cni}
+CONTAINERD=${FERRULE_E2E_CONTAINERD:-/usr/bin/containerd}
+CTR=${FERRULE_E2E_CTR:-/usr/bin/ctr}
+RUNC=${FERRULE_E2E_RUNC:-/usr/sbin/runc}
+# Sockets and runtime state live under a short path (sun_path has 108 bytes),
+# one per work dir.
+RUN_DIR=/run/ferrule-e2e-$(printf '%s' "$E2E_DIR" | sha256sum | cut -c1-8)
+CONTAINERD_SOCK=$RUN_DIR/containerd.sock
+CONTAINERD_CONFIG=$E2E_DIR/containerd.toml
+CONTAINERD_ROOT=$E2E_DIR/containerd
+CNI_CONF_DIR=$E2E_DIR/cni
+KUBELET_DIR=$E2E_DIR/kubelet
+POD_LOGS=$E2E_DIR/pod-logs
+CONTAINERD_LOG=$E2E_DIR/containerd.log
+CONTAINERD_PID=$E2E_DIR/containerd.pid
+KCM_LOG=$E2E_DIR/kube-controller-manager.log
+KCM_PID=$E2E_DIR/kube-controller-manager.pid
+SCHED_LOG=$E2E_DIR/kube-scheduler.log
+SCHED_PID=$E2E_DIR/kube-scheduler.pid
+KUBELET_LOG=$E2E_DIR/kubelet.log
+KUBELET_PID=$E2E_DIR/kubelet.pid
+PROXY_LOG=$E2E_DIR/kube-proxy.log
+PROXY_PID=$E2E_DIR/kube-proxy.pid
+
 if [[ -n ${GO:-} ]]; then :
 elif command -v go >/dev/null 2>&1; then GO=$(command -v go)
 else GO=/usr/local/go/bin/go
@@ -71,8 +108,19 @@ take_lock() {
 # ---------------------------------------------------------------------------
 # Building the binaries (first use only)
 # ---------------------------------------------------------------------------
+# Built from k8s.io/kubernetes (cmd/NAME); etcd and helm come from their own modules.
+KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager kube-scheduler kubelet kube-proxy)
+HELM_VERSION=${FERRULE_E2E_HELM_VERSION:-v3.22.0}
+
+missing_kube_binaries() {
+    local b
+    for b in "${KUBE_BINARIES[@]}"; do
+        [[ -x $BIN_DIR/$b ]] || printf '%s\n' "$b"
+    done
+}
+
 have_binaries() {
-    [[ -x $BIN_DIR/kube-apiserver && -x $BIN_DIR/kubectl && -x $BIN_DIR/etcd ]]
+    [[ -z $(missing_kube_binaries) && -x $BIN_DIR/etcd && -x $BIN_DIR/helm ]]
 }
 
 # Runs a go command in a build dir, output to a log; on failure prints the
@@ -87,8 +135,13 @@ run_go() {
     fi
 }
 
-build_kube() {
-    local dir=$BUILD_DIR/kube logfile=$BUILD_DIR/kube.log modfile
+build_kube() { # NAMES... (cmd/NAME in k8s.io/kubernetes)
+    local dir=$BUILD_DIR/kube logfile=$BUILD_DIR/kube.log modfile b
+    local -a pkgs=() gets=()
+    for b in "$@"; do
+        pkgs+=("k8s.io/kubernetes/cmd/$b")
+        gets+=("k8s.io/kubernetes/cmd/$b@$K8S_VERSION")
+    done
     rm -rf "$dir" && mkdir -p "$dir/out"
     : >"$logfile"
     printf 'module ferrule-e2e/bootstrap\n\ngo 1.25.0\n' >"$dir/go.mod"
@@ -111,9 +164,7 @@ build_kube() {
     } >"$dir/go.mod"
     grep -q '=> k8s.io/api ' "$dir/go.mod" || die "no staging replaces found in $modfile"
     log "  $(grep -c ' => ' "$dir/go.mod") staging modules pinned to $STAGING_VERSION"
-    run_go "$dir" "$logfile" get \
-        "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" \
-        "k8s.io/kubernetes/cmd/kubectl@$K8S_VERSION"
+    run_go "$dir" "$logfile" get "${gets[@]}"
     # Same version stamping as kubernetes' hack/lib/version.sh, so /version and
     # `kubectl version` report the real release instead of v0.0.0-master.
     local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -122,9 +173,23 @@ build_kube() {
         ld+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
-    run_go "$dir" "$logfile" build -trimpath "-ldflags=$ld" -o "$dir/out/" \
-        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
-    mv -f "$dir/out/kube-apiserver" "$dir/out/kubectl" "$BIN_DIR/"
+    run_go "$dir" "$logfile" build -trimpath "-ldflags=$ld" -o "$dir/out/" "${pkgs[@]}"
+    for b in "$@"; do
+        mv -f "$dir/out/$b" "$BIN_DIR/$b"
+    done
+}
+
+# helm from helm.sh/helm/v3 in a scratch module, version stamped like helm's Makefile.
+build_helm() {
+    local dir=$BUILD_DIR/helm logfile=$BUILD_DIR/helm.log
+    rm -rf "$dir" && mkdir -p "$dir/out"
+    : >"$logfile"
+    printf 'module ferrule-e2e/helm-tools\n\ngo 1.25.0\n' >"$dir/go.mod"
+    run_go "$dir" "$logfile" get "helm.sh/helm/v3@$HELM_VERSION"
+    run_go "$dir" "$logfile" build -trimpath \
+        "-ldflags=-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" \
+        -o "$dir/out/helm" helm.sh/helm/v3/cmd/helm
+    mv -f "$dir/out/helm" "$BIN_DIR/helm"
 }
 
 build_etcd() {
@@ -158,12 +223,19 @@ ensure_binaries() {
             build_etcd
             log "  etcd built ($((SECONDS - t0)) s so far)"
         fi
-        if [[ ! -x $BIN_DIR/kube-apiserver || ! -x $BIN_DIR/kubectl ]]; then
-            log "  kube-apiserver + kubectl $K8S_VERSION (k8s.io/kubernetes)..."
-            build_kube
+        local -a missing
+        mapfile -t missing < <(missing_kube_binaries)
+        if ((${#missing[@]})); then
+            log "  ${missing[*]} $K8S_VERSION (k8s.io/kubernetes)..."
+            build_kube "${missing[@]}"
+            log "  kubernetes binaries built ($((SECONDS - t0)) s so far)"
         fi
-        printf 'kubernetes %s\nstaging %s\netcd %s\n%s\n' "$K8S_VERSION" "$STAGING_VERSION" \
-            "$ETCD_VERSION" "$("$GO" version)" >"$BIN_DIR/VERSIONS"
+        if [[ ! -x $BIN_DIR/helm ]]; then
+            log "  helm $HELM_VERSION (helm.sh/helm/v3)..."
+            build_helm
+        fi
+        printf 'kubernetes %s\nstaging %s\netcd %s\nhelm %s\n%s\n' "$K8S_VERSION" "$STAGING_VERSION" \
+            "$ETCD_VERSION" "$HELM_VERSION" "$("$GO" version)" >"$BIN_DIR/VERSIONS"
         log "build done in $((SECONDS - t0)) s"
     fi
     flock -u 8
@@ -184,8 +256,17 @@ sign_cert() { # name subject extfile-content
     rm -f "$PKI/$name.csr" "$PKI/$name.ext"
 }
 
+# Bumped whenever ensure_pki makes more or different files.
+PKI_VERSION=2
+PKI_REGENERATED=''
+
+client_ext="basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+
 ensure_pki() {
-    [[ -f $PKI/.complete ]] && return 0
+    [[ $(cat "$PKI/.complete" 2>/dev/null) == "$PKI_VERSION" ]] && return 0
+    PKI_REGENERATED=1
     need openssl
     log "generating certificates in $PKI"
     rm -rf "$PKI" && mkdir -p "$PKI"
@@ -198,14 +279,22 @@ ensure_pki() {
         sign_cert apiserver "/CN=kube-apiserver" "basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-        sign_cert admin "/O=system:masters/CN=ferrule-e2e-admin" "basicConstraints=critical,CA:FALSE
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:$NODE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+        sign_cert admin "/O=system:masters/CN=ferrule-e2e-admin" "$client_ext"
+        # The components, each with the identity its default RBAC bindings name.
+        sign_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client_ext"
+        sign_cert kube-controller-manager "/CN=system:kube-controller-manager" "$client_ext"
+        sign_cert kube-scheduler "/CN=system:kube-scheduler" "$client_ext"
+        sign_cert kube-proxy "/CN=system:kube-proxy" "$client_ext"
+        sign_cert kubelet "/O=system:nodes/CN=system:node:$NODE_NAME" "$client_ext"
+        sign_cert kubelet-serving "/CN=$NODE_NAME" "basicConstraints=critical,CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
+extendedKeyUsage=serverAuth
+subjectAltName=IP:$NODE_IP,IP:127.0.0.1,DNS:$NODE_NAME"
         openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$PKI/sa.key" 2>/dev/null
         openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
     ) || die "openssl failed while generating $PKI"
-    touch "$PKI/.complete"
+    echo "$PKI_VERSION" >"$PKI/.complete"
 }
 
 # ---------------------------------------------------------------------------
@@ -272,17 +361,37 @@ free_port() {
     die "no free port found"
 }
 
+STATE_VARS=(ETCD_CLIENT_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHED_PORT
+    KUBELET_PORT KUBELET_HEALTHZ_PORT PROXY_HEALTHZ_PORT PROXY_METRICS_PORT)
+
 load_state() {
-    ETCD_CLIENT_PORT='' ETCD_PEER_PORT='' APISERVER_PORT=''
+    local v
+    for v in "${STATE_VARS[@]}"; do printf -v "$v" '%s' ''; done
     # shellcheck disable=SC1090
     [[ -f $STATE ]] && source "$STATE"
     return 0
 }
 
 save_state() {
-    printf 'ETCD_CLIENT_PORT=%s\nETCD_PEER_PORT=%s\nAPISERVER_PORT=%s\n' \
-        "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" >"$STATE.tmp"
+    local v
+    for v in "${STATE_VARS[@]}"; do printf '%s=%s\n' "$v" "${!v:-}"; done >"$STATE.tmp"
     mv -f "$STATE.tmp" "$STATE"
+}
+
+# Every port the state holds, for free_port's exclusion list.
+state_ports() {
+    local v
+    for v in "${STATE_VARS[@]}"; do [[ -n ${!v:-} ]] && printf '%s ' "${!v}"; done
+    return 0
+}
+
+# PORT-VARIABLE: keep its port while it is free (or NAME holds it), else pick one.
+ensure_port() { # VAR
+    local var=$1
+    if [[ -z ${!var:-} ]] || port_in_use "${!var}"; then
+        # shellcheck disable=SC2046 # word splitting intended
+        printf -v "$var" '%s' "$(free_port $(state_ports))"
+    fi
 }
 
 curl_api() { # PATH
@@ -309,8 +418,10 @@ fail_with_logs() { # MESSAGE LOGFILE
 start_etcd() {
     # A fresh `up` gets a fresh, empty cluster.
     rm -rf "$ETCD_DATA" && mkdir -p "$ETCD_DATA" && chmod 700 "$ETCD_DATA"
-    ETCD_CLIENT_PORT=$(free_port "${APISERVER_PORT:-}")
-    ETCD_PEER_PORT=$(free_port "$ETCD_CLIENT_PORT" "${APISERVER_PORT:-}")
+    # shellcheck disable=SC2046 # word splitting intended
+    ETCD_CLIENT_PORT=$(free_port $(state_ports))
+    # shellcheck disable=SC2046
+    ETCD_PEER_PORT=$(free_port "$ETCD_CLIENT_PORT" $(state_ports))
     save_state
     : >"$ETCD_LOG"
     log "starting etcd $ETCD_VERSION on 127.0.0.1:$ETCD_CLIENT_PORT"
@@ -336,15 +447,41 @@ start_etcd() {
 start_apiserver() {
     # Keep the port across restarts so kubeconfigs and clients stay valid.
     if [[ -z ${APISERVER_PORT:-} ]] || port_in_use "$APISERVER_PORT"; then
-        APISERVER_PORT=$(free_port "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT")
+        # shellcheck disable=SC2046 # word splitting intended
+        APISERVER_PORT=$(free_port $(state_ports))
     fi
     save_state
     write_client_files
+    local -a node_flags
+    if [[ $NODE == 1 ]]; then
+        # Pods reach the apiserver at the kubernetes Service (10.96.0.1:443), which
+        # kube-proxy sends to the advertised address, the bridge's, on the host.
+        # Node authorizer + NodeRestriction for the kubelet's identity, and the
+        # ServiceAccount admission plugin so that pods get their tokens.
+        # shellcheck disable=SC2054 # commas inside a flag value
+        node_flags=(
+            --bind-address=0.0.0.0
+            --advertise-address="$NODE_IP"
+            --authorization-mode=Node,RBAC
+            --enable-admission-plugins=NodeRestriction
+            --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt"
+            --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+            --kubelet-preferred-address-types=InternalIP
+            --enable-aggregator-routing=true
+        )
+    else
+        # shellcheck disable=SC2054 # commas inside a flag value
+        node_flags=(
+            --bind-address=127.0.0.1
+            --advertise-address=127.0.0.1
+            --endpoint-reconciler-type=none
+            --authorization-mode=RBAC
+            --disable-admission-plugins=ServiceAccount
+        )
+    fi
     log "starting kube-apiserver $K8S_VERSION on https://127.0.0.1:$APISERVER_PORT"
     start_daemon "$APISERVER_PID" "$APISERVER_LOG" "$BIN_DIR/kube-apiserver" \
-        --bind-address=127.0.0.1 \
-        --advertise-address=127.0.0.1 \
-        --endpoint-reconciler-type=none \
+        "${node_flags[@]}" \
         --secure-port="$APISERVER_PORT" \
         --etcd-servers="http://127.0.0.1:$ETCD_CLIENT_PORT" \
         --service-account-issuer=https://kubernetes.default.svc.cluster.local \
@@ -354,10 +491,8 @@ start_apiserver() {
         --tls-cert-file="$PKI/apiserver.crt" \
         --tls-private-key-file="$PKI/apiserver.key" \
         --cert-dir="$E2E_DIR/apiserver-certs" \
-        --authorization-mode=RBAC \
         --service-cluster-ip-range="$SERVICE_CIDR" \
         --allow-privileged=true \
-        --disable-admission-plugins=ServiceAccount \
         --profiling=false
     local deadline=$((SECONDS + READY_TIMEOUT))
     until apiserver_healthy; do
@@ -400,7 +535,7 @@ EOF
 
     mkdir -p "$E2E_DIR/bin"
     local b
-    for b in kubectl kube-apiserver etcd; do
+    for b in "${KUBE_BINARIES[@]}" etcd helm; do
         ln -sfn "$BIN_DIR/$b" "$E2E_DIR/bin/$b"
     done
 
@@ -411,40 +546,519 @@ EOF
         printf 'export FERRULE_E2E_ETCD=%q\n' "http://127.0.0.1:$ETCD_CLIENT_PORT"
         printf 'export FERRULE_E2E_KUBECTL=%q\n' "$E2E_DIR/bin/kubectl"
         printf 'export FERRULE_E2E_CA=%q\n' "$PKI/ca.crt"
+        printf 'export FERRULE_E2E_HELM=%q\n' "$E2E_DIR/bin/helm"
+        if [[ $NODE == 1 ]]; then
+            printf 'export FERRULE_E2E_NODE_NAME=%q\n' "$NODE_NAME"
+            printf 'export FERRULE_E2E_NODE_IP=%q\n' "$NODE_IP"
+            printf 'export FERRULE_E2E_CONTAINERD=%q\n' "$CONTAINERD_SOCK"
+        fi
     } >"$tmp"
     mv -f "$tmp" "$ENV_FILE"
 }
 
 # ---------------------------------------------------------------------------
-# Subcommands
+# The node: containerd, CNI, kubelet, kube-proxy; and the control plane's
+# controller-manager and scheduler
 # ---------------------------------------------------------------------------
-cmd_up() {
-    need flock setsid curl ss base64
+kubectl_admin() { "$BIN_DIR/kubectl" --kubeconfig="$KUBECONFIG_FILE" "$@"; }
+
+ctr_k8s() { "$CTR" --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"; }
+
+# A kubeconfig for one component, with its client certificate.
+write_component_kubeconfig() { # NAME (pki/NAME.{crt,key} -> E2E_DIR/NAME.kubeconfig)
+    local name=$1 tmp
+    tmp=$(mktemp "$E2E_DIR/.$name.XXXXXX")
+    cat >"$tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: ferrule-e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $name
+  user:
+    client-certificate: $PKI/$name.crt
+    client-key: $PKI/$name.key
+contexts:
+- name: ferrule-e2e
+  context: {cluster: ferrule-e2e, user: $name}
+current-context: ferrule-e2e
+EOF
+    chmod 600 "$tmp"
+    mv -f "$tmp" "$E2E_DIR/$name.kubeconfig"
+}
+
+# The bridge the pods hang off, with the node's address. The CNI bridge plugin
+# adopts it (same name, same gateway address).
+ensure_bridge() {
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        ip link add "$BRIDGE" type bridge || die "could not create bridge $BRIDGE (ip link add $BRIDGE type bridge)"
+    fi
+    ip -4 addr show dev "$BRIDGE" | grep -q "inet $NODE_IP/" ||
+        ip addr add "$NODE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+}
+
+write_cni_config() {
+    mkdir -p "$CNI_CONF_DIR" "$RUN_DIR/cni-ipam"
+    local tmp
+    tmp=$(mktemp "$CNI_CONF_DIR/.conflist.XXXXXX")
+    cat >"$tmp" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "ferrule-e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$RUN_DIR/cni-ipam",
+        "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$NODE_IP"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+    mv -f "$tmp" "$CNI_CONF_DIR/10-ferrule-e2e.conflist"
+}
+
+write_containerd_config() {
+    mkdir -p "$RUN_DIR" "$CONTAINERD_ROOT"
+    cat >"$CONTAINERD_CONFIG.tmp" <<EOF
+# Written by test/e2e/cluster.sh: the e2e node's own containerd (not the host's).
+version = 2
+root = "$CONTAINERD_ROOT"
+state = "$RUN_DIR/containerd"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "$CONTAINERD_SOCK"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$CONTAINERD_ROOT/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  # This machine class withholds CAP_SYS_RESOURCE even from root, so runc cannot
+  # lower a process's oom_score_adj (the kubelet asks -998 for every sandbox):
+  # keep each container's at least containerd's own, as kind does.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$RUNC"
+        Root = "$RUN_DIR/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$CNI_BIN_DIR"
+    conf_dir = "$CNI_CONF_DIR"
+    max_conf_num = 1
+EOF
+    mv -f "$CONTAINERD_CONFIG.tmp" "$CONTAINERD_CONFIG"
+}
+
+containerd_healthy() {
+    pid_alive "$CONTAINERD_PID" containerd && [[ -S $CONTAINERD_SOCK ]] &&
+        "$CTR" --address "$CONTAINERD_SOCK" --timeout 5s version >/dev/null 2>&1
+}
+
+start_containerd() {
+    need ip
+    [[ -x $CONTAINERD ]] || die "containerd not found at $CONTAINERD (apt-get install containerd runc)"
+    [[ -x $RUNC ]] || die "runc not found at $RUNC (apt-get install runc)"
+    [[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local && -x $CNI_BIN_DIR/loopback ]] ||
+        die "CNI plugins not found in $CNI_BIN_DIR (apt-get install containernetworking-plugins)"
+    write_cni_config
+    write_containerd_config
+    log "starting containerd ($("$CONTAINERD" --version | awk '{print $3}')) on $CONTAINERD_SOCK"
+    start_daemon "$CONTAINERD_PID" "$CONTAINERD_LOG" "$CONTAINERD" --config "$CONTAINERD_CONFIG"
+    local deadline=$((SECONDS + 30))
+    until containerd_healthy; do
+        pid_alive "$CONTAINERD_PID" containerd || fail_with_logs "containerd exited during startup" "$CONTAINERD_LOG"
+        ((SECONDS < deadline)) || fail_with_logs "containerd not answering on $CONTAINERD_SOCK after 30 s" "$CONTAINERD_LOG"
+        sleep 0.2
+    done
+}
+
+ensure_containerd() {
+    containerd_healthy && return 0
+    stop_process "$CONTAINERD_PID" containerd
+    start_containerd
+}
+
+# https healthz of a component on loopback: "ok".
+healthz_ok() { # PORT
+    [[ -n ${1:-} ]] && [[ $(curl -sk --max-time 3 "https://127.0.0.1:$1/healthz" 2>/dev/null) == ok ]]
+}
+
+kcm_healthy() { pid_alive "$KCM_PID" kube-controller-manager && healthz_ok "$KCM_PORT"; }
+sched_healthy() { pid_alive "$SCHED_PID" kube-scheduler && healthz_ok "$SCHED_PORT"; }
+kubelet_healthy() {
+    pid_alive "$KUBELET_PID" kubelet && [[ -n ${KUBELET_HEALTHZ_PORT:-} ]] &&
+        [[ $(curl -s --max-time 3 "http://127.0.0.1:$KUBELET_HEALTHZ_PORT/healthz" 2>/dev/null) == ok ]]
+}
+proxy_healthy() {
+    pid_alive "$PROXY_PID" kube-proxy && [[ -n ${PROXY_HEALTHZ_PORT:-} ]] &&
+        curl -sf --max-time 3 -o /dev/null "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz" 2>/dev/null
+}
+node_ready() {
+    [[ $(kubectl_admin get node "$NODE_NAME" \
+        -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+node_healthy() {
+    containerd_healthy && kcm_healthy && sched_healthy && kubelet_healthy && proxy_healthy && node_ready
+}
+
+wait_healthy() { # NAME LOGFILE PIDFILE CHECK-FUNCTION [TIMEOUT]
+    local name=$1 logfile=$2 pidfile=$3 check=$4 timeout=${5:-60}
+    local deadline=$((SECONDS + timeout))
+    until "$check"; do
+        pid_alive "$pidfile" "$name" || fail_with_logs "$name exited during startup" "$logfile"
+        ((SECONDS < deadline)) || fail_with_logs "$name not healthy after $timeout s" "$logfile"
+        sleep 0.3
+    done
+}
+
+start_kcm() {
+    ensure_port KCM_PORT
+    save_state
+    write_component_kubeconfig kube-controller-manager
+    local kc=$E2E_DIR/kube-controller-manager.kubeconfig
+    log "starting kube-controller-manager (healthz https://127.0.0.1:$KCM_PORT)"
+    start_daemon "$KCM_PID" "$KCM_LOG" "$BIN_DIR/kube-controller-manager" \
+        --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+        --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+        --cert-dir="$E2E_DIR/kube-controller-manager-certs" \
+        --leader-elect=false \
+        --use-service-account-credentials=true \
+        --service-account-private-key-file="$PKI/sa.key" \
+        --root-ca-file="$PKI/ca.crt" \
+        --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+        --service-cluster-ip-range="$SERVICE_CIDR" \
+        --cluster-cidr="$POD_CIDR" \
+        --controllers='*' \
+        --profiling=false
+    wait_healthy kube-controller-manager "$KCM_LOG" "$KCM_PID" kcm_healthy
+}
+
+start_scheduler() {
+    ensure_port SCHED_PORT
+    save_state
+    write_component_kubeconfig kube-scheduler
+    local kc=$E2E_DIR/kube-scheduler.kubeconfig
+    log "starting kube-scheduler (healthz https://127.0.0.1:$SCHED_PORT)"
+    start_daemon "$SCHED_PID" "$SCHED_LOG" "$BIN_DIR/kube-scheduler" \
+        --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+        --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
+        --leader-elect=false \
+        --profiling=false
+    wait_healthy kube-scheduler "$SCHED_LOG" "$SCHED_PID" sched_healthy
+}
+
+start_kubelet() {
+    ensure_port KUBELET_PORT
+    ensure_port KUBELET_HEALTHZ_PORT
+    save_state
+    write_component_kubeconfig kubelet
+    mkdir -p "$KUBELET_DIR" "$POD_LOGS"
+    cat >"$E2E_DIR/kubelet.yaml" <<EOF
+# Written by test/e2e/cluster.sh.
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# cgroups v1 and no systemd as PID 1 on this machine class.
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+address: $NODE_IP
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ_PORT
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+podCIDR: $POD_CIDR
+podLogsDir: $POD_LOGS
+resolvConf: /etc/resolv.conf
+hairpinMode: hairpin-veth
+# Images cannot be pulled again here: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "100Mi", nodefs.available: "2%", imagefs.available: "2%"}
+serializeImagePulls: false
+maxPods: 110
+# Seconds, not minutes, from a change to the node's status.
+nodeStatusUpdateFrequency: 4s
+syncFrequency: 10s
+fileCheckFrequency: 10s
+EOF
+    log "starting kubelet as node $NODE_NAME ($NODE_IP:$KUBELET_PORT)"
+    start_daemon "$KUBELET_PID" "$KUBELET_LOG" "$BIN_DIR/kubelet" \
+        --config="$E2E_DIR/kubelet.yaml" \
+        --kubeconfig="$E2E_DIR/kubelet.kubeconfig" \
+        --root-dir="$KUBELET_DIR" \
+        --node-ip="$NODE_IP" \
+        --hostname-override="$NODE_NAME"
+    wait_healthy kubelet "$KUBELET_LOG" "$KUBELET_PID" kubelet_healthy
+}
+
+start_proxy() {
+    ensure_port PROXY_HEALTHZ_PORT
+    ensure_port PROXY_METRICS_PORT
+    save_state
+    write_component_kubeconfig kube-proxy
+    cat >"$E2E_DIR/kube-proxy.yaml" <<EOF
+# Written by test/e2e/cluster.sh.
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: $E2E_DIR/kube-proxy.kubeconfig
+hostnameOverride: $NODE_NAME
+mode: iptables
+clusterCIDR: $POD_CIDR
+# NodePorts on the node's bridge address only, never on the host's others.
+nodePortAddresses: ["$NODE_IP/32"]
+healthzBindAddress: 127.0.0.1:$PROXY_HEALTHZ_PORT
+metricsBindAddress: 127.0.0.1:$PROXY_METRICS_PORT
+# Leave the host's conntrack table sizes alone.
+conntrack:
+  maxPerCore: 0
+iptables:
+  localhostNodePorts: false
+  # Pod -> Service -> pod on the same bridge: the reply must come back through the
+  # host to be un-NATed.
+  masqueradeAll: true
+  syncPeriod: 10s
+  minSyncPeriod: 0s
+EOF
+    log "starting kube-proxy (iptables mode)"
+    start_daemon "$PROXY_PID" "$PROXY_LOG" "$BIN_DIR/kube-proxy" --config="$E2E_DIR/kube-proxy.yaml"
+    wait_healthy kube-proxy "$PROXY_LOG" "$PROXY_PID" proxy_healthy
+}
+
+wait_node_ready() {
+    local deadline=$((SECONDS + READY_TIMEOUT))
+    until node_ready; do
+        pid_alive "$KUBELET_PID" kubelet || fail_with_logs "kubelet exited" "$KUBELET_LOG"
+        if ((SECONDS >= deadline)); then
+            kubectl_admin describe node "$NODE_NAME" >&2 || true
+            fail_with_logs "node $NODE_NAME not Ready after $READY_TIMEOUT s" "$KUBELET_LOG"
+        fi
+        sleep 0.3
+    done
+    # The ServiceAccount admission plugin refuses pods until their namespace has
+    # its default ServiceAccount; the controller-manager makes it.
+    until kubectl_admin -n default get serviceaccount default >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || fail_with_logs "no default ServiceAccount after $READY_TIMEOUT s" "$KCM_LOG"
+        sleep 0.3
+    done
+}
+
+# The control-plane components after the apiserver, then the node. FRESH=1:
+# etcd started empty, so every component starts again (the kubelet registers its
+# node only when it starts).
+NODE_OWNER=/run/ferrule-e2e-node.owner
+
+# One node per machine: the bridge, the pod CIDR and kube-proxy's rules are the
+# host's. A node another work dir runs is refused, by name.
+claim_node() {
+    local owner
+    owner=$(cat "$NODE_OWNER" 2>/dev/null || true)
+    if [[ -n $owner && $owner != "$E2E_DIR" ]] && pid_alive "$owner/kubelet.pid" kubelet; then
+        die "the e2e node already runs for $owner (one per machine); stop it with 'FERRULE_E2E_DIR=$owner $0 down', or run FERRULE_E2E_NODE=0 $0 up for etcd + kube-apiserver only"
+    fi
+    echo "$E2E_DIR" >"$NODE_OWNER"
+}
+
+start_node() { # FRESH
+    local fresh=$1
+    claim_node
+    ensure_bridge
+    if [[ -n $fresh ]]; then stop_node_daemons; fi
+    ensure_containerd
+    kcm_healthy || { stop_process "$KCM_PID" kube-controller-manager; start_kcm; }
+    sched_healthy || { stop_process "$SCHED_PID" kube-scheduler; start_scheduler; }
+    kubelet_healthy || { stop_process "$KUBELET_PID" kubelet; start_kubelet; }
+    proxy_healthy || { stop_process "$PROXY_PID" kube-proxy; start_proxy; }
+    wait_node_ready
+}
+
+stop_node_daemons() {
+    stop_process "$PROXY_PID" kube-proxy
+    stop_process "$KUBELET_PID" kubelet
+    stop_process "$SCHED_PID" kube-scheduler
+    stop_process "$KCM_PID" kube-controller-manager
+}
+
+# Every pod container and sandbox containerd runs for the kubelet, with their
+# network namespaces; then the mounts the kubelet left.
+remove_pod_containers() {
+    if containerd_healthy; then
+        local id netns
+        local -a netnses=()
+        while read -r id; do
+            [[ -n $id ]] || continue
+            netns=$(ctr_k8s containers info "$id" 2>/dev/null |
+                sed -n 's|.*"path": "\(/var/run/netns/[^"]*\)".*|\1|p; s|.*"path": "\(/run/netns/[^"]*\)".*|\1|p' | head -n 1)
+            [[ -n $netns ]] && netnses+=("$netns")
+            ctr_k8s tasks kill --signal SIGKILL "$id" >/dev/null 2>&1 || true
+        done < <(ctr_k8s containers list --quiet 2>/dev/null)
+        sleep 0.5
+        while read -r id; do
+            [[ -n $id ]] || continue
+            ctr_k8s tasks delete --force "$id" >/dev/null 2>&1 || true
+            ctr_k8s containers delete "$id" >/dev/null 2>&1 ||
+                log "could not delete container $id"
+        done < <(ctr_k8s containers list --quiet 2>/dev/null)
+        for netns in "${netnses[@]}"; do
+            umount "$netns" 2>/dev/null || true
+            rm -f "$netns"
+        done
+    fi
+    rm -rf "$RUN_DIR/cni-ipam"
+}
+
+unmount_below() { # DIR: every mount point at or below DIR, deepest first
+    local dir=$1 m
+    [[ -d $dir ]] || return 0
+    while read -r m; do
+        umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || log "could not unmount $m"
+    done < <(awk -v d="$dir" '$5 == d || index($5, d "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r)
+}
+
+# The chains the kubelet adds (its canary, and KUBE-FIREWALL, which drops
+# connections to 127.0.0.0/8 from other sources).
+remove_kubelet_chains() {
+    local ipt table
+    for ipt in iptables ip6tables; do
+        command -v "$ipt" >/dev/null 2>&1 || continue
+        for table in filter nat mangle; do
+            if "$ipt" -t "$table" -S KUBE-FIREWALL >/dev/null 2>&1; then
+                while "$ipt" -t "$table" -D INPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+                while "$ipt" -t "$table" -D OUTPUT -j KUBE-FIREWALL 2>/dev/null; do :; done
+                "$ipt" -t "$table" -F KUBE-FIREWALL 2>/dev/null && "$ipt" -t "$table" -X KUBE-FIREWALL 2>/dev/null
+            fi
+            if "$ipt" -t "$table" -S KUBE-KUBELET-CANARY >/dev/null 2>&1; then
+                "$ipt" -t "$table" -F KUBE-KUBELET-CANARY 2>/dev/null && "$ipt" -t "$table" -X KUBE-KUBELET-CANARY 2>/dev/null
+            fi
+        done
+    done
+    return 0
+}
+
+stop_node() {
+    stop_node_daemons
+    remove_pod_containers
+    stop_process "$CONTAINERD_PID" containerd
+    unmount_below "$KUBELET_DIR"
+    unmount_below "$RUN_DIR"
+    # The kubelet's pod directories belong to the etcd that goes away with them.
+    rm -rf "$KUBELET_DIR" "$POD_LOGS" || log "could not remove all of $KUBELET_DIR (see mount)"
+    if [[ -x $BIN_DIR/kube-proxy ]] && iptables -t nat -S KUBE-SERVICES >/dev/null 2>&1; then
+        "$BIN_DIR/kube-proxy" --cleanup >>"$PROXY_LOG" 2>&1 || log "kube-proxy --cleanup failed (see $PROXY_LOG)"
+    fi
+    remove_kubelet_chains
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then ip link del "$BRIDGE" || true; fi
+    [[ $(cat "$NODE_OWNER" 2>/dev/null) != "$E2E_DIR" ]] || rm -f "$NODE_OWNER"
+}
+
+# import FILE=NAME:TAG...: OCI archives into the node's containerd (k8s.io), each
+# under the name given; skipped when containerd already has that manifest.
+cmd_import() {
+    (($#)) || die "usage: $0 import FILE=IMAGE..."
+    need flock setsid
     take_lock
     load_state
-    if etcd_healthy && apiserver_healthy && [[ -f $KUBECONFIG_FILE && -f $ENV_FILE ]]; then
+    ensure_containerd
+    local arg file name digest have
+    for arg in "$@"; do
+        file=${arg%%=*} name=${arg#*=}
+        [[ -f $file && $name == *:* ]] || die "import: want FILE=NAME:TAG with an existing FILE, got '$arg'"
+        digest=$(tar -xOf "$file" ./index.json | sed -n 's/.*"digest":"\(sha256:[0-9a-f]*\)".*/\1/p' | head -n 1)
+        [[ -n $digest ]] || die "import: no manifest digest in $file's index.json"
+        have=$(ctr_k8s images list "name==$name" 2>/dev/null | awk 'NR > 1 { print $3 }')
+        if [[ $have == "$digest" ]]; then
+            log "$name: already imported ($digest)"
+            continue
+        fi
+        ctr_k8s images import --base-name "${name%:*}" "$file" >/dev/null ||
+            die "ctr images import of $file as $name failed"
+        have=$(ctr_k8s images list "name==$name" 2>/dev/null | awk 'NR > 1 { print $3 }')
+        [[ $have == "$digest" ]] || die "imported $file but containerd has '$name' at '${have:-nothing}', not $digest"
+        log "$name: imported ($digest)"
+    done
+}
+
+# ---------------------------------------------------------------------------
+# Subcommands
+# ---------------------------------------------------------------------------
+cluster_healthy() {
+    etcd_healthy && apiserver_healthy && [[ -f $KUBECONFIG_FILE && -f $ENV_FILE ]] &&
+        { [[ $NODE != 1 ]] || node_healthy; }
+}
+
+cmd_up() {
+    need flock setsid curl ss base64
+    [[ $NODE != 1 ]] || need ip iptables
+    take_lock
+    load_state
+    if cluster_healthy; then
         log "already up: https://127.0.0.1:$APISERVER_PORT (KUBECONFIG=$KUBECONFIG_FILE)"
         return 0
     fi
-    local t0=$SECONDS
+    [[ $NODE != 1 || $(id -u) == 0 ]] || die "the node (containerd, kubelet) needs root; FERRULE_E2E_NODE=0 runs only etcd + kube-apiserver"
+    local t0=$SECONDS fresh=''
     ensure_binaries
     ensure_pki
+    if [[ -n $PKI_REGENERATED ]]; then
+        # New certificates: nothing started with the old ones may keep running.
+        stop_node_daemons
+        stop_process "$APISERVER_PID" kube-apiserver
+    fi
+    if [[ $NODE == 1 ]]; then claim_node; ensure_bridge; fi
     if ! etcd_healthy; then
         # The apiserver cannot outlive its etcd: start both from scratch.
         stop_process "$APISERVER_PID" kube-apiserver
         stop_process "$ETCD_PID" etcd
         start_etcd
+        fresh=1
     fi
     if ! apiserver_healthy; then
         stop_process "$APISERVER_PID" kube-apiserver
         start_apiserver
     fi
     write_client_files
+    [[ $NODE != 1 ]] || start_node "$fresh"
     log "up in $((SECONDS - t0)) s: https://127.0.0.1:$APISERVER_PORT (KUBECONFIG=$KUBECONFIG_FILE)"
 }
 
 cmd_down() {
     take_lock
+    load_state
+    [[ $NODE != 1 ]] || stop_node
     stop_process "$APISERVER_PID" kube-apiserver
     stop_process "$ETCD_PID" etcd
     rm -f "$ENV_FILE"
@@ -483,6 +1097,13 @@ cmd_restart_apiserver() {
     log "kube-apiserver restarted in $((SECONDS - t0)) s on https://127.0.0.1:$APISERVER_PORT"
 }
 
+# ctr ARGS...: ctr against the node's containerd, namespace k8s.io.
+cmd_ctr() {
+    load_state
+    containerd_healthy || die "the node's containerd is not running ($CONTAINERD_SOCK); run '$0 up' or '$0 import'"
+    exec "$CTR" --address "$CONTAINERD_SOCK" --namespace k8s.io "$@"
+}
+
 cmd_status() {
     load_state
     local rc=0
@@ -498,8 +1119,25 @@ cmd_status() {
     else
         echo "kube-apiserver: stopped"; rc=1
     fi
+    if [[ $NODE == 1 ]]; then
+        local spec name pidfile check
+        for spec in "containerd:$CONTAINERD_PID:containerd_healthy" \
+            "kube-controller-manager:$KCM_PID:kcm_healthy" "kube-scheduler:$SCHED_PID:sched_healthy" \
+            "kubelet:$KUBELET_PID:kubelet_healthy" "kube-proxy:$PROXY_PID:proxy_healthy"; do
+            IFS=: read -r name pidfile check <<<"$spec"
+            if pid_alive "$pidfile" "$name"; then
+                if "$check"; then printf '%-24s running, healthy (pid %s)\n' "$name:" "$(<"$pidfile")"
+                else printf '%-24s running, NOT healthy (pid %s)\n' "$name:" "$(<"$pidfile")"; rc=1; fi
+            else
+                printf '%-24s stopped\n' "$name:"; rc=1
+            fi
+        done
+        if node_ready; then printf '%-24s Ready (%s, pods %s on %s)\n' "node $NODE_NAME:" "$NODE_IP" "$POD_CIDR" "$BRIDGE"
+        else printf '%-24s NOT Ready\n' "node $NODE_NAME:"; rc=1; fi
+        echo "containerd socket:       $CONTAINERD_SOCK"
+    fi
     echo "kubeconfig:     $KUBECONFIG_FILE"
-    echo "logs:           $ETCD_LOG $APISERVER_LOG"
+    echo "logs:           $E2E_DIR/*.log"
     if have_binaries; then echo "binaries:       $BIN_DIR (cached)"
     else echo "binaries:       $BIN_DIR (not built yet)"; fi
     return $rc
@@ -518,6 +1156,8 @@ cmd_build() {
 
 cmd_reset() {
     take_lock
+    load_state
+    [[ $NODE != 1 ]] || stop_node
     stop_process "$APISERVER_PID" kube-apiserver
     stop_process "$ETCD_PID" etcd
     find "$E2E_DIR" -mindepth 1 -maxdepth 1 ! -name .lock -exec rm -rf {} +
@@ -528,16 +1168,20 @@ usage() {
     cat <<EOF
 usage: $0 COMMAND
 
-  up                 build binaries on first use, start etcd + kube-apiserver, write
-                     $E2E_DIR/{kubeconfig,env}; no-op when already up
-  down               stop kube-apiserver and etcd (no-op when stopped)
-  status             show process state (exit 0 only when both are healthy)
+  up                 build binaries on first use, start etcd + kube-apiserver, the
+                     controller-manager, scheduler, containerd, kubelet and kube-proxy,
+                     write $E2E_DIR/{kubeconfig,env}; no-op when already up
+  down               stop everything, pod containers and their network namespaces too
+  status             show process state (exit 0 only when all are healthy)
   env                print 'export KUBECONFIG=...' lines (eval "\$($0 env)")
   restart-apiserver  stop and start kube-apiserver only (same port, etcd kept)
   stop-apiserver     stop kube-apiserver only
   start-apiserver    start kube-apiserver again (etcd must be running)
   build              only build/cache the binaries
   reset              down + delete $E2E_DIR (keeps the binary cache)
+  import FILE=IMAGE  import OCI archives into the node's containerd (namespace k8s.io),
+                     starting containerd if needed (make image does this)
+  ctr ARGS...        ctr against the node's containerd, namespace k8s.io
 
 versions: kubernetes $K8S_VERSION (staging $STAGING_VERSION), etcd $ETCD_VERSION
 cache:    $CACHE_DIR
@@ -554,6 +1198,8 @@ case ${1:-} in
     start-apiserver) cmd_start_apiserver ;;
     build) cmd_build ;;
     reset) cmd_reset ;;
+    import) shift; cmd_import "$@" ;;
+    ctr) shift; cmd_ctr "$@" ;;
     -h | --help | help) usage ;;
     *) usage >&2; exit 2 ;;
 esac

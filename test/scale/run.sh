@@ -30,6 +30,8 @@ STATUS_WAIT=${STATUS_WAIT:-1200}
 NETNS=${NETNS:-ferrule-scale}
 ADDRESSES=$((2 * ENDPOINTS))
 export FERRULE_E2E_DIR=${FERRULE_E2E_DIR:-$ROOT/target/scale-e2e}
+# etcd + kube-apiserver only: the e2e node (one per machine) stays the e2e tests'.
+export FERRULE_E2E_NODE=${FERRULE_E2E_NODE:-0}
 FERRULE=${FERRULE:-$ROOT/target/release/ferrule}
 SCALE=$ROOT/target/release/examples/scale
 KUBECONFIG_FILE=$FERRULE_E2E_DIR/kubeconfig

@@ -133,6 +133,9 @@ pub struct RenderOptions {
     /// sockets, temporary files, the njs state and default certificate), when the
     /// worker user cannot enter the prefix ([`super::worker_dir`]); `None`: the prefix.
     pub worker_dir: Option<PathBuf>,
+    /// NGINX's error log to stderr and its access log to stdout, which the master
+    /// inherits from Ferrule (a container's logs), instead of `PREFIX/logs/`.
+    pub log_to_stdio: bool,
 }
 
 impl RenderOptions {
@@ -347,8 +350,16 @@ impl Renderer {
             group: self.opts.user.as_ref().map(|_| "nogroup".to_owned()),
             worker_processes: self.opts.worker_processes.clone(),
             pid: self.path(process::PID_FILE),
-            error_log: self.path("logs/error.log"),
-            access_log: self.path("logs/access.log"),
+            error_log: if self.opts.log_to_stdio {
+                "stderr".to_owned()
+            } else {
+                self.path("logs/error.log")
+            },
+            access_log: if self.opts.log_to_stdio {
+                "/dev/stdout".to_owned()
+            } else {
+                self.path("logs/access.log")
+            },
             mime_types: "/etc/nginx/mime.types".to_owned(),
             tmp: self.worker_path("tmp"),
             worker_shutdown_timeout: format!("{}s", WORKER_SHUTDOWN_TIMEOUT.as_secs()),

@@ -64,6 +64,7 @@ fn opts(prefix: &str) -> RenderOptions {
         certificate_store_mib: 256,
         fast_path: false,
         worker_dir: None,
+        log_to_stdio: false,
     }
 }
 
@@ -1142,4 +1143,31 @@ fn the_render_is_linear_in_the_paths_of_a_host() {
         ratio < 24.0,
         "400 paths took {took:?}, 50 paths {base:?}: {ratio:.0} times as long"
     );
+}
+
+#[test]
+fn logs_go_to_the_prefix_or_to_stdio() {
+    let m = model("", Settings::default());
+    let main = |log_to_stdio| {
+        let rendered = Renderer::new(RenderOptions {
+            log_to_stdio,
+            ..opts("/ferrule")
+        })
+        .render(&m)
+        .unwrap();
+        rendered["conf/nginx.conf"].text.clone()
+    };
+    let files = main(false);
+    assert!(
+        files.contains(r#"error_log "/ferrule/logs/error.log" notice;"#),
+        "{files}"
+    );
+    assert!(
+        files.contains(r#"access_log "/ferrule/logs/access.log";"#),
+        "{files}"
+    );
+    let stdio = main(true);
+    assert!(stdio.contains(r#"error_log "stderr" notice;"#), "{stdio}");
+    assert!(stdio.contains(r#"access_log "/dev/stdout";"#), "{stdio}");
+    assert!(!stdio.contains("/ferrule/logs/"), "{stdio}");
 }
