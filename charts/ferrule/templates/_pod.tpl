@@ -21,6 +21,7 @@
 - --https-port={{ .Values.controller.containerPort.https }}
 - --status-port={{ .Values.controller.metrics.port }}
 - --nginx-prefix=/var/lib/ferrule/nginx
+- --nginx-log-stdio
 - --shutdown-grace-period={{ .Values.controller.shutdownGracePeriod }}
 {{- if .Values.controller.admissionWebhooks.enabled }}
 - --admission-port={{ .Values.controller.admissionWebhooks.port }}
