@@ -44,6 +44,7 @@ refuse "additional properties 'keda' not allowed" --set controller.keda.enabled=
 refuse "value must be one of 'Deployment', 'DaemonSet'" --set controller.kind=StatefulSet
 refuse "value must be one of 'Fail', 'Ignore'" --set controller.admissionWebhooks.failurePolicy=Never
 refuse "caBundle is required" --set controller.admissionWebhooks.certificate.secretName=mine
+refuse "controller.hostNetwork needs controller.containerPort.http" --set controller.hostNetwork=true
 
 # 4. Golden files. The webhook certificate the chart issues differs at every render.
 render() { # values-file

@@ -41,6 +41,9 @@
 {{- end -}}
 
 {{- define "ferrule.controller.podTemplate" -}}
+{{- if and .Values.controller.hostNetwork (or (lt (int .Values.controller.containerPort.http) 1024) (lt (int .Values.controller.containerPort.https) 1024)) }}
+{{- fail "controller.hostNetwork needs controller.containerPort.http and .https above 1023: the pod cannot lower the node's unprivileged port start, and the image grants no capability. For the node's ports 80 and 443 use controller.hostPort.enabled instead" }}
+{{- end }}
 metadata:
   labels:
     {{- include "ferrule.labels" . | nindent 4 }}
@@ -142,10 +145,6 @@ spec:
         capabilities:
           drop:
             - ALL
-          {{- if .Values.controller.hostNetwork }}
-          add:
-            - NET_BIND_SERVICE
-          {{- end }}
         {{- end }}
       volumeMounts:
         # NGINX's prefix (configuration, certificates, sockets, temporary files).
