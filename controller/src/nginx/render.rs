@@ -523,10 +523,14 @@ impl Renderer {
                 l.include = format!("njs-{}", l.include);
             }
         }
+        // Every address: IPv4, and IPv6 too (as ingress-nginx) unless the ConfigMap's
+        // disable-ipv6 says otherwise or this kernel has no IPv6.
+        let dual = !model.global.tuning.disable_ipv6 && ipv6_enabled();
         let listen = |port: u16| match self.opts.listen_address.as_str() {
-            "*" | "" => port.to_string(),
-            a if a.contains(':') => format!("[{a}]:{port}"),
-            a => format!("{a}:{port}"),
+            "*" | "" if dual => vec![port.to_string(), format!("[::]:{port}")],
+            "*" | "" => vec![port.to_string()],
+            a if a.contains(':') => vec![format!("[{a}]:{port}")],
+            a => vec![format!("{a}:{port}")],
         };
         ServerView {
             host: s.host.clone(),
@@ -789,6 +793,13 @@ fn regex_escape(s: &str) -> String {
 }
 
 /// A Lua string literal (for values inside `*_by_lua_block`).
+/// Whether this kernel has IPv6 (NGINX cannot listen on `[::]` otherwise). Read
+/// once: it does not change while the process runs.
+fn ipv6_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::path::Path::new("/proc/net/if_inet6").exists())
+}
+
 fn lua_quote(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
@@ -891,8 +902,8 @@ struct ServerView {
     server_name: String,
     default: bool,
     owner: String,
-    listen_http: String,
-    listen_https: String,
+    listen_http: Vec<String>,
+    listen_https: Vec<String>,
     cert: String,
     server_snippet: Option<String>,
     locations: Vec<LocationView>,

@@ -48,6 +48,8 @@ pub struct Tuning {
     pub multi_accept: bool,
     /// `max-worker-connections`.
     pub worker_connections: u32,
+    /// `disable-ipv6`: listen on IPv4 only (default: IPv6 too, where the kernel has it).
+    pub disable_ipv6: bool,
 }
 
 impl Default for Tuning {
@@ -72,6 +74,7 @@ impl Default for Tuning {
             variables_hash_max_size: 2048,
             multi_accept: true,
             worker_connections: 16384,
+            disable_ipv6: false,
         }
     }
 }
@@ -95,6 +98,7 @@ pub(crate) const KEYS: &[&str] = &[
     "variables-hash-max-size",
     "enable-multi-accept",
     "max-worker-connections",
+    "disable-ipv6",
 ];
 
 impl Tuning {
@@ -134,6 +138,7 @@ impl Tuning {
                 self.variables_hash_max_size = value::integer(v, 64, 1 << 20)?;
             }
             "enable-multi-accept" => self.multi_accept = value::boolean(v)?,
+            "disable-ipv6" => self.disable_ipv6 = value::boolean(v)?,
             "max-worker-connections" => {
                 // 0 means ingress-nginx's automatic value; Ferrule's default is that.
                 let n = value::integer(v, 0, 1 << 20)?;
@@ -254,6 +259,7 @@ mod tests {
             ("variables-hash-bucket-size", "128", Ok("128")),
             ("variables-hash-bucket-size", "100", Err("power of two")),
             ("enable-multi-accept", "false", Ok("false")),
+            ("disable-ipv6", "true", Ok("true")),
             ("max-worker-connections", "0", Ok("16384")),
             ("max-worker-connections", "4096", Ok("4096")),
         ]);
