@@ -457,11 +457,17 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
             .unwrap_or_default()
             .to_owned()
     };
+    // After the rollout the Lease may still name an old pod until it expires.
+    let held = wait_until(Duration::from_secs(60), || async {
+        let h = holder();
+        c.controller_pods().iter().any(|p| p.0 == h)
+    })
+    .await;
     let first = holder();
-    let pods = c.controller_pods();
     assert!(
-        pods.iter().any(|p| p.0 == first),
-        "a controller pod holds the Lease: {first:?} of {pods:?}"
+        held,
+        "a controller pod holds the Lease: {first:?} of {:?}",
+        c.controller_pods()
     );
     c.delete(&["pod", "-n", NS, &first]);
     let handed_over = wait_until(Duration::from_secs(60), || async {
