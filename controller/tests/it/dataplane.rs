@@ -194,12 +194,17 @@ async fn configmap_tuning_keys_reach_nginx() {
         head.contains("Connection: close"),
         "one request per connection: {head}"
     );
-    let cm = f.resource("ConfigMap", "demo", "ferrule").await.unwrap();
-    assert!(
-        cm["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("key client-body-buffer-size: invalid value \"8 k\""),
-        "{cm}"
-    );
+    // The report follows the reload.
+    let reported = wait_until(Duration::from_secs(5), || async {
+        f.resource("ConfigMap", "demo", "ferrule")
+            .await
+            .is_some_and(|cm| {
+                cm["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("key client-body-buffer-size: invalid value \"8 k\"")
+            })
+    })
+    .await;
+    assert!(reported, "{:?}", f.resources().await);
 }
