@@ -150,6 +150,85 @@ async fn raw_head(f: &Ferrule, header_len: usize) -> String {
     String::from_utf8_lossy(&got).into_owned()
 }
 
+/// How many sockets listen on TCP `port` (with `reuseport`, one per worker).
+fn listening_sockets(port: u16) -> usize {
+    let out = std::process::Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{port}")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// The ConfigMap's keys about NGINX's processes: by default one listening socket
+/// shared by the workers (ingress-nginx's `reuse-port` default differs, see
+/// `Tuning::reuse_port`) and no access log for requests to no known host; with the
+/// keys set, a socket per worker, the workers' open-files limit
+/// (`max-worker-open-files`) and the catch-all server logged.
+#[tokio::test]
+async fn configmap_process_keys_reach_nginx() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let ing = ingress(
+        "demo",
+        "tune",
+        "2026-01-01T00:00:00Z",
+        "tune.test",
+        &[("/", "Prefix", "echo")],
+        &[],
+    );
+    m.write("ing.yaml", &ing);
+    let logged = |f: &Ferrule, path: &str| {
+        std::fs::read_to_string(f.prefix.path().join("nginx/logs/access.log"))
+            .unwrap_or_default()
+            .contains(path)
+    };
+
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(listening_sockets(f.http), 1, "one shared socket");
+    assert_eq!(f.get("unknown.test", "/default-1").await.0, 404);
+    assert_eq!(f.get("tune.test", "/known-1").await.0, 200);
+    let known = wait_until(Duration::from_secs(5), || async { logged(&f, "/known-1") }).await;
+    assert!(known, "{}", f.logs());
+    assert!(
+        !logged(&f, "/default-1"),
+        "the catch-all server is not logged"
+    );
+    drop(f);
+
+    m.write(
+        "cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: ferrule, namespace: demo }\ndata:\n  \
+         reuse-port: \"true\"\n  max-worker-open-files: \"4096\"\n  \
+         enable-access-log-for-default-backend: \"true\"\n  enable-aio-write: \"false\"\n",
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(listening_sockets(f.http), 2, "a socket per worker");
+    for pid in f.worker_pids() {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+        let open_files = limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .unwrap();
+        assert_eq!(
+            open_files.split_whitespace().nth(3),
+            Some("4096"),
+            "{open_files}"
+        );
+    }
+    assert_eq!(f.get("unknown.test", "/default-2").await.0, 404);
+    let default = wait_until(Duration::from_secs(5), || async {
+        logged(&f, "/default-2")
+    })
+    .await;
+    assert!(default, "{}", f.logs());
+    assert!(
+        f.resource("ConfigMap", "demo", "ferrule")
+            .await
+            .is_some_and(|cm| cm["state"] == "applied")
+    );
+}
+
 /// The ConfigMap's tuning keys reach NGINX with ingress-nginx's defaults
 /// (`large-client-header-buffers` 4 8k, `keep-alive-requests` 1000) and the values
 /// given; an invalid one is reported and its default kept.

@@ -50,6 +50,22 @@ pub struct Tuning {
     pub worker_connections: u32,
     /// `disable-ipv6`: listen on IPv4 only (default: IPv6 too, where the kernel has it).
     pub disable_ipv6: bool,
+    /// `reuse-port`: a listening socket per worker (`reuseport`), so the kernel
+    /// spreads connections over the workers. Off by default, unlike ingress-nginx:
+    /// with it, a second NGINX can bind the same ports (the orphaned workers of a
+    /// master that crashed keep theirs) and silently share the traffic with its
+    /// stale configuration; Ferrule's restart after a crash relies on the bind
+    /// being exclusive.
+    pub reuse_port: bool,
+    /// `max-worker-open-files` (`worker_rlimit_nofile`); 0: the limit NGINX is
+    /// started with (ingress-nginx derives one from it; a container's is ample).
+    pub max_worker_open_files: u32,
+    /// `enable-aio-write`: temporary files are written by a thread pool
+    /// (`aio threads` is always on, as in ingress-nginx).
+    pub enable_aio_write: bool,
+    /// `enable-access-log-for-default-backend`: log the requests of the catch-all
+    /// server too (default off: scanners' noise).
+    pub enable_access_log_for_default_backend: bool,
 }
 
 impl Default for Tuning {
@@ -75,6 +91,10 @@ impl Default for Tuning {
             multi_accept: true,
             worker_connections: 16384,
             disable_ipv6: false,
+            reuse_port: false,
+            max_worker_open_files: 0,
+            enable_aio_write: true,
+            enable_access_log_for_default_backend: false,
         }
     }
 }
@@ -99,6 +119,10 @@ pub(crate) const KEYS: &[&str] = &[
     "enable-multi-accept",
     "max-worker-connections",
     "disable-ipv6",
+    "reuse-port",
+    "max-worker-open-files",
+    "enable-aio-write",
+    "enable-access-log-for-default-backend",
 ];
 
 impl Tuning {
@@ -139,6 +163,15 @@ impl Tuning {
             }
             "enable-multi-accept" => self.multi_accept = value::boolean(v)?,
             "disable-ipv6" => self.disable_ipv6 = value::boolean(v)?,
+            "reuse-port" => self.reuse_port = value::boolean(v)?,
+            "max-worker-open-files" => {
+                let n = value::integer(v, 0, 1 << 24)?;
+                self.max_worker_open_files = if n == 0 { 0 } else { n.max(1024) };
+            }
+            "enable-aio-write" => self.enable_aio_write = value::boolean(v)?,
+            "enable-access-log-for-default-backend" => {
+                self.enable_access_log_for_default_backend = value::boolean(v)?;
+            }
             "max-worker-connections" => {
                 // 0 means ingress-nginx's automatic value; Ferrule's default is that.
                 let n = value::integer(v, 0, 1 << 20)?;
@@ -262,6 +295,14 @@ mod tests {
             ("disable-ipv6", "true", Ok("true")),
             ("max-worker-connections", "0", Ok("16384")),
             ("max-worker-connections", "4096", Ok("4096")),
+            ("reuse-port", "true", Ok("true")),
+            ("reuse-port", "yes", Err("expected \"true\"")),
+            ("max-worker-open-files", "0", Ok("0")),
+            ("max-worker-open-files", "10", Ok("1024")),
+            ("max-worker-open-files", "65536", Ok("65536")),
+            ("max-worker-open-files", "-1", Err("integer")),
+            ("enable-aio-write", "false", Ok("false")),
+            ("enable-access-log-for-default-backend", "true", Ok("true")),
         ]);
     }
 }
