@@ -493,7 +493,10 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
         "guarded",
         "guarded.example.com",
         &[
-            ("nginx.ingress.kubernetes.io/auth-keepalive", "10"),
+            (
+                "nginx.ingress.kubernetes.io/auth-proxy-set-headers",
+                "web/headers",
+            ),
             ("nginx.ingress.kubernetes.io/ssl-redirect", "false"),
         ],
     ));
@@ -509,9 +512,9 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
     for line in [
         "Ingress web/guarded: annotations:",
         "  nginx.ingress.kubernetes.io/ssl-redirect: supported",
-        "  nginx.ingress.kubernetes.io/auth-keepalive: rejects the Ingress: annotation nginx.ingress.kubernetes.io/auth-keepalive (external auth (more)) restricts access",
+        "  nginx.ingress.kubernetes.io/auth-proxy-set-headers: rejects the Ingress: annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers (external auth (more)) restricts access",
         "  nginx.ingress.kubernetes.io/enable-cors: ignored with a warning: annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored",
-        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/auth-keepalive",
+        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers",
         "Ingress web/cors: warning: annotation nginx.ingress.kubernetes.io/enable-cors",
         "  nginx.ingress.kubernetes.io/proxy-read-timeout: supported",
     ] {

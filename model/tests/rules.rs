@@ -1856,7 +1856,10 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     let yaml = docs![
         app("default/web", "10.0.0.1"),
         Ing::new("default/basic", 1)
-            .ann("nginx.ingress.kubernetes.io/auth-keepalive", "10")
+            .ann(
+                "nginx.ingress.kubernetes.io/auth-proxy-set-headers",
+                "default/headers"
+            )
             .rule("basic.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/auth", 1)
             .ann("nginx.ingress.kubernetes.io/auth-snippet", "return 200;")
@@ -1884,7 +1887,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
         &[
             (
                 "Ingress default/basic",
-                "annotation nginx.ingress.kubernetes.io/auth-keepalive (external auth (more)) restricts access and Ferrule does not implement it yet",
+                "annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers (external auth (more)) restricts access and Ferrule does not implement it yet",
             ),
             (
                 "Ingress default/auth",
@@ -1914,7 +1917,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
 fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
         ("block-cidrs", "10.0.0.0/8"),
-        ("global-auth-cache-key", "$remote_user"),
+        ("global-auth-snippet", "proxy_set_header X-Team a;"),
         ("use-gzip", "true"),
         ("proxy-body-size", "2m"),
     ])]));
@@ -1929,7 +1932,7 @@ fn configmap_unimplemented_keys_are_reported() {
         std::collections::BTreeSet::from([
             (
                 Severity::Error,
-                "key global-auth-cache-key restricts access and Ferrule does not implement it yet; the hosts are served without it"
+                "key global-auth-snippet restricts access and Ferrule does not implement it yet; the hosts are served without it"
             ),
             (
                 Severity::Warning,
@@ -2038,13 +2041,13 @@ fn configmap_global_auth_covers_every_location_that_does_not_opt_out() {
     // The rest of the global-auth keys are not implemented yet: refused.
     let m = with(&[
         ("global-auth-url", "http://global.auth/check"),
-        ("global-auth-cache-key", "$remote_user"),
+        ("global-auth-snippet", "proxy_set_header X-Team a;"),
     ]);
     expect_problems(
         &m,
         &[(
             "ConfigMap ingress-nginx/ferrule",
-            "key global-auth-cache-key restricts access",
+            "key global-auth-snippet restricts access",
         )],
     );
 }

@@ -388,6 +388,7 @@ impl Renderer {
             configmap: configmap_source(self.opts.configmap.as_deref()),
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),
             limits: rate_limits::zones(model),
+            auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
         }
     }
 
@@ -867,6 +868,8 @@ pub fn absolute(prefix: &Path, rel: &str) -> PathBuf {
 struct MainView {
     /// `limit-*`: zones, allowlists, statuses.
     limits: rate_limits::ZonesView,
+    /// `auth-cache-key`: the cache of auth answers, when a location uses one.
+    auth_cache: Option<external_auth::CacheZoneView>,
     modules: Vec<String>,
     user: Option<String>,
     group: Option<String>,

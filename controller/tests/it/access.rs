@@ -624,7 +624,8 @@ async fn basic_auth_redirects_to_https_before_asking() {
 }
 
 /// An authentication service on loopback: `X-Test-Auth: ok` → 200 with
-/// `X-Auth-User: alice`, `deny` → 403, anything else → 401. It records what it got
+/// `X-Auth-User: alice`, `cookie` → 200 with `Set-Cookie: session=alice`, `deny` →
+/// 403, anything else → 401 with `Set-Cookie: attempt=1`. It records what it got
 /// (method, X-Original-URL, body size) for the test.
 struct AuthService {
     addr: std::net::SocketAddr,
@@ -687,10 +688,14 @@ async fn auth_answer(
     log.lock().unwrap().push(entry);
     match verdict.as_str() {
         "ok" => (StatusCode::OK, [("x-auth-user", "alice")], "").into_response(),
+        "cookie" => (StatusCode::OK, [("set-cookie", "session=alice")], "").into_response(),
         "deny" => (StatusCode::FORBIDDEN, "").into_response(),
         _ => (
             StatusCode::UNAUTHORIZED,
-            [("www-authenticate", "Bearer realm=\"test\"")],
+            [
+                ("www-authenticate", "Bearer realm=\"test\""),
+                ("set-cookie", "attempt=1"),
+            ],
             "",
         )
             .into_response(),
@@ -841,6 +846,140 @@ async fn external_auth_decides_every_request_and_never_lets_through_on_failure()
         assert_eq!(r["state"], "rejected", "{r}");
         assert!(r["message"].as_str().unwrap().contains(why), "{r}");
     }
+}
+
+/// A request's status and `Set-Cookie` with `X-Test-Auth: verdict`.
+async fn cookie_with_verdict(f: &Ferrule, host: &str, verdict: &str) -> (u16, Option<String>) {
+    let r = client()
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", host)
+        .header("X-Test-Auth", verdict)
+        .send()
+        .await
+        .unwrap();
+    let cookie = r
+        .headers()
+        .get("set-cookie")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), cookie)
+}
+
+/// `auth-cache-key` keeps the auth service's answers: one subrequest for many
+/// requests with the same key. The service's `Set-Cookie` reaches the client on
+/// success, and on errors too with `auth-always-set-cookie`; the server's HSTS
+/// header survives the location's `add_header`.
+#[tokio::test]
+async fn external_auth_caches_answers_and_passes_its_cookie() {
+    let echo = Echo::start("127.0.0.2").await;
+    let auth = AuthService::start().await;
+    let url = format!("http://{}/check", auth.addr);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cached.yaml",
+        &ing(
+            "cached",
+            "cached.test",
+            &[
+                ("auth-url", &url),
+                ("auth-cache-key", "$http_x_test_auth"),
+                ("auth-cache-duration", "200 1m"),
+            ],
+        ),
+    );
+    m.write(
+        "plain.yaml",
+        &ing("plain", "plain.test", &[("auth-url", &url)]),
+    );
+    m.write(
+        "always.yaml",
+        &ing(
+            "always",
+            "always.test",
+            &[("auth-url", &url), ("auth-always-set-cookie", "true")],
+        ),
+    );
+    m.write(
+        "bad.yaml",
+        &ing(
+            "bad",
+            "bad.test",
+            &[
+                ("auth-url", &url),
+                ("auth-cache-key", "$http_x_test_auth"),
+                ("auth-cache-duration", "200 soon"),
+            ],
+        ),
+    );
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "secure.yaml",
+        &Ing::new("demo", "secure", T0)
+            .nginx("auth-url", &url)
+            .rule("a.example.com", &[("/", "Prefix", "echo")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    let asked = || auth.seen.lock().unwrap().len();
+
+    // Cached: the same key asks once; another key is asked (and 403 is not cached).
+    let before = asked();
+    for _ in 0..3 {
+        let (s, _, _) = get_with_verdict(&f, "cached.test", "/", "ok").await;
+        assert_eq!(s, 200, "{}", f.logs());
+    }
+    assert_eq!(asked() - before, 1, "three requests, one subrequest");
+    for _ in 0..2 {
+        assert_eq!(
+            get_with_verdict(&f, "cached.test", "/", "deny").await.0,
+            403
+        );
+    }
+    assert_eq!(asked() - before, 3, "403 is not in the cached statuses");
+    // Without auth-cache-key, every request is asked.
+    let before = asked();
+    for _ in 0..2 {
+        assert_eq!(get_with_verdict(&f, "plain.test", "/", "ok").await.0, 200);
+    }
+    assert_eq!(asked() - before, 2);
+
+    // The auth service's cookie: on success; on a 401 only with always-set-cookie.
+    let (s, cookie) = cookie_with_verdict(&f, "plain.test", "cookie").await;
+    assert_eq!((s, cookie.as_deref()), (200, Some("session=alice")));
+    let (s, cookie) = cookie_with_verdict(&f, "plain.test", "").await;
+    assert_eq!((s, cookie), (401, None));
+    let (s, cookie) = cookie_with_verdict(&f, "always.test", "").await;
+    assert_eq!((s, cookie.as_deref()), (401, Some("attempt=1")));
+
+    // Over HTTPS, the location's add_header keeps the server's HSTS header.
+    let r = tls_client(&f, &["a.example.com"])
+        .get(format!("https://a.example.com:{}/", f.https))
+        .header("X-Test-Auth", "cookie")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", f.logs());
+    let h = |n: &str| r.headers().get(n).map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(h("set-cookie").as_deref(), Some("session=alice"));
+    assert_eq!(
+        h("strict-transport-security").as_deref(),
+        Some("max-age=31536000; includeSubDomains")
+    );
+
+    let r = f.resource("Ingress", "demo", "bad").await.unwrap();
+    assert_eq!(r["state"], "rejected", "{r}");
+    let message = r["message"].as_str().unwrap();
+    assert!(message.contains("auth-cache-duration"), "{r}");
+    assert!(message.contains("is not a time"), "{r}");
 }
 
 /// The ConfigMap's `global-auth-url` covers every Ingress that sets no `auth-url`

@@ -462,21 +462,6 @@ spec: { controller: example.com/other-controller }
     assert_eq!(f.get("legacy.class.test", "/").await.0, 200);
 }
 
-/// An HTTPS client that trusts only the test CA and sends `host` to the HTTPS port.
-fn tls_client(f: &Ferrule, hosts: &[&str]) -> reqwest::Client {
-    let ca = reqwest::Certificate::from_pem(tls_fixture("ca.crt").as_bytes()).unwrap();
-    let mut b = reqwest::Client::builder()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(ca)
-        .use_rustls_tls()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10));
-    for h in hosts {
-        b = b.resolve(h, SocketAddr::from(([127, 0, 0, 1], f.https)));
-    }
-    b.build().unwrap()
-}
-
 #[tokio::test]
 async fn tls_with_sni_and_ssl_redirects() {
     let a = Echo::start("127.0.0.2").await;

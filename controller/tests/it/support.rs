@@ -1107,3 +1107,18 @@ pub async fn probe_api_on_proxy_ports(
     assert!(!b.contains("generation"), "API answered over https: {b}");
     3
 }
+
+/// An HTTPS client that trusts only the test CA and sends `host` to the HTTPS port.
+pub fn tls_client(f: &Ferrule, hosts: &[&str]) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(tls_fixture("ca.crt").as_bytes()).unwrap();
+    let mut b = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .use_rustls_tls()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10));
+    for h in hosts {
+        b = b.resolve(h, SocketAddr::from(([127, 0, 0, 1], f.https)));
+    }
+    b.build().unwrap()
+}

@@ -53,6 +53,21 @@ pub(super) const FAMILY: Family = Family {
             "X-Auth-Request-Redirect sent to the auth service",
         ),
         security(
+            "auth-cache-key",
+            Risk::Medium,
+            "caches auth answers under this key (variables allowed)",
+        ),
+        security(
+            "auth-cache-duration",
+            Risk::Medium,
+            "which auth answers are cached how long (default 200 202 401 5m)",
+        ),
+        security(
+            "auth-always-set-cookie",
+            Risk::Low,
+            "the auth service's Set-Cookie also on error answers",
+        ),
+        security(
             "enable-global-auth",
             Risk::Low,
             "false: the ConfigMap's global-auth-url does not apply",
@@ -86,6 +101,23 @@ pub struct ExternalAuth {
     pub response_headers: Vec<String>,
     /// `X-Auth-Request-Redirect` for the auth service (default: the request URI).
     pub request_redirect: Option<String>,
+    /// Answers of the auth service kept and reused (`auth-cache-key`).
+    pub cache: Option<AuthCache>,
+    /// The auth service's `Set-Cookie` reaches the client on every answer, errors
+    /// included (`auth-always-set-cookie`); by default only on successful ones.
+    pub always_set_cookie: bool,
+}
+
+/// `auth-cache-key` and `auth-cache-duration`: NGINX caches the auth service's
+/// answers under the key (per host and auth configuration, so that no other
+/// Ingress can read them). What the key leaves out is shared: a key without the
+/// credentials lets one user's answer decide for another, as in ingress-nginx.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AuthCache {
+    /// The key, NGINX variables allowed (`$remote_user$http_authorization`).
+    pub key: String,
+    /// One `proxy_cache_valid` each: status codes (none: 200, 301, 302), then a time.
+    pub valid: Vec<Vec<String>>,
 }
 
 /// The variables `auth-signin` may use (ingress-nginx's oauth2-proxy examples).
@@ -98,13 +130,16 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
 }
 
 /// The keys [`read`] reads, by their annotation names.
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 9] = [
     "auth-url",
     "auth-method",
     "auth-signin",
     "auth-signin-redirect-param",
     "auth-response-headers",
     "auth-request-redirect",
+    "auth-cache-key",
+    "auth-cache-duration",
+    "auth-always-set-cookie",
 ];
 
 /// The external auth that `get` describes (`None` without `auth-url`), by the
@@ -119,6 +154,9 @@ fn read<'v>(
         param_key,
         headers_key,
         redirect_key,
+        cache_key,
+        duration_key,
+        cookie_key,
     ] = KEYS;
     let service = get(url_key).map(|v| url(v, &[])).transpose();
     let service = service.map_err(|e| (url_key, e))?;
@@ -134,6 +172,12 @@ fn read<'v>(
     let response_headers = response_headers.map_err(|e| (headers_key, e))?;
     let request_redirect = get(redirect_key).map(value::plain).transpose();
     let request_redirect = request_redirect.map_err(|e| (redirect_key, e))?;
+    let key = get(cache_key).map(cache_key_value).transpose();
+    let key = key.map_err(|e| (cache_key, e))?;
+    let valid = get(duration_key).map(cache_durations).transpose();
+    let valid = valid.map_err(|e| (duration_key, e))?;
+    let always_set_cookie = get(cookie_key).map(value::boolean).transpose();
+    let always_set_cookie = always_set_cookie.map_err(|e| (cookie_key, e))?;
     let Some(url) = service else {
         // A companion without auth-url would leave the location open.
         return match KEYS[1..].iter().find(|k| get(k).is_some()) {
@@ -148,7 +192,88 @@ fn read<'v>(
         redirect_param: redirect_param.unwrap_or_else(|| "rd".to_owned()),
         response_headers: response_headers.unwrap_or_default(),
         request_redirect,
+        // A duration without a key caches nothing (as in ingress-nginx).
+        cache: key.map(|key| AuthCache {
+            key,
+            valid: valid.unwrap_or_else(|| vec![words(&["200", "202", "401", "5m"])]),
+        }),
+        always_set_cookie: always_set_cookie.unwrap_or(false),
     }))
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// A cache key: printable ASCII without quotes, spaces, `;`, braces or `\`;
+/// NGINX expands its `$variables` (an unknown one fails `nginx -t`, and config
+/// safety then excludes this Ingress alone).
+fn cache_key_value(v: &str) -> Result<String, String> {
+    if v.is_empty() || v.len() > 512 {
+        return Err("expected 1 to 512 characters".to_owned());
+    }
+    match v
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || "\"'\\;{}`".contains(*c))
+    {
+        Some(c) => Err(format!("character {c:?} is not allowed in a cache key")),
+        None => Ok(v.to_owned()),
+    }
+}
+
+/// `auth-cache-duration`: comma-separated `[code ...] time` (`200 202 401 5m`,
+/// `any 1m`), as NGINX's `proxy_cache_valid`.
+fn cache_durations(v: &str) -> Result<Vec<Vec<String>>, String> {
+    let entries: Vec<&str> = v
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    if entries.is_empty() || entries.len() > 16 {
+        return Err(
+            "expected 1 to 16 comma-separated entries such as \"200 202 401 5m\"".to_owned(),
+        );
+    }
+    entries
+        .into_iter()
+        .map(|e| {
+            let words: Vec<&str> = e.split_whitespace().collect();
+            let (time, codes) = words.split_last().expect("entries are not empty");
+            if !is_time(time) {
+                return Err(format!("{time:?} is not a time such as 5m or 30s"));
+            }
+            for c in codes {
+                let code = c.parse::<u16>().ok().filter(|n| (100..600).contains(n));
+                if code.is_none() && *c != "any" {
+                    return Err(format!("{c:?} is not a status code or any"));
+                }
+            }
+            Ok(words.iter().map(|w| (*w).to_owned()).collect())
+        })
+        .collect()
+}
+
+/// An NGINX time: digits and a unit (ms, s, m, h, d), possibly several (`1h30m`).
+fn is_time(t: &str) -> bool {
+    let mut rest = t;
+    if rest.is_empty() || rest.len() > 16 {
+        return false;
+    }
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ms", "s", "m", "h", "d"]
+            .into_iter()
+            .find(|u| rest.starts_with(u) && !(*u == "m" && rest.starts_with("ms")));
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 fn query_parameter(v: &str) -> Result<String, String> {
@@ -185,13 +310,16 @@ impl Default for GlobalAuth {
 }
 
 /// The ConfigMap keys [`GlobalAuth::read`] reads.
-pub const GLOBAL_KEYS: [&str; 7] = [
+pub const GLOBAL_KEYS: [&str; 10] = [
     "global-auth-url",
     "global-auth-method",
     "global-auth-signin",
     "global-auth-signin-redirect-param",
     "global-auth-response-headers",
     "global-auth-request-redirect",
+    "global-auth-cache-key",
+    "global-auth-cache-duration",
+    "global-auth-always-set-cookie",
     "no-auth-locations",
 ];
 
@@ -397,5 +525,35 @@ mod tests {
         assert!(header_names("X-A: 1").is_err());
         assert!(header_names("X_A").is_err());
         assert!(header_names(" , ").is_err());
+    }
+
+    #[test]
+    fn cache_values() {
+        assert_eq!(
+            cache_durations("200 202 401 5m, any 30s,1h30m").unwrap(),
+            [
+                words(&["200", "202", "401", "5m"]),
+                words(&["any", "30s"]),
+                words(&["1h30m"])
+            ]
+        );
+        for (bad, why) in [
+            ("", "expected 1 to 16"),
+            ("200 5x", "is not a time"),
+            ("200", "is not a time"),
+            ("700 5m", "is not a status code"),
+            ("200 5m; return 200", "is not a time"),
+        ] {
+            let e = cache_durations(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(is_time("250ms") && is_time("1d") && !is_time("m5") && !is_time("5"));
+        assert_eq!(
+            cache_key_value("$remote_user$http_authorization").unwrap(),
+            "$remote_user$http_authorization"
+        );
+        assert!(cache_key_value("a\"b").is_err());
+        assert!(cache_key_value("a b").is_err());
+        assert!(cache_key_value("${x}").is_err());
     }
 }

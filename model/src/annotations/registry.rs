@@ -109,7 +109,8 @@ pub fn lookup(name: &str) -> Option<(&'static Family, &'static Key)> {
 /// ignored, as an unknown security key would fail open.
 pub fn looks_like_security(name: &str) -> bool {
     name.ends_with("-source-range")
-        || name.starts_with("auth-")
+        // Keepalive to the auth service only tunes connections.
+        || (name.starts_with("auth-") && !name.starts_with("auth-keepalive"))
         || name.starts_with("limit-")
         || name.starts_with("global-rate-limit")
         || name.contains("modsecurity")
@@ -220,9 +221,14 @@ mod tests {
         check("whitelist-source-range", "supported");
         check("denylist-source-range", "supported");
         check("auth-url", "supported");
+        check("auth-cache-key", "supported");
         check(
-            "auth-cache-key",
-            "rejecting: annotation p/auth-cache-key (external auth (more))",
+            "auth-proxy-set-headers",
+            "rejecting: annotation p/auth-proxy-set-headers (external auth (more))",
+        );
+        check(
+            "auth-keepalive",
+            "ignored: annotation p/auth-keepalive (external auth (more))",
         );
         check("auth-tls-secret", "supported");
         check("limit-rps", "supported");

@@ -246,9 +246,8 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
         "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored\"]",
     );
     for key in [
-        "auth-cache-key",
+        "auth-proxy-set-headers",
         "global-rate-limit",
-        "auth-keepalive",
         "ssl-passthrough",
         "enable-modsecurity",
         "auth-brand-new",

@@ -27,31 +27,12 @@ const fn todo(
 use Risk::{Critical, High, Low, Medium};
 use Scope::{Backend, Location, Server};
 
-/// The external-auth keys beyond the implemented ones (`external_auth.rs`).
+/// The external-auth keys beyond the implemented ones (`external_auth.rs`). The
+/// keepalive keys only tune connections to the auth service (every request is
+/// still checked): a Warning, not a rejection.
 pub(super) const EXTERNAL_AUTH: Family = Family {
     name: "external auth (more)",
     keys: &[
-        todo(
-            "auth-cache-key",
-            Location,
-            Medium,
-            true,
-            "cache key of auth answers",
-        ),
-        todo(
-            "auth-cache-duration",
-            Location,
-            Medium,
-            true,
-            "how long auth answers are cached",
-        ),
-        todo(
-            "auth-always-set-cookie",
-            Location,
-            Low,
-            true,
-            "Set-Cookie of the auth service on every answer",
-        ),
         todo(
             "auth-proxy-set-headers",
             Location,
@@ -70,28 +51,28 @@ pub(super) const EXTERNAL_AUTH: Family = Family {
             "auth-keepalive",
             Location,
             Low,
-            true,
+            false,
             "keepalive connections to the auth service",
         ),
         todo(
             "auth-keepalive-share-vars",
             Location,
             Low,
-            true,
+            false,
             "share variables with the auth subrequest",
         ),
         todo(
             "auth-keepalive-requests",
             Location,
             Low,
-            true,
+            false,
             "requests per keepalive connection",
         ),
         todo(
             "auth-keepalive-timeout",
             Location,
             Low,
-            true,
+            false,
             "idle timeout of keepalive connections",
         ),
     ],

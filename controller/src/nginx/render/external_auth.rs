@@ -2,6 +2,7 @@
 //! location of the auth subrequest, the named location of the sign-in redirect,
 //! and the headers copied from the auth answer to the backend.
 
+use ferrule_model::Model;
 use ferrule_model::annotations::ExternalAuth;
 use serde::Serialize;
 
@@ -29,6 +30,48 @@ pub struct ExternalAuthView {
     pub signin_location: Option<String>,
     /// Where it redirects (variables of `SIGNIN_VARIABLES` only).
     pub signin_redirect: Option<String>,
+    /// `auth-cache-key`: answers kept in [`CACHE_ZONE`].
+    pub cache: Option<CacheView>,
+    /// `add_header Set-Cookie ... always` (`auth-always-set-cookie`).
+    pub always_set_cookie: bool,
+}
+
+/// The `keys_zone` of the auth answers' cache (one for the whole configuration:
+/// every key starts with the host and the auth location, so entries never mix).
+pub const CACHE_ZONE: &str = "ferrule_auth";
+
+/// `proxy_cache_path` of the auth answers' cache (ingress-nginx's sizes).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CacheZoneView {
+    /// Where the workers keep the cached answers.
+    pub path: String,
+    /// `keys_zone=`.
+    pub keys_zone: String,
+}
+
+/// How one auth location caches.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CacheView {
+    /// `proxy_cache` ([`CACHE_ZONE`]).
+    pub zone: String,
+    /// `proxy_cache_key`: `$host`, the auth location, then `auth-cache-key`.
+    pub key: String,
+    /// The `proxy_cache_valid` directives' parameters.
+    pub valid: Vec<Vec<String>>,
+}
+
+/// The cache zone, when a location of `model` caches auth answers.
+pub fn cache_zone(model: &Model, path: &str) -> Option<CacheZoneView> {
+    let cached = model.servers.iter().flat_map(|s| &s.locations).any(|l| {
+        l.settings
+            .external_auth
+            .as_ref()
+            .is_some_and(|a| a.cache.is_some())
+    });
+    cached.then(|| CacheZoneView {
+        path: path.to_owned(),
+        keys_zone: format!("{CACHE_ZONE}:10m"),
+    })
 }
 
 /// A header of the auth answer copied to the backend.
@@ -72,8 +115,16 @@ pub fn view(a: &ExternalAuth) -> ExternalAuthView {
             )
         }
     });
+    let location = format!("/_ferrule/auth/{id}");
+    let cache = a.cache.as_ref().map(|c| CacheView {
+        zone: CACHE_ZONE.to_owned(),
+        key: format!("$host{location}{}", c.key),
+        valid: c.valid.clone(),
+    });
     ExternalAuthView {
-        location: format!("/_ferrule/auth/{id}"),
+        cache,
+        always_set_cookie: a.always_set_cookie,
+        location,
         url: a.url.clone(),
         method: a.method.clone(),
         request_redirect: a
