@@ -346,15 +346,6 @@ impl Nginx {
         }
         false
     }
-
-    /// Waits for the master to exit; returns when it does (for supervision).
-    /// An adopted master is not our child: for it, this returns `None` at once.
-    pub async fn wait_exit(&mut self) -> Option<std::process::ExitStatus> {
-        let status = self.child.as_mut()?.wait().await.ok();
-        self.child = None;
-        self.kill_group();
-        status
-    }
 }
 
 impl Drop for Nginx {

@@ -2,7 +2,7 @@
 //! which resource produced which lines.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ferrule_model::annotations::{BackendProtocol, SourceRanges};
 use ferrule_model::route;
@@ -857,11 +857,6 @@ fn with_sources(text: String) -> RenderedFile {
     }
     sources.sort_by_key(|r| (r.start, std::cmp::Reverse(r.end)));
     RenderedFile { text, sources }
-}
-
-/// The absolute path of a rendered file.
-pub fn absolute(prefix: &Path, rel: &str) -> PathBuf {
-    prefix.join(rel)
 }
 
 #[derive(Serialize)]

@@ -422,11 +422,6 @@ pub async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<Clie
     Ok(Client::try_from(config)?)
 }
 
-/// Name of an object for logs.
-pub fn describe<K: ResourceExt>(o: &K) -> String {
-    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
