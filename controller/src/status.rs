@@ -48,6 +48,9 @@ pub struct Shared {
     resources: RwLock<Vec<ResourceStatus>>,
     /// Metrics.
     pub metrics: Metrics,
+    /// NGINX's per-request metrics, read at each scrape (set once NGINX's API
+    /// socket and token are known).
+    pub request_metrics: std::sync::OnceLock<crate::scrape::Scraper>,
 }
 
 impl Shared {
@@ -173,10 +176,14 @@ async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.encode(),
-    )
+    let mut text = s.metrics.encode();
+    if let Some(scraper) = s.request_metrics.get() {
+        // NGINX's request metrics (crate::scrape), before the end marker
+        let requests = scraper.encode().await;
+        let end = text.rfind("# EOF").unwrap_or(text.len());
+        text.insert_str(end, &requests);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 async fn resources(

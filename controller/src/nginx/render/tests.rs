@@ -65,6 +65,7 @@ fn opts(prefix: &str) -> RenderOptions {
         fast_path: false,
         worker_dir: None,
         log_to_stdio: false,
+        metrics: None,
     }
 }
 
