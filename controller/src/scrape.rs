@@ -147,14 +147,63 @@ impl Scraper {
         if let Some(d) = dump {
             let _ = writeln!(
                 out,
-                "# HELP ferrule_request_metrics_dropped Requests not counted: the metrics store was full (--metrics-store-size)"
+                "# HELP ferrule_request_metrics_dropped_total Requests not counted: the metrics store was full (--metrics-store-size)"
             );
-            let _ = writeln!(out, "# TYPE ferrule_request_metrics_dropped counter");
+            let _ = writeln!(out, "# TYPE ferrule_request_metrics_dropped_total counter");
             let _ = writeln!(out, "ferrule_request_metrics_dropped_total {}", d.dropped);
             export(&d, &self.opts, &mut out);
         }
         out
     }
+}
+
+/// OpenMetrics text (what `prometheus_client` writes) as the Prometheus text format
+/// 0.0.4 that `/metrics` declares: a counter's `HELP` and `TYPE` name its `_total`
+/// series, and `# UNIT` and `# EOF` go (otherwise `promtool check metrics` finds
+/// counters without help and the end marker in the middle).
+pub fn to_text_format(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut help: Option<&str> = None;
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            // held until the TYPE says whether the name takes `_total`
+            if let Some(h) = help.replace(rest) {
+                let _ = writeln!(out, "# HELP {h}");
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let total = kind == "counter" && !name.ends_with("_total");
+            if let Some(h) = help.take() {
+                match h.split_once(' ') {
+                    Some((n, text)) if total && n == name => {
+                        let _ = writeln!(out, "# HELP {n}_total {text}");
+                    }
+                    _ => {
+                        let _ = writeln!(out, "# HELP {h}");
+                    }
+                }
+            }
+            if total {
+                let _ = writeln!(out, "# TYPE {name}_total counter");
+            } else {
+                let _ = writeln!(out, "{line}");
+            }
+            continue;
+        }
+        if let Some(h) = help.take() {
+            let _ = writeln!(out, "# HELP {h}");
+        }
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(h) = help {
+        let _ = writeln!(out, "# HELP {h}");
+    }
+    out
 }
 
 /// A parsed dump.
@@ -429,7 +478,10 @@ pub fn export(d: &Dump, opts: &ExportOptions, out: &mut String) {
     if !excluded("requests") {
         let name = format!("{PREFIX}requests");
         let _ = writeln!(out, "# HELP {name} The total number of client requests");
-        let _ = writeln!(out, "# TYPE {name} counter");
+        // A counter, by ingress-nginx's name, which has no `_total`: declared as
+        // untyped, which Prometheus stores and queries (rate()) alike, since
+        // `promtool check metrics` refuses a counter without the suffix.
+        let _ = writeln!(out, "# TYPE {name} untyped");
         let h = &hists[0];
         for (labels, v) in &series {
             let count: u64 = v[h.offset + 1..h.offset + 2 + d.time.len()].iter().sum();
@@ -458,7 +510,10 @@ pub fn export(d: &Dump, opts: &ExportOptions, out: &mut String) {
                 continue;
             }
             let mut cumulative = 0;
-            for (b, le) in buckets.iter().zip(bounds.iter().map(String::as_str).chain(["+Inf"])) {
+            for (b, le) in buckets
+                .iter()
+                .zip(bounds.iter().map(String::as_str).chain(["+Inf"]))
+            {
                 cumulative += b;
                 let _ = writeln!(
                     out,

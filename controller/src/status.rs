@@ -176,12 +176,11 @@ async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    let mut text = s.metrics.encode();
+    // The text format the content type names (prometheus_client writes OpenMetrics),
+    // then NGINX's request metrics (crate::scrape).
+    let mut text = crate::scrape::to_text_format(&s.metrics.encode());
     if let Some(scraper) = s.request_metrics.get() {
-        // NGINX's request metrics (crate::scrape), before the end marker
-        let requests = scraper.encode().await;
-        let end = text.rfind("# EOF").unwrap_or(text.len());
-        text.insert_str(end, &requests);
+        text.push_str(&scraper.encode().await);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }

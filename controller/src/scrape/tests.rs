@@ -2,7 +2,8 @@ use super::*;
 
 /// Two buckets of each kind: 4 * 4 + 2 * 4 + 3 = 27 counters per entry.
 fn dump_text(lines: &[&str]) -> String {
-    let mut s = String::from("ferrule-metrics 1\ntime 0.01,0.1\nlength 10,100\nsize 100,1000\ndropped 3\n");
+    let mut s =
+        String::from("ferrule-metrics 1\ntime 0.01,0.1\nlength 10,100\nsize 100,1000\ndropped 3\n");
     for l in lines {
         s.push_str(l);
         s.push('\n');
@@ -58,7 +59,7 @@ fn parses_and_exports_ingress_nginx_series() {
         r#"nginx_ingress_controller_bytes_sent_bucket{canary="",controller_class="ferrule.dev/ingress-controller",controller_namespace="",controller_pod="",host="a.example.com",ingress="a",method="GET",namespace="default",path="/",service="svc-a",status="200",le="1000"} 7"#,
         r#"nginx_ingress_controller_bytes_sent_sum{canary="",controller_class="ferrule.dev/ingress-controller",controller_namespace="",controller_pod="",host="a.example.com",ingress="a",method="GET",namespace="default",path="/",service="svc-a",status="200"} 3500"#,
         r#"nginx_ingress_controller_bytes_sent_count{canary="",controller_class="ferrule.dev/ingress-controller",controller_namespace="",controller_pod="",host="a.example.com",ingress="a",method="GET",namespace="default",path="/",service="svc-a",status="200"} 7"#,
-        "# TYPE nginx_ingress_controller_requests counter",
+        "# TYPE nginx_ingress_controller_requests untyped",
         "# TYPE nginx_ingress_controller_header_duration_seconds histogram",
     ];
     for w in want {
@@ -109,10 +110,31 @@ fn label_values_are_escaped_and_bad_dumps_refused() {
     assert!(Dump::parse(&dump_text(&["a\tb\tc\td\te\tGET\t200\t1"])).is_err());
     assert!(Dump::parse("ferrule-metrics 2\n").is_err());
     // no upstream: no upstream series
-    let no_upstream = dump_text(&["ns\ti\ts\t/\th\t\tGET\t404\t0 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 1 0 0 0 1 0 0 1 0 0"]);
+    let no_upstream = dump_text(&[
+        "ns\ti\ts\t/\th\t\tGET\t404\t0 1 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 1 0 0 0 1 0 0 1 0 0",
+    ]);
     let d = Dump::parse(&no_upstream).unwrap();
     let mut out = String::new();
     export(&d, &opts(), &mut out);
-    assert!(!out.contains("nginx_ingress_controller_connect_duration_seconds_count"), "{out}");
-    assert!(out.contains("nginx_ingress_controller_request_duration_seconds_count{"), "{out}");
+    assert!(
+        !out.contains("nginx_ingress_controller_connect_duration_seconds_count"),
+        "{out}"
+    );
+    assert!(
+        out.contains("nginx_ingress_controller_request_duration_seconds_count{"),
+        "{out}"
+    );
+}
+
+#[test]
+fn openmetrics_becomes_the_text_format() {
+    let om = "# HELP ferrule_reloads NGINX reloads.\n# TYPE ferrule_reloads counter\nferrule_reloads_total{result=\"success\"} 1\n\
+              # HELP ferrule_resources Resources.\n# TYPE ferrule_resources gauge\nferrule_resources 3\n\
+              # HELP ferrule_x_seconds X.\n# TYPE ferrule_x_seconds histogram\n# UNIT ferrule_x_seconds seconds\nferrule_x_seconds_sum 1\n# EOF\n";
+    assert_eq!(
+        to_text_format(om),
+        "# HELP ferrule_reloads_total NGINX reloads.\n# TYPE ferrule_reloads_total counter\nferrule_reloads_total{result=\"success\"} 1\n\
+         # HELP ferrule_resources Resources.\n# TYPE ferrule_resources gauge\nferrule_resources 3\n\
+         # HELP ferrule_x_seconds X.\n# TYPE ferrule_x_seconds histogram\nferrule_x_seconds_sum 1\n"
+    );
 }

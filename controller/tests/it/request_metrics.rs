@@ -15,7 +15,8 @@ async fn requests(f: &Ferrule, ingress: &str, status: &str) -> f64 {
     text.lines()
         .filter(|l| l.starts_with("nginx_ingress_controller_requests{"))
         .filter(|l| {
-            l.contains(&format!("ingress=\"{ingress}\"")) && l.contains(&format!("status=\"{status}\""))
+            l.contains(&format!("ingress=\"{ingress}\""))
+                && l.contains(&format!("status=\"{status}\""))
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -34,7 +35,8 @@ async fn expect_requests(f: &Ferrule, ingress: &str, status: &str, want: usize) 
         "{ingress} {status}: {} requests counted, {want} sent:\n{}",
         requests(f, ingress, status).await,
         text.lines()
-            .filter(|l| l.starts_with("nginx_ingress_controller_requests") || l.starts_with("ferrule_request"))
+            .filter(|l| l.starts_with("nginx_ingress_controller_requests")
+                || l.starts_with("ferrule_request"))
             .collect::<Vec<_>>()
             .join("\n")
     );
@@ -75,7 +77,12 @@ pub(crate) async fn promtool_check(f: &Ferrule) {
         .spawn()
         .expect("promtool (Debian's prometheus package: make deps)");
     use std::io::Write;
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let report = format!(
         "{}{}",
@@ -95,16 +102,32 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], sourc
     m.write("svc-b.yaml", &service("demo", "svc-b", &[echo.addr]));
     m.write(
         "ing-a.yaml",
-        &ingress("demo", "a", CREATED, "a.test", &[("/", "Prefix", "svc-a")], &[]),
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
     );
     m.write(
         "ing-b.yaml",
-        &ingress("demo", "b", CREATED, "b.test", &[("/b", "Prefix", "svc-b")], &[]),
+        &ingress(
+            "demo",
+            "b",
+            CREATED,
+            "b.test",
+            &[("/b", "Prefix", "svc-b")],
+            &[],
+        ),
     );
     let f = Ferrule::start(m.path(), extra).await;
     let (_, text) = f.get_status("/metrics").await;
     assert!(
-        text.contains(&format!("ferrule_request_metrics_up{{source=\"{source}\"}} 1")),
+        text.contains(&format!(
+            "ferrule_request_metrics_up{{source=\"{source}\"}} 1"
+        )),
         "metrics read from the {source} source:\n{text}"
     );
 
@@ -122,7 +145,9 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], sourc
     let (_, text) = f.get_status("/metrics").await;
     let line = text
         .lines()
-        .find(|l| l.starts_with("nginx_ingress_controller_requests{") && l.contains("ingress=\"a\""))
+        .find(|l| {
+            l.starts_with("nginx_ingress_controller_requests{") && l.contains("ingress=\"a\"")
+        })
         .unwrap();
     for want in [
         "canary=\"\"",
@@ -168,12 +193,23 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], sourc
     expect_requests(&f, "b", "503", m503).await;
     expect_requests(&f, "b", "404", m404).await;
     expect_requests(&f, "a", "200", n).await;
-    assert_eq!(f.reloads().await, reloads, "an endpoint change does not reload");
+    assert_eq!(
+        f.reloads().await,
+        reloads,
+        "an endpoint change does not reload"
+    );
 
     // A reload (a new host): nothing is reset.
     m.write(
         "ing-c.yaml",
-        &ingress("demo", "c", CREATED, "c.test", &[("/", "Prefix", "svc-a")], &[]),
+        &ingress(
+            "demo",
+            "c",
+            CREATED,
+            "c.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
     );
     let reloaded = wait_until(Duration::from_secs(20), || async {
         f.reloads().await > reloads && f.backend("c.test", "/").await.0 == 200
@@ -207,13 +243,30 @@ async fn metrics_off_collects_nothing() {
     m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
     m.write(
         "ing-a.yaml",
-        &ingress("demo", "a", CREATED, "a.test", &[("/", "Prefix", "svc-a")], &[]),
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
     );
     let f = Ferrule::start(m.path(), &["--enable-metrics=false"]).await;
     assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
     let (_, text) = f.get_status("/metrics").await;
-    assert!(text.contains("ferrule_request_metrics_up{source=\"none\"} 0"), "{text}");
-    assert!(!text.contains("nginx_ingress_controller_requests"), "{text}");
-    let conf = std::fs::read_to_string(f.prefix.path().join("nginx/conf/servers/host_a.test.conf")).unwrap();
-    assert!(!conf.contains("ferrule_metrics") && !conf.contains("ferrule.metrics"), "{conf}");
+    assert!(
+        text.contains("ferrule_request_metrics_up{source=\"none\"} 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("nginx_ingress_controller_requests"),
+        "{text}"
+    );
+    let conf = std::fs::read_to_string(f.prefix.path().join("nginx/conf/servers/host_a.test.conf"))
+        .unwrap();
+    assert!(
+        !conf.contains("ferrule_metrics") && !conf.contains("ferrule.metrics"),
+        "{conf}"
+    );
 }
