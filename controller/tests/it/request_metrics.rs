@@ -270,3 +270,75 @@ async fn metrics_off_collects_nothing() {
         "{conf}"
     );
 }
+
+/// A request sent to a canary names its backend in `canary` (ingress-nginx: the
+/// alternative upstream), counted under the primary Ingress's labels.
+async fn canary_label(extra: &[&str]) {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
+    m.write("svc-c.yaml", &service("demo", "svc-c", &[echo.addr]));
+    m.write(
+        "ing-a.yaml",
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    m.write(
+        "ing-c.yaml",
+        &ingress(
+            "demo",
+            "a-canary",
+            crate::dynamic::CANARY_CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-c")],
+            &[("canary", "true"), ("canary-by-header", "x-canary")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), extra).await;
+    wait_store(&f, "demo_svc-a_80", |b| !b["canary"].is_null()).await;
+    assert_eq!(
+        send(&f, "a.test", "/", &[("x-canary", "always")], 5).await[&200],
+        5
+    );
+    assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
+    let counted = |canary: &'static str| {
+        let f = &f;
+        async move {
+            f.metric(
+                "nginx_ingress_controller_requests",
+                &format!("canary=\"{canary}\""),
+            )
+            .await
+        }
+    };
+    let ok = wait_until(Duration::from_secs(10), || async {
+        counted("demo_svc-c_80").await == 5.0 && counted("").await == 3.0
+    })
+    .await;
+    let (_, text) = f.get_status("/metrics").await;
+    assert!(ok, "5 to the canary, 3 to the primary:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("nginx_ingress_controller_requests{")
+                && l.contains("canary=\"demo_svc-c_80\"")
+                && l.contains("ingress=\"a\"")
+                && l.contains("service=\"svc-a\"")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn c_module_names_the_canary() {
+    canary_label(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lua_names_the_canary() {
+    canary_label(&["--no-fast-path"]).await;
+}
