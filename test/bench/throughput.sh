@@ -107,6 +107,11 @@ http {
     map \$http_host \$ferrule_host { "" \$host; default \$http_host; }
     map \$http_x_request_id \$ferrule_request_id { "" \$request_id; default \$http_x_request_id; }
     map \$https \$ferrule_hsts { on "max-age=31536000; includeSubDomains"; default ""; }
+    # as nginx.conf.tera without use-forwarded-headers (the defaults)
+    map "" \$ferrule_scheme { default \$scheme; }
+    map "" \$ferrule_forwarded_host { default \$ferrule_host; }
+    map "" \$ferrule_forwarded_port { default \$server_port; }
+    map "" \$ferrule_forwarded_for { default \$remote_addr; }
     upstream backend {
         server $BACKEND_IP:$BPORT;
         keepalive 64;
