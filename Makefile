@@ -4,7 +4,8 @@ CARGO ?= cargo
 APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
 	libnginx-mod-http-js openssl curl wrk ca-certificates python3 procps iproute2 \
 	nginx-dev gcc make libc6-dev libpcre2-dev libssl-dev zlib1g-dev \
-	mmdebstrap umoci containerd runc containernetworking-plugins iptables tar
+	mmdebstrap umoci containerd runc containernetworking-plugins iptables tar \
+	prometheus
 
 .PHONY: deps build test lint bench bench-scale run fmt image cluster-up cluster-down
 
@@ -19,6 +20,8 @@ deps:
 	@systemctl disable --now nginx >/dev/null 2>&1 || true
 	@# Likewise containerd: the e2e node runs its own (test/e2e/cluster.sh).
 	@systemctl disable --now containerd >/dev/null 2>&1 || true
+	@# And Prometheus: the tests use its promtool (and run their own server).
+	@systemctl disable --now prometheus >/dev/null 2>&1 || true
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup" >&2; exit 1; }
 	@# Ferrule's C fast path, built for the installed NGINX (skipped when up to date).
 	@bash nginx-module/build.sh

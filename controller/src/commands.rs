@@ -35,6 +35,8 @@ pub struct RunArgs {
     /// Ferrule's C fast path module to use if NGINX loads it (decided once the status
     /// port serves: the check runs NGINX).
     pub fast_path_module: Option<PathBuf>,
+    /// How NGINX's per-request metrics are exported on `/metrics`.
+    pub request_metrics: ferrule::scrape::ExportOptions,
     pub nginx_binary: PathBuf,
     pub settings: Settings,
     pub config_map: Option<(String, String)>,
@@ -98,6 +100,19 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             args.render.prefix.display()
         )
     })?;
+    let source = args.render.metrics_source();
+    if args.render.metrics.is_some() && source == ferrule::nginx::render::MetricsSource::None {
+        tracing::warn!(
+            "no per-request metrics with --balancer njs: this NGINX's njs has no shared \
+             dictionary (js_shared_dict_zone, njs 0.8.0); /metrics has only the controller's"
+        );
+    }
+    let _ = shared.request_metrics.set(ferrule::scrape::Scraper::new(
+        dataplane.api_socket(),
+        dataplane.token().to_owned(),
+        source,
+        args.request_metrics.clone(),
+    ));
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(None);
     if let Some((opts, certificates, listener)) = admission {

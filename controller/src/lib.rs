@@ -7,6 +7,7 @@ pub mod balancer;
 pub mod kube;
 pub mod metrics;
 pub mod nginx;
+pub mod scrape;
 pub mod source;
 pub mod status;
 pub mod sync;

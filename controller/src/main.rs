@@ -196,14 +196,117 @@ struct NginxFlags {
     /// `--nginx-prefix`/logs.
     #[arg(long)]
     nginx_log_stdio: bool,
+    #[command(flatten)]
+    metrics: MetricsFlags,
+}
+
+/// Per-request metrics (ingress-nginx's `nginx_ingress_controller_requests` and its
+/// histograms), with ingress-nginx's flags where it has them.
+#[derive(clap::Args, Clone)]
+struct MetricsFlags {
+    /// Collect per-request metrics in NGINX's shared memory (the C module's log
+    /// phase; a Lua log phase without the module; not with `--balancer njs`) and
+    /// export them on `/metrics`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = true,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    enable_metrics: bool,
+    /// Label the request metrics with the host of the server that answered (as
+    /// ingress-nginx). The default server's requests have no host label.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = true,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    metrics_per_host: bool,
+    /// Report the status label as a class (`2xx`, `4xx`, ...) instead of the code.
+    #[arg(long)]
+    report_status_classes: bool,
+    /// Bucket bounds (seconds) of the duration histograms.
+    #[arg(long, value_delimiter = ',', default_value = "0.005,0.01,0.025,0.05,0.1,0.25,0.5,1,2.5,5,10",
+          value_parser = bucket_bound)]
+    time_buckets: Vec<f64>,
+    /// Bucket bounds (bytes) of the request and response size histograms.
+    #[arg(long, value_delimiter = ',', default_value = "10,20,30,40,50,60,70,80,90,100",
+          value_parser = bucket_bound)]
+    length_buckets: Vec<f64>,
+    /// Bucket bounds (bytes) of the `bytes_sent` histogram.
+    #[arg(long, value_delimiter = ',', default_value = "10,100,1000,10000,100000,1000000,10000000",
+          value_parser = bucket_bound)]
+    size_buckets: Vec<f64>,
+    /// Request metrics not to export, by name with or without the
+    /// `nginx_ingress_controller_` prefix (e.g. `bytes_sent,header_duration_seconds`).
+    #[arg(long, value_delimiter = ',')]
+    exclude_socket_metrics: Vec<String>,
+    /// Labels to leave out of the request metrics, their series added up (fewer
+    /// series for Prometheus): any of path, method, status, canary, service, host,
+    /// ingress, namespace.
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(
+        ["path", "method", "status", "canary", "service", "host", "ingress", "namespace"]))]
+    metrics_exclude_labels: Vec<String>,
+    /// MiB of NGINX shared memory for the request counters (about 3 KB per
+    /// location, method and status seen with the default buckets; requests that
+    /// find no room are counted in `ferrule_request_metrics_dropped_total`). A new
+    /// size or new buckets start from zero; any other reload keeps every count.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    metrics_store_size: u32,
+}
+
+/// A bucket bound: a finite number, not negative.
+fn bucket_bound(v: &str) -> Result<f64, String> {
+    match v.trim().parse::<f64>() {
+        Ok(b) if b.is_finite() && b >= 0.0 => Ok(b),
+        _ => Err(format!("{v:?} is not a bucket bound (a number, 0 or more)")),
+    }
+}
+
+impl MetricsFlags {
+    fn render(&self) -> Result<Option<ferrule::nginx::render::MetricsRender>> {
+        if !self.enable_metrics {
+            return Ok(None);
+        }
+        for (flag, b) in [
+            ("--time-buckets", &self.time_buckets),
+            ("--length-buckets", &self.length_buckets),
+            ("--size-buckets", &self.size_buckets),
+        ] {
+            anyhow::ensure!(
+                !b.is_empty() && b.len() <= 64 && b.windows(2).all(|w| w[0] < w[1]),
+                "{flag}: 1 to 64 increasing bounds"
+            );
+        }
+        Ok(Some(ferrule::nginx::render::MetricsRender {
+            time_buckets: self.time_buckets.clone(),
+            length_buckets: self.length_buckets.clone(),
+            size_buckets: self.size_buckets.clone(),
+            zone_mib: self.metrics_store_size,
+            module: false,
+        }))
+    }
+
+    fn export(&self, controller_class: &str) -> ferrule::scrape::ExportOptions {
+        ferrule::scrape::ExportOptions {
+            per_host: self.metrics_per_host,
+            status_classes: self.report_status_classes,
+            exclude_metrics: self
+                .exclude_socket_metrics
+                .iter()
+                .map(|m| {
+                    m.trim()
+                        .trim_start_matches(ferrule::scrape::PREFIX)
+                        .to_owned()
+                })
+                .collect(),
+            exclude_labels: self.metrics_exclude_labels.iter().cloned().collect(),
+            controller_class: controller_class.to_owned(),
+            controller_namespace: std::env::var("POD_NAMESPACE").unwrap_or_default(),
+            controller_pod: std::env::var("POD_NAME").unwrap_or_default(),
+        }
+    }
 }
 
 impl NginxFlags {
-    fn render_options(&self, configmap: Option<String>) -> RenderOptions {
+    fn render_options(&self, configmap: Option<String>) -> Result<RenderOptions> {
         let root = nix::unistd::geteuid().is_root();
         let prefix =
             std::path::absolute(&self.nginx_prefix).unwrap_or_else(|_| self.nginx_prefix.clone());
-        RenderOptions {
+        Ok(RenderOptions {
             prefix,
             listen_address: self.listen_address.clone(),
             http_port: self.http_port,
@@ -222,13 +325,14 @@ impl NginxFlags {
             fast_path: false,
             worker_dir: None,
             log_to_stdio: self.nginx_log_stdio,
-        }
+            metrics: self.metrics.render()?,
+        })
     }
 
     /// [`Self::render_options`] for `ferrule run`: with a worker directory where the
     /// worker user cannot enter the prefix (`ferrule::nginx::worker_dir`).
     fn run_options(&self, configmap: Option<String>) -> Result<RenderOptions> {
-        let mut opts = self.render_options(configmap);
+        let mut opts = self.render_options(configmap)?;
         if let Some(user) = opts.user.as_deref() {
             opts.worker_dir = ferrule::nginx::worker_dir::choose(&opts.prefix, user)?;
         }
@@ -242,14 +346,14 @@ impl NginxFlags {
     }
 
     /// [`Self::render_options`] with the fast path decided now (`nginx -t`).
-    fn render_options_probed(&self, configmap: Option<String>) -> RenderOptions {
-        let mut opts = self.render_options(configmap);
+    fn render_options_probed(&self, configmap: Option<String>) -> Result<RenderOptions> {
+        let mut opts = self.render_options(configmap)?;
         ferrule::nginx::fast_path::enable(
             &mut opts,
             &self.nginx_binary,
             self.fast_path_module().as_deref(),
         );
-        opts
+        Ok(opts)
     }
 }
 
@@ -523,6 +627,7 @@ async fn main() -> Result<()> {
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
                 render: nginx.run_options(flags.config_map_ref())?,
                 fast_path_module: nginx.fast_path_module(),
+                request_metrics: nginx.metrics.export(&flags.controller_class),
                 nginx_binary: nginx.nginx_binary.clone(),
                 settings: flags.settings(),
                 config_map: flags
@@ -541,7 +646,7 @@ async fn main() -> Result<()> {
             let model = flags.model(&manifests)?;
             let mut nginx = nginx.clone();
             nginx.nginx_prefix = out;
-            let opts = nginx.render_options_probed(flags.config_map_ref());
+            let opts = nginx.render_options_probed(flags.config_map_ref())?;
             let written = commands::render(&model, opts)?;
             println!("wrote {written} files");
         }
@@ -556,7 +661,7 @@ async fn main() -> Result<()> {
                 &snap,
                 &model,
                 &nginx.nginx_binary,
-                nginx.render_options_probed(flags.config_map_ref()),
+                nginx.render_options_probed(flags.config_map_ref())?,
             )
             .await?;
             if !ok {

@@ -48,6 +48,9 @@ pub struct Shared {
     resources: RwLock<Vec<ResourceStatus>>,
     /// Metrics.
     pub metrics: Metrics,
+    /// NGINX's per-request metrics, read at each scrape (set once NGINX's API
+    /// socket and token are known).
+    pub request_metrics: std::sync::OnceLock<crate::scrape::Scraper>,
 }
 
 impl Shared {
@@ -173,10 +176,13 @@ async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.encode(),
-    )
+    // The text format the content type names (prometheus_client writes OpenMetrics),
+    // then NGINX's request metrics (crate::scrape).
+    let mut text = crate::scrape::to_text_format(&s.metrics.encode());
+    if let Some(scraper) = s.request_metrics.get() {
+        text.push_str(&scraper.encode().await);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 async fn resources(

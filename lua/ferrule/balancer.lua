@@ -11,6 +11,7 @@ local chash = require("ferrule.algorithms.chash")
 local sticky = require("ferrule.algorithms.sticky")
 local certificate = require("ferrule.certificate")
 local fast = require("ferrule.fast")
+local metrics = require("ferrule.metrics")
 
 local ngx = ngx
 local ngx_var = ngx.var
@@ -191,6 +192,7 @@ function _M.init_worker()
         ngx.log(ngx.ERR, "ferrule: cannot start sync timer: ", err)
     end
     ngx.timer.every(60, prune_timer)
+    metrics.init_worker()
 end
 
 local function unavailable(msg, name)
@@ -324,6 +326,13 @@ local function route(ctx, b)
         -- an unknown or empty canary backend falls back to the primary
         -- (ingress-nginx behaviour)
         ctx.ferrule_backend = b
+        if b.name == c.backend then
+            -- the metrics' canary label (ingress-nginx: the alternative upstream)
+            ctx.ferrule_canary = b.name
+            if metrics.module() then
+                ngx_var.ferrule_canary = b.name
+            end
+        end
     end
     if not aff or b.n == 0 then
         return b, nil

@@ -6,12 +6,14 @@
 --   POST /configuration/certificates      changed certificates + removed hosts
 --   GET  /configuration/certificates      hosts only, never keys
 --   GET  /configuration/version           versions and generations
+--   GET  /configuration/metrics           per-request metrics (text, ferrule.metrics)
 local cjson = require("cjson.safe")
 local fast = require("ferrule.fast")
 local validate = require("ferrule.validate")
 local store = require("ferrule.store")
 local certificate = require("ferrule.certificate")
 local util = require("ferrule.util")
+local metrics = require("ferrule.metrics")
 
 local ngx = ngx
 local sub = string.sub
@@ -202,6 +204,18 @@ local function get_version()
     })
 end
 
+local function get_metrics()
+    local text, err = metrics.dump()
+    if not text then
+        return fail(404, err)
+    end
+    ngx.status = 200
+    ngx.header["Content-Type"] = "text/plain; charset=utf-8"
+    ngx.header["Cache-Control"] = "no-store"
+    ngx.print(text)
+    return ngx.exit(200)
+end
+
 function _M.handle()
     if not on_unix_socket() then
         ngx.log(ngx.ERR, "ferrule: configuration API reached on ",
@@ -235,10 +249,14 @@ function _M.handle()
         if method == "GET" then
             return get_version()
         end
+    elseif uri == "/configuration/metrics" then
+        if method == "GET" then
+            return get_metrics()
+        end
     else
         return fail(404, "unknown configuration endpoint " .. uri)
     end
-    ngx.header["Allow"] = (uri == "/configuration/version" or #uri > 24
+    ngx.header["Allow"] = (uri == "/configuration/version" or uri == "/configuration/metrics" or #uri > 24
         and sub(uri, 1, 24) == "/configuration/backends/") and "GET" or "GET, POST"
     return fail(405, "method " .. method .. " not allowed on " .. uri)
 end

@@ -6,7 +6,9 @@ local _M = {}
 
 -- opts: { token_file = path }  or  { token = "..." } (tests), and
 -- answers = { unavailable = "unix:...", redirect = "unix:..." }: the servers
--- balance() proxies to for a 503 and for the ssl-redirect (nginx.conf).
+-- balance() proxies to for a 503 and for the ssl-redirect (nginx.conf);
+-- metrics = nil or { source = "module"|"lua", time, length, size }: per-request
+-- metrics (ferrule.metrics).
 function _M.init(opts)
     opts = opts or {}
     local token = opts.token
@@ -36,6 +38,7 @@ function _M.init(opts)
         end
     end
 
+    require("ferrule.metrics").init(opts.metrics)
     require("ferrule.configuration").set_token(token)
     require("ferrule.balancer").set_answers(opts.answers)
     require("ferrule.certificate")

@@ -47,6 +47,8 @@ check "handler reached over TCP -> 403 even with the token" \
     [ "$(status -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$LEAK_PORT/configuration/version")" = 403 ]
 check "unknown API path -> 404" [ "$(api GET /configuration/nope)" = 404 ]
 check "wrong method -> 405" [ "$(api DELETE /configuration/backends)" = 405 ]
+check "metrics off (no metrics in init) -> 404" [ "$(api GET /configuration/metrics)" = 404 ]
+check "metrics: wrong method -> 405" [ "$(api POST /configuration/metrics)" = 405 ]
 
 # ---------------------------------------------------------------- 3. backends
 section "POST /configuration/backends"

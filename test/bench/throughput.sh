@@ -5,7 +5,10 @@
 # only for EWMA backends, so neither here; Ferrule's proxy headers, access log)
 # versus a static-upstream NGINX proxying to the same backend, in the same run.
 # `ferrule-lua` is the same Ferrule with --no-fast-path: balancer_by_lua for every
-# request.
+# request. Both count every request for /metrics (the defaults: the C module's log
+# phase into shared memory, a Lua log phase without the module); `ferrule-nometrics`
+# is `ferrule` with --enable-metrics=false, and the summary gives ferrule against it
+# (the cost of the request metrics, goal >= 0.98).
 #
 #   test/bench/throughput.sh            # builds ferrule --release first
 #   SKIP_BUILD=1 DURATION=10s ROUNDS=3 CONNS=32 THREADS=2 PROXY_WORKERS=1 test/bench/throughput.sh
@@ -56,6 +59,7 @@ WORK=$(mktemp -d /tmp/ferrule-bench.XXXXXX)
 cleanup() {
     stop_ferrule "$WORK/ferrule"
     stop_ferrule "$WORK/ferrule-lua"
+    stop_ferrule "$WORK/ferrule-nometrics"
     stop_nginx "$WORK/static"
     stop_nginx "$WORK/floor"
     stop_nginx "$WORK/bare"
@@ -103,6 +107,11 @@ http {
     map \$http_host \$ferrule_host { "" \$host; default \$http_host; }
     map \$http_x_request_id \$ferrule_request_id { "" \$request_id; default \$http_x_request_id; }
     map \$https \$ferrule_hsts { on "max-age=31536000; includeSubDomains"; default ""; }
+    # as nginx.conf.tera without use-forwarded-headers (the defaults)
+    map "" \$ferrule_scheme { default \$scheme; }
+    map "" \$ferrule_forwarded_host { default \$ferrule_host; }
+    map "" \$ferrule_forwarded_port { default \$server_port; }
+    map "" \$ferrule_forwarded_for { default \$remote_addr; }
     upstream backend {
         server $BACKEND_IP:$BPORT;
         keepalive 64;
@@ -134,9 +143,11 @@ write_baseline bare "$BAREPORT" 'access_log off; proxy_pass http://backend; prox
 # Ferrule.
 F=$WORK/ferrule
 FL=$WORK/ferrule-lua
-mkdir -p "$F/manifests" "$FL"
+FN=$WORK/ferrule-nometrics
+mkdir -p "$F/manifests" "$FL" "$FN"
 FHTTP=$(free_port); FHTTPS=$(free_port); FSTATUS=$(free_port)
 LHTTP=$(free_port); LHTTPS=$(free_port); LSTATUS=$(free_port)
+NHTTP=$(free_port); NHTTPS=$(free_port); NSTATUS=$(free_port)
 cat > "$F/manifests/bench.yaml" <<YAML
 apiVersion: networking.k8s.io/v1
 kind: IngressClass
@@ -178,10 +189,13 @@ YAML
 start_ferrule "$F" "$F/manifests" "$FHTTP" "$FHTTPS" "$FSTATUS" --worker-processes "$PROXY_WORKERS"
 start_ferrule "$FL" "$F/manifests" "$LHTTP" "$LHTTPS" "$LSTATUS" --worker-processes "$PROXY_WORKERS" \
     --no-fast-path
+start_ferrule "$FN" "$F/manifests" "$NHTTP" "$NHTTPS" "$NSTATUS" --worker-processes "$PROXY_WORKERS" \
+    --enable-metrics=false
 wait_ready "$FSTATUS"
 wait_ready "$LSTATUS"
+wait_ready "$NSTATUS"
 
-for port in "$FHTTP" "$LHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
+for port in "$FHTTP" "$LHTTP" "$NHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
     wait_http "http://127.0.0.1:$port/" bench.test "$BACKEND_IP:$BPORT ferrule-bench-body"
 done
 # What each Ferrule target measures: the backend on the C fast path, or not.
@@ -194,6 +208,14 @@ FAST_PEERS=$(fast_path_of "$F/nginx")
 [ "$FAST_PEERS" = "[\"$BACKEND_IP:$BPORT\"]" ] ||
     { echo "ferrule: the backend is not on the C fast path ($FAST_PEERS): make deps builds it" >&2; exit 1; }
 [ "$(fast_path_of "$FL/nginx")" = null ] || { echo "ferrule-lua: fast path on" >&2; exit 1; }
+[ "$(fast_path_of "$FN/nginx")" = "$FAST_PEERS" ] || { echo "ferrule-nometrics: fast path off" >&2; exit 1; }
+# ferrule and ferrule-lua count requests (from the module, from Lua); nometrics does not
+metrics_source() { # STATUS_PORT
+    curl -s "http://127.0.0.1:$1/metrics" | sed -n 's/^ferrule_request_metrics_up{source="\([a-z]*\)"}.*/\1/p'
+}
+[ "$(metrics_source "$FSTATUS")" = module ] || { echo "ferrule: request metrics not from the module" >&2; exit 1; }
+[ "$(metrics_source "$LSTATUS")" = lua ] || { echo "ferrule-lua: request metrics not from Lua" >&2; exit 1; }
+[ "$(metrics_source "$NSTATUS")" = none ] || { echo "ferrule-nometrics: request metrics on" >&2; exit 1; }
 
 # Pinning (see the header): proxies on CPU 0, wrk and the backend on the others.
 PIN=${PIN:-1}
@@ -210,14 +232,15 @@ pin_workers() { # MASTER_PIDFILE CPUS
 if [ "$PIN" = 1 ]; then
     pin_workers "$F/nginx/run/nginx.pid" 0
     pin_workers "$FL/nginx/run/nginx.pid" 0
+    pin_workers "$FN/nginx/run/nginx.pid" 0
     for b in static floor balfloor bare; do pin_workers "$WORK/$b/logs/nginx.pid" 0; done
     pin_workers "$WORK/backend/logs/nginx.pid" "$CLIENT_CPUS"
     WRK=(taskset -c "$CLIENT_CPUS" wrk)
 fi
 
-TARGETS=(ferrule ferrule-lua static lua-floor balancer-floor static-bare)
-declare -A PORT=([ferrule]=$FHTTP [ferrule-lua]=$LHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
-declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
+TARGETS=(ferrule ferrule-nometrics ferrule-lua static lua-floor balancer-floor static-bare)
+declare -A PORT=([ferrule]=$FHTTP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
+declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
     [static-bare]="$WORK/bare/logs/nginx.pid" [lua-floor]="$WORK/floor/logs/nginx.pid"
     [balancer-floor]="$WORK/balfloor/logs/nginx.pid")
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
@@ -297,13 +320,18 @@ def ratio(name, d, inverse=False):
     v = [(d["static"][r] / d[name][r]) if inverse else (d[name][r] / d["static"][r]) for r in d[name]]
     return statistics.median(v)
 print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
-for name in ["ferrule", "ferrule-lua", "static", "lua-floor", "balancer-floor", "static-bare"]:
+for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "static", "lua-floor", "balancer-floor", "static-bare"]:
     print(f"  {name:<15} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
 c = ratio("ferrule", us, True)
 verdict = "goal met" if min(r, c) >= 0.95 else ("GOAL MISSED" if max(r, c) < 0.95 else "borderline")
 print(f"  ferrule / static: req/s x{r:.3f}, by CPU per request x{c:.3f} ({verdict}, goal >= 0.95)")
+# metrics on / off: each against static of its own round, then the ratio of those
+mr = ratio("ferrule", rps) / ratio("ferrule-nometrics", rps)
+mc = ratio("ferrule", us, True) / ratio("ferrule-nometrics", us, True)
+verdict = "goal met" if min(mr, mc) >= 0.98 else ("GOAL MISSED" if max(mr, mc) < 0.98 else "borderline")
+print(f"  metrics on / off (ferrule / ferrule-nometrics): req/s x{mr:.3f}, by CPU per request x{mc:.3f} ({verdict}, goal >= 0.98)")
 PY
 )
 if [ "${PERF:-0}" = 1 ]; then
@@ -331,7 +359,7 @@ for line in open(f"{work}/perf.dso"):
 parts = ["kernel", "nginx", "lua", "libc", "crypto", "other"]
 print(f"worker CPU per request by library, us (perf cpu-clock samples at {hz} Hz):")
 print("  " + f"{'target':<15}" + "".join(f"{p:>8}" for p in parts) + f"{'total':>8}")
-for name in ["static", "balancer-floor", "lua-floor", "ferrule-lua", "ferrule", "static-bare"]:
+for name in ["static", "balancer-floor", "lua-floor", "ferrule-lua", "ferrule-nometrics", "ferrule", "static-bare"]:
     if reqs[name]:
         per = {p: samples[name][p] / hz * 1e6 / reqs[name] for p in parts}
         print("  " + f"{name:<15}" + "".join(f"{per[p]:8.3f}" for p in parts) + f"{sum(per.values()):8.3f}")

@@ -14,8 +14,13 @@ use super::render::{Balancer, RenderOptions};
 pub const MODULE: &str = "ngx_http_ferrule_module.so";
 
 /// Whether `nginx` loads `module` after `lua_modules` (a configuration using it
-/// passes `nginx -t`); if not, why not.
-pub fn probe(nginx: &Path, lua_modules: &[String], module: &Path) -> Result<(), String> {
+/// passes `nginx -t`; with `metrics`, its request metrics too); if not, why not.
+pub fn probe(
+    nginx: &Path,
+    lua_modules: &[String],
+    module: &Path,
+    metrics: bool,
+) -> Result<(), String> {
     if !module.is_file() {
         return Err(format!("{} not found", module.display()));
     }
@@ -30,10 +35,15 @@ pub fn probe(nginx: &Path, lua_modules: &[String], module: &Path) -> Result<(), 
         conf.push_str(&format!("load_module {};\n", quote(m)));
     }
     let path = |f: &str| quote(&tmp.path().join(f).to_string_lossy());
+    let metrics = if metrics {
+        "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }"
+    } else {
+        ""
+    };
     conf.push_str(&format!(
         "pid {};\nerror_log {};\nevents {{}}\n\
          http {{ ferrule_fast_zone 1m; upstream u {{ server 0.0.0.1:1; \
-         balancer_by_lua_block {{ }} ferrule_fast; }} }}\n",
+         balancer_by_lua_block {{ }} ferrule_fast; }} {metrics} }}\n",
         path("nginx.pid"),
         path("error.log")
     ));
@@ -69,12 +79,25 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
     if opts.balancer != Balancer::Lua {
         return;
     }
-    match probe(nginx, &opts.modules, module) {
+    match probe(nginx, &opts.modules, module, false) {
         Ok(()) => {
             tracing::info!(module = %module.display(), "C fast path for plain backends");
             opts.modules.push(module.to_string_lossy().into_owned());
             opts.fast_path = true;
         }
         Err(why) => tracing::warn!("no C fast path, every request enters Lua: {why}"),
+    }
+    // The request metrics are the module's too, if it is recent enough (a module
+    // built before them leaves them to a Lua log phase).
+    if opts.fast_path
+        && let Some(m) = opts.metrics.as_mut()
+    {
+        let modules = &opts.modules[..opts.modules.len() - 1];
+        match probe(nginx, modules, module, true) {
+            Ok(()) => m.module = true,
+            Err(why) => tracing::warn!(
+                "the C module does not count requests (rebuild it: make deps); Lua does: {why}"
+            ),
+        }
     }
 }

@@ -136,6 +136,60 @@ pub struct RenderOptions {
     /// NGINX's error log to stderr and its access log to stdout, which the master
     /// inherits from Ferrule (a container's logs), instead of `PREFIX/logs/`.
     pub log_to_stdio: bool,
+    /// Per-request metrics (`--enable-metrics`), collected in NGINX's shared memory
+    /// by the C module's log phase when `fast_path` (else by a Lua log phase into a
+    /// shared dict; with njs not at all): `None` collects nothing.
+    pub metrics: Option<MetricsRender>,
+}
+
+/// How NGINX collects per-request metrics (read back by `crate::scrape`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsRender {
+    /// Bucket bounds of the durations, in seconds (`--time-buckets`).
+    pub time_buckets: Vec<f64>,
+    /// Bucket bounds of request and response sizes, in bytes (`--length-buckets`).
+    pub length_buckets: Vec<f64>,
+    /// Bucket bounds of `bytes_sent`, in bytes (`--size-buckets`).
+    pub size_buckets: Vec<f64>,
+    /// MiB of shared memory for the counters (a zone whose size or buckets change is
+    /// a new, empty one; any other reload keeps every count).
+    pub zone_mib: u32,
+    /// Whether the C module counts (set by [`super::fast_path::enable`] when the
+    /// module loaded has the metrics' directives); else a Lua log phase does.
+    pub module: bool,
+}
+
+impl MetricsRender {
+    /// Bounds as NGINX and the dump write them: `0.005,0.01,...`.
+    pub fn bounds_text(bounds: &[f64]) -> String {
+        bounds
+            .iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Where per-request metrics are collected, as the renderer decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsSource {
+    /// Ferrule's C module, in its log phase, into a shared zone.
+    Module,
+    /// A Lua log phase into `lua_shared_dict ferrule_metrics`.
+    Lua,
+    /// Not collected (off, or the njs balancer: its njs has no shared dict).
+    None,
+}
+
+impl RenderOptions {
+    /// Where per-request metrics are collected with these options.
+    pub fn metrics_source(&self) -> MetricsSource {
+        match (&self.metrics, self.balancer) {
+            (None, _) | (_, Balancer::Njs) => MetricsSource::None,
+            (Some(m), Balancer::Lua) if m.module && self.fast_path => MetricsSource::Module,
+            (Some(_), Balancer::Lua) => MetricsSource::Lua,
+        }
+    }
 }
 
 impl RenderOptions {
@@ -389,7 +443,36 @@ impl Renderer {
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),
             limits: rate_limits::zones(model),
             auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
+            metrics: self.metrics_view(),
         }
+    }
+
+    fn metrics_view(&self) -> Option<MetricsMainView> {
+        let m = self.opts.metrics.as_ref()?;
+        let source = match self.opts.metrics_source() {
+            MetricsSource::Module => "module",
+            MetricsSource::Lua => "lua",
+            MetricsSource::None => return None,
+        };
+        let (time, length, size) = (
+            MetricsRender::bounds_text(&m.time_buckets),
+            MetricsRender::bounds_text(&m.length_buckets),
+            MetricsRender::bounds_text(&m.size_buckets),
+        );
+        Some(MetricsMainView {
+            module: source == "module",
+            zone: format!("{}m", m.zone_mib),
+            init_lua: format!(
+                "{{ source = {}, time = {}, length = {}, size = {} }}",
+                lua_quote(source),
+                lua_quote(&time),
+                lua_quote(&length),
+                lua_quote(&size)
+            ),
+            time,
+            length,
+            size,
+        })
     }
 
     fn server_view(&self, model: &Model, s: &Server) -> ServerView {
@@ -515,6 +598,25 @@ impl Renderer {
         {
             for l in locations.iter_mut() {
                 l.rewrite_phase = l.backend.is_some();
+            }
+        }
+        // The metrics' labels: the host is the server's (never the request's Host,
+        // which anyone chooses); the default server's requests have none.
+        let metrics_host = if is_default { "" } else { s.host.as_str() };
+        let metrics_source = self.opts.metrics_source();
+        for l in locations.iter_mut() {
+            match metrics_source {
+                _ if l.metrics.len() != 5 => l.metrics.clear(),
+                MetricsSource::None => l.metrics.clear(),
+                _ => {
+                    l.metrics[4] = metrics_host.to_owned();
+                    if metrics_source == MetricsSource::Lua {
+                        l.metrics_lua = Some(lua_quote(&l.metrics.join("\t")));
+                    }
+                    if metrics_source != MetricsSource::Module {
+                        l.metrics.clear();
+                    }
+                }
             }
         }
         if self.opts.balancer == Balancer::Njs {
@@ -733,10 +835,34 @@ fn location_view(
         rate_limits: rate_limits::location(l),
         satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
         client_certificate: None,
+        metrics: metrics_labels(model, &l.owner.namespace, &l.owner.name, &l.target, &l.path),
+        metrics_lua: None,
         backend,
         status,
         include,
     }
+}
+
+/// A location's metrics labels as ingress-nginx names them: namespace, ingress,
+/// service, path (the rule's), host (filled in by the server). Control characters,
+/// which separate the fields of the metrics dump, become `_`.
+fn metrics_labels(model: &Model, ns: &str, ingress: &str, t: &Target, path: &str) -> Vec<String> {
+    let service = match t {
+        Target::Backend(b) => model
+            .backends
+            .get(b)
+            .map(|b| b.service.name.clone())
+            .unwrap_or_default(),
+        Target::Status(_) => String::new(),
+    };
+    [ns, ingress, &service, path, ""]
+        .iter()
+        .map(|v| {
+            v.chars()
+                .map(|c| if c.is_control() { '_' } else { c })
+                .collect()
+        })
+        .collect()
 }
 
 fn default_location(model: &Model) -> LocationView {
@@ -747,6 +873,7 @@ fn default_location(model: &Model) -> LocationView {
     LocationView {
         source: "Controller/default-backend/".to_owned(),
         path: "/".to_owned(),
+        metrics: metrics_labels(model, "", "", &model.default_backend, "/"),
         source_ranges: model.global.source_ranges.location(),
         cookie_path: backend.is_some().then(|| "/".to_owned()),
         ewma,
@@ -896,6 +1023,21 @@ struct MainView {
     config_version: String,
     configmap: String,
     server_names_bucket: usize,
+    /// Per-request metrics, when collected.
+    metrics: Option<MetricsMainView>,
+}
+
+#[derive(Serialize)]
+struct MetricsMainView {
+    /// Collected by the C module (else by Lua).
+    module: bool,
+    /// The zone's (or shared dict's) size.
+    zone: String,
+    time: String,
+    length: String,
+    size: String,
+    /// The options of `ferrule.metrics.init`, a Lua table.
+    init_lua: String,
 }
 
 #[derive(Serialize)]
@@ -955,6 +1097,11 @@ struct LocationView {
     satisfy_any: bool,
     /// The server's `auth-tls-*`, as this location applies it.
     client_certificate: Option<client_certificates::LocationCertView>,
+    /// `ferrule_metrics` (C module): namespace, ingress, service, path, host; empty
+    /// where the module does not count.
+    metrics: Vec<String>,
+    /// The same labels tab-separated as a Lua string (Lua log phase), or `None`.
+    metrics_lua: Option<String>,
     backend: Option<String>,
     status: u16,
     include: String,

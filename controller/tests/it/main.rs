@@ -17,5 +17,6 @@ mod logs;
 mod njs;
 mod process;
 mod protocols;
+mod request_metrics;
 mod safety;
 mod tenants;

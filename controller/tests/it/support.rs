@@ -78,6 +78,12 @@ impl Echo {
             {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
+            // `x-echo-status: N` answers with that status (metrics tests).
+            let status = headers
+                .get("x-echo-status")
+                .and_then(|v| v.parse::<u16>().ok())
+                .and_then(|s| axum::http::StatusCode::from_u16(s).ok())
+                .unwrap_or(axum::http::StatusCode::OK);
             let method = req.method().as_str().to_owned();
             let path = req.uri().to_string();
             let version = format!("{:?}", req.version());
@@ -86,6 +92,7 @@ impl Echo {
                 .map(|b| b.len())
                 .unwrap_or_default();
             (
+                status,
                 // Also in headers, for HEAD requests (no body).
                 [
                     ("x-echo-backend", addr.to_string()),
@@ -313,6 +320,14 @@ impl Ferrule {
             args.push(port.to_string());
         }
         args.extend(["--coalesce-ms".into(), "20".into()]);
+        // FERRULE_IT_NGINX_MODULES: a modules directory other than the installed one
+        // (a C module being developed, with the Lua modules linked beside it).
+        if let Ok(dir) = std::env::var("FERRULE_IT_NGINX_MODULES")
+            && !dir.is_empty()
+            && !extra.contains(&"--nginx-modules")
+        {
+            args.extend(["--nginx-modules".into(), dir]);
+        }
         args.extend(balancer);
         args.extend(extra.iter().map(|a| a.to_string()));
         let child = Self::exec(&args, &log);

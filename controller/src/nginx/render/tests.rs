@@ -66,6 +66,7 @@ fn opts(prefix: &str) -> RenderOptions {
         fast_path: false,
         worker_dir: None,
         log_to_stdio: false,
+        metrics: None,
     }
 }
 
@@ -1171,4 +1172,95 @@ fn logs_go_to_the_prefix_or_to_stdio() {
     assert!(stdio.contains(r#"error_log "stderr" notice;"#), "{stdio}");
     assert!(stdio.contains(r#"access_log "/dev/stdout";"#), "{stdio}");
     assert!(!stdio.contains("/ferrule/logs/"), "{stdio}");
+}
+
+/// Request metrics: the C module's directives where it counts (its zone with the
+/// buckets, each location's labels through the emitter), a Lua log phase where it
+/// does not (joined with the EWMA one), nothing with njs or metrics off.
+#[test]
+fn request_metrics_are_rendered_for_their_source() {
+    let m = model(
+        &format!(
+            "{SERVICES}---\n{}",
+            r#"apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: web, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
+spec:
+  rules:
+  - host: web.example.com
+    http:
+      paths:
+      - { path: /api, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }
+"#
+        ),
+        Settings::default(),
+    );
+    let metrics = |module| super::MetricsRender {
+        time_buckets: vec![0.005, 0.5, 10.0],
+        length_buckets: vec![10.0, 100.0],
+        size_buckets: vec![1000.0],
+        zone_mib: 32,
+        module,
+    };
+    let render = |balancer, fast_path, metrics| {
+        let rendered = Renderer::new(RenderOptions {
+            balancer,
+            fast_path,
+            metrics,
+            ..opts("/ferrule")
+        })
+        .render(&m)
+        .unwrap();
+        (
+            rendered["conf/nginx.conf"].text.clone(),
+            rendered["conf/servers/host_web.example.com.conf"]
+                .text
+                .clone(),
+            rendered["conf/servers/default.conf"].text.clone(),
+        )
+    };
+    let (main, server, default) = render(Balancer::Lua, true, Some(metrics(true)));
+    assert!(
+        main.contains(r#"ferrule_metrics_zone "32m" "0.005,0.5,10" "10,100" "1000";"#),
+        "{main}"
+    );
+    assert!(main.contains(r#"metrics = { source = "module", time = "0.005,0.5,10", length = "10,100", size = "1000" },"#), "{main}");
+    assert!(
+        server.contains(r#"ferrule_metrics "demo" "web" "app" "/api" "web.example.com";"#),
+        "{server}"
+    );
+    assert!(!server.contains("ferrule.metrics"), "{server}");
+    // the default server's requests have no host
+    assert!(
+        default.contains(r#"ferrule_metrics "" "" "" "/" "";"#),
+        "{default}"
+    );
+
+    // without the module (or one without the metrics' directives): Lua counts
+    for (fast_path, module) in [(false, false), (true, false)] {
+        let (main, server, _) = render(Balancer::Lua, fast_path, Some(metrics(module)));
+        assert!(
+            main.contains("lua_shared_dict ferrule_metrics \"32m\";"),
+            "{main}"
+        );
+        assert!(!main.contains("ferrule_metrics_zone"), "{main}");
+        assert!(
+            server.contains(r#"log_by_lua_block { require("ferrule.metrics").log("demo\9web\9app\9/api\9web.example.com") }"#),
+            "{server}"
+        );
+        assert!(!server.contains("ferrule_metrics \""), "{server}");
+    }
+
+    // off, or njs: nothing
+    for (balancer, metrics) in [(Balancer::Lua, None), (Balancer::Njs, Some(metrics(true)))] {
+        let (main, server, _) = render(balancer, true, metrics);
+        assert!(
+            !main.contains("ferrule_metrics") && !main.contains("metrics ="),
+            "{main}"
+        );
+        assert!(
+            !server.contains("ferrule_metrics") && !server.contains("ferrule.metrics"),
+            "{server}"
+        );
+    }
 }

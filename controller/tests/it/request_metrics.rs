@@ -1,0 +1,344 @@
+//! Per-request metrics (issue 20): NGINX counts in shared memory (the C module's
+//! log phase, or a Lua log phase without it), the controller exports on `/metrics`
+//! with ingress-nginx's names and labels. Counts are exact, and neither an
+//! endpoint change nor a reload resets them.
+
+use std::time::Duration;
+
+use crate::dynamic::{CREATED, fresh_client};
+use crate::support::*;
+
+/// `nginx_ingress_controller_requests` of one Ingress and status, summed over the
+/// other labels.
+async fn requests(f: &Ferrule, ingress: &str, status: &str) -> f64 {
+    let (_, text) = f.get_status("/metrics").await;
+    text.lines()
+        .filter(|l| l.starts_with("nginx_ingress_controller_requests{"))
+        .filter(|l| {
+            l.contains(&format!("ingress=\"{ingress}\""))
+                && l.contains(&format!("status=\"{status}\""))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until the counter reads `want` (the Lua source flushes every second);
+/// fails with the metrics when it does not.
+async fn expect_requests(f: &Ferrule, ingress: &str, status: &str, want: usize) {
+    let ok = wait_until(Duration::from_secs(10), || async {
+        requests(f, ingress, status).await == want as f64
+    })
+    .await;
+    let (_, text) = f.get_status("/metrics").await;
+    assert!(
+        ok,
+        "{ingress} {status}: {} requests counted, {want} sent:\n{}",
+        requests(f, ingress, status).await,
+        text.lines()
+            .filter(|l| l.starts_with("nginx_ingress_controller_requests")
+                || l.starts_with("ferrule_request"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// `n` GETs to `host` + `path` (new connections, so both workers take some),
+/// with `headers`; returns how many answered each status.
+async fn send(
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    n: usize,
+) -> std::collections::BTreeMap<u16, usize> {
+    let c = fresh_client();
+    let mut out = std::collections::BTreeMap::new();
+    for _ in 0..n {
+        let mut req = c
+            .get(format!("http://127.0.0.1:{}{path}", f.http))
+            .header("Host", host);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let status = req.send().await.expect("proxied request").status().as_u16();
+        *out.entry(status).or_default() += 1;
+    }
+    out
+}
+
+/// `promtool check metrics` on the whole of `/metrics`: no problem reported.
+pub(crate) async fn promtool_check(f: &Ferrule) {
+    let (_, text) = f.get_status("/metrics").await;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian's prometheus package: make deps)");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && report.trim().is_empty(),
+        "promtool check metrics: {report}\n{text}"
+    );
+}
+
+async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], source: &str) {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
+    m.write("svc-b.yaml", &service("demo", "svc-b", &[echo.addr]));
+    m.write(
+        "ing-a.yaml",
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    m.write(
+        "ing-b.yaml",
+        &ingress(
+            "demo",
+            "b",
+            CREATED,
+            "b.test",
+            &[("/b", "Prefix", "svc-b")],
+            &[],
+        ),
+    );
+    let f = Ferrule::start(m.path(), extra).await;
+    let (_, text) = f.get_status("/metrics").await;
+    assert!(
+        text.contains(&format!(
+            "ferrule_request_metrics_up{{source=\"{source}\"}} 1"
+        )),
+        "metrics read from the {source} source:\n{text}"
+    );
+
+    // N requests to A answered 200, M to B answered 404 by its backend.
+    let (n, m404) = (30, 12);
+    assert_eq!(send(&f, "a.test", "/", &[], n).await[&200], n);
+    assert_eq!(
+        send(&f, "b.test", "/b/x", &[("x-echo-status", "404")], m404).await[&404],
+        m404
+    );
+    expect_requests(&f, "a", "200", n).await;
+    expect_requests(&f, "b", "404", m404).await;
+
+    // Labels as ingress-nginx's.
+    let (_, text) = f.get_status("/metrics").await;
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with("nginx_ingress_controller_requests{") && l.contains("ingress=\"a\"")
+        })
+        .unwrap();
+    for want in [
+        "canary=\"\"",
+        "controller_class=\"ferrule.dev/ingress-controller\"",
+        "host=\"a.test\"",
+        "method=\"GET\"",
+        "namespace=\"demo\"",
+        "path=\"/\"",
+        "service=\"svc-a\"",
+        "status=\"200\"",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+    for h in [
+        "request_duration_seconds",
+        "response_duration_seconds",
+        "connect_duration_seconds",
+        "header_duration_seconds",
+        "request_size",
+        "response_size",
+        "bytes_sent",
+    ] {
+        let count = f
+            .metric(
+                &format!("nginx_ingress_controller_{h}_count"),
+                "ingress=\"a\"",
+            )
+            .await;
+        assert_eq!(count, n as f64, "{h}_count of a:\n{text}");
+    }
+    promtool_check(&f).await;
+
+    // An endpoint change (no reload): B has no endpoint left and answers 503; the
+    // counts go on.
+    let reloads = f.reloads().await;
+    m.write(
+        "svc-b.yaml",
+        &service_endpoints("demo", "svc-b", echo.addr.port(), &[("127.0.0.2", false)]),
+    );
+    wait_store(&f, "demo_svc-b_80", |b| endpoint_count(b) == 0).await;
+    let m503 = 9;
+    assert_eq!(send(&f, "b.test", "/b", &[], m503).await[&503], m503);
+    expect_requests(&f, "b", "503", m503).await;
+    expect_requests(&f, "b", "404", m404).await;
+    expect_requests(&f, "a", "200", n).await;
+    assert_eq!(
+        f.reloads().await,
+        reloads,
+        "an endpoint change does not reload"
+    );
+
+    // A reload (a new host): nothing is reset.
+    m.write(
+        "ing-c.yaml",
+        &ingress(
+            "demo",
+            "c",
+            CREATED,
+            "c.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    let reloaded = wait_until(Duration::from_secs(20), || async {
+        f.reloads().await > reloads && f.backend("c.test", "/").await.0 == 200
+    })
+    .await;
+    assert!(reloaded, "the new host reloads NGINX:\n{}", f.logs());
+    let n2 = 10;
+    assert_eq!(send(&f, "a.test", "/", &[], n2).await[&200], n2);
+    expect_requests(&f, "a", "200", n + n2).await;
+    expect_requests(&f, "b", "404", m404).await;
+    expect_requests(&f, "b", "503", m503).await;
+    // (c.test was asked once above, maybe more while the reload came)
+    assert!(requests(&f, "c", "200").await >= 1.0);
+    promtool_check(&f).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn c_module_counts_exactly_across_endpoint_changes_and_reloads() {
+    exact_counts_survive_endpoint_changes_and_reloads(&[], "module").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lua_counts_exactly_across_endpoint_changes_and_reloads() {
+    exact_counts_survive_endpoint_changes_and_reloads(&["--no-fast-path"], "lua").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_off_collects_nothing() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
+    m.write(
+        "ing-a.yaml",
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--enable-metrics=false"]).await;
+    assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
+    let (_, text) = f.get_status("/metrics").await;
+    assert!(
+        text.contains("ferrule_request_metrics_up{source=\"none\"} 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("nginx_ingress_controller_requests"),
+        "{text}"
+    );
+    let conf = std::fs::read_to_string(f.prefix.path().join("nginx/conf/servers/host_a.test.conf"))
+        .unwrap();
+    assert!(
+        !conf.contains("ferrule_metrics") && !conf.contains("ferrule.metrics"),
+        "{conf}"
+    );
+}
+
+/// A request sent to a canary names its backend in `canary` (ingress-nginx: the
+/// alternative upstream), counted under the primary Ingress's labels.
+async fn canary_label(extra: &[&str]) {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
+    m.write("svc-c.yaml", &service("demo", "svc-c", &[echo.addr]));
+    m.write(
+        "ing-a.yaml",
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    m.write(
+        "ing-c.yaml",
+        &ingress(
+            "demo",
+            "a-canary",
+            crate::dynamic::CANARY_CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-c")],
+            &[("canary", "true"), ("canary-by-header", "x-canary")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), extra).await;
+    wait_store(&f, "demo_svc-a_80", |b| !b["canary"].is_null()).await;
+    assert_eq!(
+        send(&f, "a.test", "/", &[("x-canary", "always")], 5).await[&200],
+        5
+    );
+    assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
+    let counted = |canary: &'static str| {
+        let f = &f;
+        async move {
+            f.metric(
+                "nginx_ingress_controller_requests",
+                &format!("canary=\"{canary}\""),
+            )
+            .await
+        }
+    };
+    let ok = wait_until(Duration::from_secs(10), || async {
+        counted("demo_svc-c_80").await == 5.0 && counted("").await == 3.0
+    })
+    .await;
+    let (_, text) = f.get_status("/metrics").await;
+    assert!(ok, "5 to the canary, 3 to the primary:\n{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("nginx_ingress_controller_requests{")
+                && l.contains("canary=\"demo_svc-c_80\"")
+                && l.contains("ingress=\"a\"")
+                && l.contains("service=\"svc-a\"")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn c_module_names_the_canary() {
+    canary_label(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lua_names_the_canary() {
+    canary_label(&["--no-fast-path"]).await;
+}
