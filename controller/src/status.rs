@@ -51,6 +51,14 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// State whose metrics carry `identity`'s labels.
+    pub fn new(identity: crate::metrics::Identity) -> Self {
+        Self {
+            metrics: Metrics::new(identity),
+            ..Self::default()
+        }
+    }
+
     /// Sets readiness (false for good once [`Shared::stop`] was called).
     pub fn set_ready(&self, ready: bool) {
         let mut ready = ready && !self.stopping.load(Ordering::SeqCst);
@@ -174,8 +182,8 @@ async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        s.metrics.encode(),
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.metrics.scrape().await,
     )
 }
 

@@ -18,8 +18,10 @@ pub mod emit;
 pub mod fast_path;
 pub mod files;
 pub mod process;
+pub mod procfs;
 pub mod render;
 pub mod safety;
+pub mod stub_status;
 pub mod worker_dir;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,6 +76,11 @@ pub struct Outcome {
     pub tests: usize,
     /// How long `nginx -t` runs took in total.
     pub test_time: Duration,
+    /// How many of those refused the configuration (config safety then left a
+    /// resource out or held the ConfigMap back).
+    pub refused: usize,
+    /// The served configuration's version (a digest of the rendered files).
+    pub version: String,
 }
 
 /// An apply that could not produce any servable configuration.
@@ -415,7 +422,7 @@ impl Dataplane {
             let change = self.write(&specs)?;
             if change.is_empty() && self.serves(rendered.version()) {
                 // Exactly what NGINX serves already: no test, no reload.
-                return Ok(self.served(model, &served, excl, Applied::Unchanged, pass));
+                return Ok(self.served(model, &served, excl, Applied::Unchanged, pass, rendered.version()));
             }
             if !self.dry_run && !self.nginx.is_running() && !pass.started_untested {
                 // A starting NGINX parses the configuration anyway: testing it first
@@ -423,7 +430,7 @@ impl Dataplane {
                 // runs `nginx -t`, which names the culprit for config safety.
                 pass.started_untested = true;
                 match self.activate(rendered.version()).await {
-                    Ok(applied) => return Ok(self.served(model, &served, excl, applied, pass)),
+                    Ok(applied) => return Ok(self.served(model, &served, excl, applied, pass, rendered.version())),
                     Err(e) => {
                         tracing::warn!(error = %e, "nginx did not start; testing the configuration")
                     }
@@ -432,7 +439,7 @@ impl Dataplane {
             let failure = match self.test(&mut pass).await {
                 Ok(()) => {
                     let applied = self.activate(rendered.version()).await?;
-                    return Ok(self.served(model, &served, excl, applied, pass));
+                    return Ok(self.served(model, &served, excl, applied, pass, rendered.version()));
                 }
                 Err(f) => f,
             };
@@ -480,6 +487,7 @@ impl Dataplane {
         excl: &mut Exclusions,
         applied: Applied,
         pass: Pass,
+        version: &str,
     ) -> Outcome {
         self.applied = Some(model.clone());
         self.applied_configmap = served.config_map.clone();
@@ -490,6 +498,8 @@ impl Dataplane {
             model,
             tests: pass.tests,
             test_time: pass.test_time,
+            refused: pass.refused,
+            version: version.to_owned(),
         }
     }
 
@@ -499,6 +509,7 @@ impl Dataplane {
         let result = self.nginx.test().await;
         pass.tests += 1;
         pass.test_time += started.elapsed();
+        pass.refused += usize::from(result.is_err());
         result
     }
 
@@ -757,7 +768,7 @@ impl Dataplane {
         } else {
             self.activate(rendered.version()).await?
         };
-        Ok(self.served(model, &served, excl, applied, pass))
+        Ok(self.served(model, &served, excl, applied, pass, rendered.version()))
     }
 }
 
@@ -767,6 +778,8 @@ struct Pass {
     tests: usize,
     /// Their total duration.
     test_time: Duration,
+    /// Of those, the runs that failed.
+    refused: usize,
     /// The Ingress exclusions when the pass began (restored when the ConfigMap is
     /// blamed instead).
     start: BTreeMap<ResourceRef, Excluded>,
@@ -781,6 +794,7 @@ impl Pass {
         Self {
             tests: 0,
             test_time: Duration::ZERO,
+            refused: 0,
             start: excl.ingresses.clone(),
             failed: Vec::new(),
             started_untested: false,

@@ -78,6 +78,12 @@ impl Echo {
             {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
+            // `x-echo-status: N` answers with status N (error responses).
+            let status = headers
+                .get("x-echo-status")
+                .and_then(|v| v.parse::<u16>().ok())
+                .and_then(|s| axum::http::StatusCode::from_u16(s).ok())
+                .unwrap_or(axum::http::StatusCode::OK);
             let method = req.method().as_str().to_owned();
             let path = req.uri().to_string();
             let version = format!("{:?}", req.version());
@@ -86,6 +92,7 @@ impl Echo {
                 .map(|b| b.len())
                 .unwrap_or_default();
             (
+                status,
                 // Also in headers, for HEAD requests (no body).
                 [
                     ("x-echo-backend", addr.to_string()),
