@@ -114,6 +114,14 @@ impl Certificates {
     }
 }
 
+/// The first attribute's text ("" when none, or not text).
+fn first<'a>(mut it: impl Iterator<Item = &'a AttributeTypeAndValue<'a>>) -> String {
+    it.next()
+        .and_then(|a| a.as_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// The leaf of a PEM chain, described; empty fields when it does not parse (the
 /// model checked it already).
 fn describe(pem: &str) -> Described {
@@ -123,21 +131,15 @@ fn describe(pem: &str) -> Described {
     let Ok(cert) = block.parse_x509() else {
         return Described::default();
     };
-    let first = |it: &mut dyn Iterator<Item = &AttributeTypeAndValue<'_>>| {
-        it.next()
-            .and_then(|a| a.as_str().ok())
-            .unwrap_or_default()
-            .to_owned()
-    };
     let issuer = cert.issuer();
-    let issuer_serial = first(&mut issuer.iter_by_oid(&x509_parser::oid_registry::OID_X509_SERIALNUMBER));
+    let issuer_serial = first(issuer.iter_by_oid(&x509_parser::oid_registry::OID_X509_SERIALNUMBER));
     let serial = cert.serial.to_string();
     let algorithm = cert.public_key().algorithm.algorithm.to_id_string();
     Described {
         identifier: format!("{issuer_serial}-{serial}"),
         serial,
-        issuer_organization: first(&mut issuer.iter_organization()),
-        issuer_common_name: first(&mut issuer.iter_common_name()),
+        issuer_organization: first(issuer.iter_organization()),
+        issuer_common_name: first(issuer.iter_common_name()),
         public_key_algorithm: match algorithm.as_str() {
             "1.2.840.113549.1.1.1" | "1.2.840.113549.1.1.10" => "RSA",
             "1.2.840.10045.2.1" => "ECDSA",

@@ -350,6 +350,7 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
     );
     let f = Ferrule::start(m.path(), &["--allow-snippet-annotations"]).await;
     let prom = Prometheus::start(f.status, &[&alerts_file()]).await;
+    let started = crate::prometheus::now();
     prom.wait_scrapes(2).await;
 
     // A first request of each kind, so that every request series exists before the
@@ -379,6 +380,13 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
         assert_eq!(send(&f, host, path, ask).await, want, "{host}{path}");
         *expected.entry((ing.into(), want.to_string())).or_default() += 1;
         tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+
+    // `make dashboards`: a minute more of varied traffic, so that the pictures have
+    // something to show.
+    let pictures = std::env::var_os("FERRULE_DASHBOARDS_PNG").map(PathBuf::from);
+    if pictures.is_some() {
+        more_traffic(&f, &m, &mut expected).await;
     }
 
     // An endpoint change (no reload), a reload, and last an Ingress NGINX refuses:
@@ -419,6 +427,22 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
     })
     .await;
     assert!(excluded, "Ingress broken excluded; log:\n{}", f.logs());
+    // stub_status answers on the API socket only, never through a proxy port.
+    for host in ["a.test", "unknown.test", "localhost"] {
+        let r = client()
+            .get(format!("http://127.0.0.1:{}/nginx_status", f.http))
+            .header("Host", host)
+            .send()
+            .await
+            .unwrap();
+        let code = r.status().as_u16();
+        let body = r.text().await.unwrap_or_default();
+        assert!(!body.contains("Active connections"), "{host}: {code} {body}");
+        if host == "a.test" {
+            *expected.entry(("a".into(), code.to_string())).or_default() += 1;
+        }
+    }
+
     prom.wait_scrapes(4).await;
 
     let (status, text) = f.get_status("/metrics").await;
@@ -505,6 +529,9 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
         }
     }
     eprintln!("PromQL evaluated against Prometheus:\n{}", report.join("\n"));
+    if let Some(dir) = pictures {
+        draw(&prom, &dir, started);
+    }
     assert!(
         failures.is_empty(),
         "{} failures:\n{}\n\n/metrics:\n{text}",
@@ -601,7 +628,11 @@ async fn check_known_values(
     let rejected = q("ferrule_resource_rejected").await;
     assert_eq!(
         labels(&rejected, &["kind", "resource_namespace", "resource_name", "reason"]),
-        BTreeSet::from([vec!["Ingress".into(), "shop".into(), "broken".into(), "excluded".into()]]),
+        // b's missing Service is an error on b (its other paths are served).
+        BTreeSet::from([
+            vec!["Ingress".into(), "shop".into(), "b".into(), "reference".into()],
+            vec!["Ingress".into(), "shop".into(), "broken".into(), "excluded".into()],
+        ]),
         "{rejected:?}"
     );
     let last = q("nginx_ingress_controller_config_last_reload_successful").await;
@@ -625,4 +656,62 @@ async fn check_known_values(
             .collect();
         assert_eq!(&got, expected, "requests by Ingress and status");
     }
+}
+
+/// About a minute of traffic whose rate, latency and errors vary, with a reload
+/// halfway (for `make dashboards`).
+async fn more_traffic(f: &Ferrule, m: &Manifests, expected: &mut BTreeMap<(String, String), usize>) {
+    for i in 0..60u64 {
+        let second = tokio::time::Instant::now() + Duration::from_secs(1);
+        let mut batch = Vec::new();
+        for _ in 0..(6 + (i * 7) % 13) {
+            batch.push(("a.test", "/", None, 200, "a"));
+        }
+        for _ in 0..(i % 4) {
+            batch.push(("b.test", "/notfound", Some(404), 404, "b"));
+        }
+        if i % 5 == 0 || (20..26).contains(&i) {
+            batch.push(("b.test", "/down", None, 503, "b"));
+        }
+        let delay = (i * 11) % 40;
+        for (host, path, ask, want, ing) in batch {
+            let mut req = client()
+                .get(format!("http://127.0.0.1:{}{path}", f.http))
+                .header("Host", host)
+                .header("x-echo-delay-ms", delay.to_string());
+            if let Some(s) = ask {
+                req = req.header("x-echo-status", s.to_string());
+            }
+            assert_eq!(req.send().await.unwrap().status().as_u16(), want);
+            *expected.entry((ing.into(), want.to_string())).or_default() += 1;
+        }
+        if i == 30 {
+            m.write(
+                "d.yaml",
+                &ingress("shop", "d", T1, "d.test", &[("/", "Prefix", "web")], &[]),
+            );
+        }
+        tokio::time::sleep_until(second).await;
+    }
+}
+
+/// Draws the dashboards from Prometheus's answers (test/dashboards/render.py).
+fn draw(prom: &Prometheus, dir: &Path, since: f64) {
+    let python = std::env::var("FERRULE_DASHBOARDS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../test/dashboards/render.py");
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(format!("--prometheus=http://127.0.0.1:{}", prom.port))
+        .arg(format!("--out={}", dir.display()))
+        .arg(format!("--start={since}"))
+        .arg(format!("--end={}", crate::prometheus::now()))
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "render.py: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
 }
