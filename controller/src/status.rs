@@ -182,7 +182,10 @@ async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.scrape().await,
     )
 }

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use ferrule_model::{Diff, Model, ResourceRef, Severity, Snapshot};
 use tokio::sync::{Mutex, watch};
 
-use crate::metrics::rejected::{Reason, Rejection};
 use crate::balancer::{
     BACKENDS, BalancerClient, CERTIFICATES, DEFAULT_CERTIFICATE, Posted, Refused, SyncError,
 };
+use crate::metrics::rejected::{Reason, Rejection};
 use crate::nginx::safety::Exclusions;
 use crate::nginx::{Applied, Dataplane};
 use crate::status::{ResourceState, ResourceStatus, Shared};

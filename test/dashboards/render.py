@@ -103,6 +103,8 @@ def fmt_value(v, unit, decimals=None):
         return f"{v / 1e3:.2f}k{suffix}"
     if v == int(v):
         return f"{int(v)}{suffix}"
+    if decimals is None and abs(v) < 1:
+        return f"{v:.3g}{suffix}"
     return f"{v:.{2 if decimals is None else decimals}f}{suffix}"
 
 
@@ -115,7 +117,7 @@ def threshold_color(v, steps, default):
 
 
 def title(ax, p):
-    ax.set_title(p.get("title", ""), color=TEXT, fontsize=9, loc="left", pad=4, fontweight="bold")
+    """Titles are drawn on the panel's frame (render)."""
 
 
 def draw_stat(ax, p, prom):
@@ -129,7 +131,7 @@ def draw_stat(ax, p, prom):
             v = float(r[0]["value"][1])
     except Exception as e:  # noqa: BLE001
         print(f"  {p['title']}: {e}", file=sys.stderr)
-    color = threshold_color(v, d.get("thresholds", {}).get("steps"), "#73bf69")
+    color = threshold_color(v, d.get("thresholds", {}).get("steps"), "#73bf69") if v is not None else DIM
     ax.text(0.5, 0.45, fmt_value(v, d.get("unit"), d.get("decimals")), ha="center", va="center",
             fontsize=20, color=color, fontweight="bold", transform=ax.transAxes)
 
@@ -163,6 +165,8 @@ def draw_timeseries(ax, p, prom):
     ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
     ax.grid(color=GRID, linewidth=0.5)
     ax.tick_params(colors=DIM, labelsize=6)
+    if d.get("min") == 0 and n and ax.get_ylim()[0] < 0:
+        ax.set_ylim(bottom=0, top=max(ax.get_ylim()[1], 1e-9))
     if n == 0:
         ax.text(0.5, 0.5, "No data", ha="center", va="center", color=DIM, transform=ax.transAxes)
     else:
@@ -252,31 +256,48 @@ def render(path, prom, out):
     for p in d["panels"]:
         panels.append(p)
         panels.extend(p.get("panels", []))
-    height = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
-    unit_w, unit_h = 0.78, 0.36  # inches per grid column and row
-    fig = plt.figure(figsize=(24 * unit_w, height * unit_h + 0.6), facecolor=BG)
-    fig.text(0.01, 1 - 0.3 / (height * unit_h + 0.6), d["title"], color=TEXT, fontsize=13,
+    rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in panels)
+    col_in, row_in, head_in = 0.78, 0.36, 0.55  # inches per grid column, grid row, header
+    fig_w, fig_h = 24 * col_in, rows * row_in + head_in
+    fig = plt.figure(figsize=(fig_w, fig_h), facecolor=BG)
+    fig.text(0.2 / fig_w, 1 - 0.28 / fig_h, d["title"], color=TEXT, fontsize=13,
              fontweight="bold", va="center")
-    top = 0.6 / (height * unit_h + 0.6)
-    span = 1 - top
+
+    def box(x_in, y_in, w_in, h_in):  # inches from the top left -> figure fractions
+        return [x_in / fig_w, 1 - (y_in + h_in) / fig_h, w_in / fig_w, h_in / fig_h]
+
+    gap = 0.05
     for p in panels:
         g = p["gridPos"]
-        left, width = g["x"] / 24, g["w"] / 24
-        bottom = 1 - top - (g["y"] + g["h"]) / height * span
-        h = g["h"] / height * span
+        x, y = g["x"] * col_in + gap, head_in + g["y"] * row_in + gap
+        w, h = g["w"] * col_in - 2 * gap, g["h"] * row_in - 2 * gap
         if p["type"] == "row":
-            fig.text(left + 0.005, bottom + h / 2, p["title"], color=TEXT, fontsize=11, va="center")
+            fig.text((x + 0.05) / fig_w, 1 - (y + h / 2) / fig_h, p["title"], color=TEXT,
+                     fontsize=11, va="center", fontweight="bold")
             continue
-        pad_x, pad_y = 0.004, 0.012 if p["type"] != "stat" else 0.01
-        extra = 0.035 * (6 / g["h"]) if p["type"] in ("timeseries", "heatmap") else 0.0
-        ax = fig.add_axes([left + pad_x + (0.02 if p["type"] in ("timeseries", "heatmap") else 0),
-                           bottom + pad_y + extra,
-                           width - 2 * pad_x - (0.022 if p["type"] in ("timeseries", "heatmap") else 0),
-                           h - 2 * pad_y - extra - 0.018])
+        frame = fig.add_axes(box(x, y, w, h))
+        frame.set_facecolor(PANEL)
+        frame.set_xticks([]), frame.set_yticks([])
+        for sp in frame.spines.values():
+            sp.set_color(GRID)
+        fig.text((x + 0.08) / fig_w, 1 - (y + 0.16) / fig_h, p.get("title", ""), color=TEXT,
+                 fontsize=8.5, va="center", fontweight="bold")
+        title_in = 0.32
+        if p["type"] in ("timeseries", "heatmap"):
+            inner = box(x + 0.62, y + title_in, w - 0.72, h - title_in - 0.25)
+        else:
+            inner = box(x + 0.05, y + title_in, w - 0.1, h - title_in - 0.05)
+        ax = fig.add_axes(inner)
         ax.set_facecolor(PANEL)
-        for s in ax.spines.values():
-            s.set_color(GRID)
-        DRAW.get(p["type"], lambda ax, p, prom: title(ax, p))(ax, p, prom)
+        for sp in ax.spines.values():
+            sp.set_visible(p["type"] in ("timeseries", "heatmap"))
+            sp.set_color(GRID)
+        ax.set_title("")
+        DRAW.get(p["type"], lambda ax, p, prom: None)(ax, p, prom)
+        ax.set_title("")
+        if p["type"] == "timeseries":
+            ax.set_xlim(datetime.datetime.fromtimestamp(prom.start),
+                        datetime.datetime.fromtimestamp(prom.end))
     out.mkdir(parents=True, exist_ok=True)
     target = out / (path.stem + ".png")
     fig.savefig(target, dpi=80, facecolor=BG)

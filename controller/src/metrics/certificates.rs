@@ -110,7 +110,10 @@ impl Certificates {
             *cache = next;
             *last = Some(certs.clone());
         }
-        cache.iter().map(|(k, (_, d))| (k.clone(), d.clone())).collect()
+        cache
+            .iter()
+            .map(|(k, (_, d))| (k.clone(), d.clone()))
+            .collect()
     }
 }
 
@@ -132,7 +135,8 @@ fn describe(pem: &str) -> Described {
         return Described::default();
     };
     let issuer = cert.issuer();
-    let issuer_serial = first(issuer.iter_by_oid(&x509_parser::oid_registry::OID_X509_SERIALNUMBER));
+    let issuer_serial =
+        first(issuer.iter_by_oid(&x509_parser::oid_registry::OID_X509_SERIALNUMBER));
     let serial = cert.serial.to_string();
     let algorithm = cert.public_key().algorithm.algorithm.to_id_string();
     Described {

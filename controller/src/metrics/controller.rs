@@ -206,7 +206,10 @@ mod tests {
             rejected: false,
         });
         let t = enc(&c);
-        assert_eq!(value(&t, "nginx_ingress_controller_config_hash"), Some(255.0));
+        assert_eq!(
+            value(&t, "nginx_ingress_controller_config_hash"),
+            Some(255.0)
+        );
         assert_eq!(
             value(&t, "nginx_ingress_controller_config_last_reload_successful"),
             Some(1.0)

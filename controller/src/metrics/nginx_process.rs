@@ -84,7 +84,12 @@ fn encode_status(out: &mut String, ids: &[(&str, &str)], s: &StubStatus) {
 
 fn encode_totals(out: &mut String, ids: &[(&str, &str)], t: &Totals) {
     for (name, kind, help, v) in [
-        ("num_procs", Kind::Gauge, "number of processes", t.procs as f64),
+        (
+            "num_procs",
+            Kind::Gauge,
+            "number of processes",
+            t.procs as f64,
+        ),
         (
             "cpu_seconds_total",
             Kind::Counter,

@@ -422,7 +422,14 @@ impl Dataplane {
             let change = self.write(&specs)?;
             if change.is_empty() && self.serves(rendered.version()) {
                 // Exactly what NGINX serves already: no test, no reload.
-                return Ok(self.served(model, &served, excl, Applied::Unchanged, pass, rendered.version()));
+                return Ok(self.served(
+                    model,
+                    &served,
+                    excl,
+                    Applied::Unchanged,
+                    pass,
+                    rendered.version(),
+                ));
             }
             if !self.dry_run && !self.nginx.is_running() && !pass.started_untested {
                 // A starting NGINX parses the configuration anyway: testing it first
@@ -430,7 +437,16 @@ impl Dataplane {
                 // runs `nginx -t`, which names the culprit for config safety.
                 pass.started_untested = true;
                 match self.activate(rendered.version()).await {
-                    Ok(applied) => return Ok(self.served(model, &served, excl, applied, pass, rendered.version())),
+                    Ok(applied) => {
+                        return Ok(self.served(
+                            model,
+                            &served,
+                            excl,
+                            applied,
+                            pass,
+                            rendered.version(),
+                        ));
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "nginx did not start; testing the configuration")
                     }
@@ -439,7 +455,14 @@ impl Dataplane {
             let failure = match self.test(&mut pass).await {
                 Ok(()) => {
                     let applied = self.activate(rendered.version()).await?;
-                    return Ok(self.served(model, &served, excl, applied, pass, rendered.version()));
+                    return Ok(self.served(
+                        model,
+                        &served,
+                        excl,
+                        applied,
+                        pass,
+                        rendered.version(),
+                    ));
                 }
                 Err(f) => f,
             };

@@ -134,7 +134,11 @@ fn group(pgrp: u32) -> Vec<Proc> {
     let page = page_size();
     let mut out = Vec::new();
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -227,7 +231,10 @@ mod tests {
         let (pgrp, p) = parse_stat(stat, 4096).unwrap();
         assert_eq!(pgrp, 4200);
         assert_eq!((p.cpu_ticks, p.start_ticks), (300, 123456));
-        assert_eq!((p.virtual_bytes, p.resident_bytes), (104857600, 2560 * 4096));
+        assert_eq!(
+            (p.virtual_bytes, p.resident_bytes),
+            (104857600, 2560 * 4096)
+        );
         assert!(parse_stat("1 (x) Z 0 1 1 0 -1 0 0 0 0 0 0 0 0 0 0 0 1 0 5 0 0", 4096).is_none());
         let io = "rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\nread_bytes: 4096\nwrite_bytes: 8192\n";
         assert_eq!(parse_io(io), (4096, 8192));

@@ -272,7 +272,10 @@ fn label_values_query(q: &str) -> Option<(String, String)> {
 
 /// A self-signed certificate for `host` valid for `days` (openssl CLI).
 fn certificate(dir: &Path, host: &str, days: u32) -> (String, String) {
-    let (crt, key) = (dir.join(format!("{host}.crt")), dir.join(format!("{host}.key")));
+    let (crt, key) = (
+        dir.join(format!("{host}.crt")),
+        dir.join(format!("{host}.key")),
+    );
     let out = std::process::Command::new("openssl")
         .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days"])
         .arg(days.to_string())
@@ -307,7 +310,15 @@ const T1: &str = "2026-01-02T00:00:00Z";
 
 /// The traffic of the scenario: (host, path, status asked of the echo, status
 /// expected, Ingress, how many).
-const TRAFFIC: &[(&str, &str, Option<u16>, u16, &str, usize)] = &[
+type Traffic = (
+    &'static str,
+    &'static str,
+    Option<u16>,
+    u16,
+    &'static str,
+    usize,
+);
+const TRAFFIC: &[Traffic] = &[
     ("a.test", "/", None, 200, "a", 30),
     ("b.test", "/notfound", Some(404), 404, "b", 10),
     ("b.test", "/down", None, 503, "b", 5),
@@ -321,7 +332,10 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
     let certs = tempfile::tempdir().unwrap();
     let (crt, key) = certificate(certs.path(), "a.test", 7);
     let m = Manifests::new();
-    m.write("web.yaml", &service_endpoints("shop", "web", port, &[("127.0.0.2", true)]));
+    m.write(
+        "web.yaml",
+        &service_endpoints("shop", "web", port, &[("127.0.0.2", true)]),
+    );
     m.write("empty.yaml", &service_endpoints("shop", "empty", port, &[]));
     m.write("secret.yaml", &tls_secret("shop", "a-tls", &crt, &key));
     let a = ingress(
@@ -393,10 +407,17 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
     // config safety leaves it out, so the last reload counts as failed.
     m.write(
         "web.yaml",
-        &service_endpoints("shop", "web", port, &[("127.0.0.2", true), ("127.0.0.3", true)]),
+        &service_endpoints(
+            "shop",
+            "web",
+            port,
+            &[("127.0.0.2", true), ("127.0.0.3", true)],
+        ),
     );
     let moved = wait_until(Duration::from_secs(10), || async {
-        f.metric("ferrule_dynamic_update_latency_seconds_count", "").await >= 1.0
+        f.metric("ferrule_dynamic_update_latency_seconds_count", "")
+            .await
+            >= 1.0
     })
     .await;
     assert!(moved, "endpoint change; log:\n{}", f.logs());
@@ -437,7 +458,10 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
             .unwrap();
         let code = r.status().as_u16();
         let body = r.text().await.unwrap_or_default();
-        assert!(!body.contains("Active connections"), "{host}: {code} {body}");
+        assert!(
+            !body.contains("Active connections"),
+            "{host}: {code} {body}"
+        );
         if host == "a.test" {
             *expected.entry(("a".into(), code.to_string())).or_default() += 1;
         }
@@ -451,7 +475,10 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
 
     // promtool: the exposition and the rule file are clean.
     let (ok, out) = promtool(&["check", "metrics"], Some(&text));
-    assert!(ok && out.trim().is_empty(), "promtool check metrics:\n{out}\n{text}");
+    assert!(
+        ok && out.trim().is_empty(),
+        "promtool check metrics:\n{out}\n{text}"
+    );
     let rules = alerts_file();
     let (ok, out) = promtool(&["check", "rules", &rules.to_string_lossy()], None);
     assert!(ok, "promtool check rules:\n{out}");
@@ -460,7 +487,10 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
     let loaded = prom.rules().await;
     assert_eq!(loaded.len(), alerts().len(), "rules loaded: {loaded:?}");
     for (name, health, error) in &loaded {
-        assert!(health == "ok" && error.is_empty(), "rule {name}: {health} {error}");
+        assert!(
+            health == "ok" && error.is_empty(),
+            "rule {name}: {health} {error}"
+        );
     }
 
     // What the scenario must show, exactly.
@@ -528,7 +558,10 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
             failures.push(format!("{file} / {panel}: no data (MUST_HAVE_DATA)"));
         }
     }
-    eprintln!("PromQL evaluated against Prometheus:\n{}", report.join("\n"));
+    eprintln!(
+        "PromQL evaluated against Prometheus:\n{}",
+        report.join("\n")
+    );
     if let Some(dir) = pictures {
         draw(&prom, &dir, started);
     }
@@ -561,7 +594,9 @@ async fn variables(
             .or(v["definition"].as_str())
             .unwrap_or_default();
         let Some((selector, label)) = label_values_query(&substitute(q, &vars)) else {
-            failures.push(format!("{file}: variable {name}: not label_values(...): {q}"));
+            failures.push(format!(
+                "{file}: variable {name}: not label_values(...): {q}"
+            ));
             continue;
         };
         let values = match prom.label_values(&label, &selector).await {
@@ -589,7 +624,9 @@ async fn check_known_values(
     expected: &BTreeMap<(String, String), usize>,
 ) {
     let q = |e: &'static str| async move {
-        prom.query(e).await.unwrap_or_else(|err| panic!("{e}: {err}"))
+        prom.query(e)
+            .await
+            .unwrap_or_else(|err| panic!("{e}: {err}"))
     };
     let labels = |s: &[Sample], names: &[&str]| -> BTreeSet<Vec<String>> {
         s.iter()
@@ -606,7 +643,11 @@ async fn check_known_values(
             .collect(),
         "{orphans:?}"
     );
-    assert!(orphans.iter().all(|s| s.label("namespace") == TARGET_LABELS[0].1));
+    assert!(
+        orphans
+            .iter()
+            .all(|s| s.label("namespace") == TARGET_LABELS[0].1)
+    );
     let expiry = q("nginx_ingress_controller_ssl_expire_time_seconds - time()").await;
     assert_eq!(
         labels(&expiry, &["host", "secret_name", "exported_namespace"]),
@@ -616,7 +657,15 @@ async fn check_known_values(
     assert!((6.0..=7.01).contains(&days), "expires in {days} days");
     let info = q("nginx_ingress_controller_ssl_certificate_info").await;
     assert_eq!(
-        labels(&info, &["host", "issuer_common_name", "issuer_organization", "public_key_algorithm"]),
+        labels(
+            &info,
+            &[
+                "host",
+                "issuer_common_name",
+                "issuer_organization",
+                "public_key_algorithm"
+            ]
+        ),
         BTreeSet::from([vec![
             "a.test".into(),
             "a.test".into(),
@@ -624,35 +673,69 @@ async fn check_known_values(
             "RSA".into()
         ]])
     );
-    assert!(!info[0].label("serial_number").is_empty() && info[0].label("identifier").ends_with(info[0].label("serial_number")));
+    assert!(
+        !info[0].label("serial_number").is_empty()
+            && info[0]
+                .label("identifier")
+                .ends_with(info[0].label("serial_number"))
+    );
     let rejected = q("ferrule_resource_rejected").await;
     assert_eq!(
-        labels(&rejected, &["kind", "resource_namespace", "resource_name", "reason"]),
+        labels(
+            &rejected,
+            &["kind", "resource_namespace", "resource_name", "reason"]
+        ),
         // b's missing Service is an error on b (its other paths are served).
         BTreeSet::from([
-            vec!["Ingress".into(), "shop".into(), "b".into(), "reference".into()],
-            vec!["Ingress".into(), "shop".into(), "broken".into(), "excluded".into()],
+            vec![
+                "Ingress".into(),
+                "shop".into(),
+                "b".into(),
+                "reference".into()
+            ],
+            vec![
+                "Ingress".into(),
+                "shop".into(),
+                "broken".into(),
+                "excluded".into()
+            ],
         ]),
         "{rejected:?}"
     );
     let last = q("nginx_ingress_controller_config_last_reload_successful").await;
     assert_eq!(last.iter().map(|s| s.value).collect::<Vec<_>>(), [0.0]);
-    assert!(q("nginx_ingress_controller_success").await[0].value >= 2.0, "start and reloads");
+    assert!(
+        q("nginx_ingress_controller_success").await[0].value >= 2.0,
+        "start and reloads"
+    );
     assert!(q("nginx_ingress_controller_errors").await[0].value >= 1.0);
     let procs = q("nginx_ingress_controller_nginx_process_num_procs").await;
     assert!(procs[0].value >= 3.0, "master and two workers: {procs:?}");
     let sent: usize = expected.values().sum();
     let requests = q("nginx_ingress_controller_nginx_process_requests_total").await;
-    assert!(requests[0].value >= sent as f64, "stub_status requests {requests:?} < {sent}");
+    assert!(
+        requests[0].value >= sent as f64,
+        "stub_status requests {requests:?} < {sent}"
+    );
     let build = q("nginx_ingress_controller_build_info").await;
     assert_eq!(build[0].label("release"), env!("CARGO_PKG_VERSION"));
-    assert_eq!(build[0].label("controller_class"), "ferrule.dev/ingress-controller");
+    assert_eq!(
+        build[0].label("controller_class"),
+        "ferrule.dev/ingress-controller"
+    );
     // The per-request counters, when this build has them: exactly what was sent.
     if present.contains("nginx_ingress_controller_requests") {
-        let got = q(r#"sum by (ingress, status) (nginx_ingress_controller_requests{ingress=~"a|b"})"#).await;
+        let got =
+            q(r#"sum by (ingress, status) (nginx_ingress_controller_requests{ingress=~"a|b"})"#)
+                .await;
         let got: BTreeMap<(String, String), usize> = got
             .iter()
-            .map(|s| ((s.label("ingress").into(), s.label("status").into()), s.value as usize))
+            .map(|s| {
+                (
+                    (s.label("ingress").into(), s.label("status").into()),
+                    s.value as usize,
+                )
+            })
             .collect();
         assert_eq!(&got, expected, "requests by Ingress and status");
     }
@@ -660,7 +743,11 @@ async fn check_known_values(
 
 /// About a minute of traffic whose rate, latency and errors vary, with a reload
 /// halfway (for `make dashboards`).
-async fn more_traffic(f: &Ferrule, m: &Manifests, expected: &mut BTreeMap<(String, String), usize>) {
+async fn more_traffic(
+    f: &Ferrule,
+    m: &Manifests,
+    expected: &mut BTreeMap<(String, String), usize>,
+) {
     for i in 0..60u64 {
         let second = tokio::time::Instant::now() + Duration::from_secs(1);
         let mut batch = Vec::new();

@@ -107,7 +107,10 @@ impl Prometheus {
         let r = client().get(url).send().await.ok()?;
         let status = r.status().as_u16();
         let text = r.text().await.ok()?;
-        Some((status, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+        Some((
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        ))
     }
 
     async fn api(&self, path: &str, params: &[(&str, &str)]) -> Result<Value, String> {
@@ -130,7 +133,11 @@ impl Prometheus {
     /// `bad_data`).
     pub async fn query(&self, expr: &str) -> Result<Vec<Sample>, String> {
         let data = self.api("/api/v1/query", &[("query", expr)]).await?;
-        let parse = |v: &Value| v.as_str().and_then(|s| s.parse::<f64>().ok()).unwrap_or(f64::NAN);
+        let parse = |v: &Value| {
+            v.as_str()
+                .and_then(|s| s.parse::<f64>().ok())
+                .unwrap_or(f64::NAN)
+        };
         match data["resultType"].as_str() {
             Some("vector") => Ok(data["result"]
                 .as_array()
@@ -153,7 +160,10 @@ impl Prometheus {
     /// `label_values(selector, label)` lists).
     pub async fn label_values(&self, label: &str, selector: &str) -> Result<Vec<String>, String> {
         let data = self
-            .api(&format!("/api/v1/label/{label}/values"), &[("match[]", selector)])
+            .api(
+                &format!("/api/v1/label/{label}/values"),
+                &[("match[]", selector)],
+            )
             .await?;
         Ok(data
             .as_array()
@@ -193,7 +203,11 @@ impl Prometheus {
             self.last_scrape().await >= since + f64::from(scrapes) - 0.5
         })
         .await;
-        assert!(ok, "prometheus did not scrape Ferrule; log:\n{}", self.log());
+        assert!(
+            ok,
+            "prometheus did not scrape Ferrule; log:\n{}",
+            self.log()
+        );
     }
 }
 
@@ -223,7 +237,9 @@ pub fn promtool(args: &[&str], stdin: Option<&str>) -> (bool, String) {
         .spawn()
         .expect("promtool on PATH (Debian's prometheus package)");
     let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
+    input
+        .write_all(stdin.unwrap_or_default().as_bytes())
+        .unwrap();
     drop(input);
     let out = child.wait_with_output().unwrap();
     (
