@@ -214,6 +214,22 @@ impl Metrics {
             "The balancer's certificate store: capacity and free bytes (whole free pages)",
             certificate_store_bytes.clone(),
         );
+        // Every outcome from zero, so that rate() sees the first reload or update
+        // (a series that appears at 1 has no increase to show).
+        for result in ["success", "failure"] {
+            reloads.get_or_create(&ResultLabel {
+                result: result.into(),
+            });
+            for kind in ["backends", "certificates"] {
+                dynamic_updates.get_or_create(&DynamicLabel {
+                    kind: kind.into(),
+                    result: result.into(),
+                });
+            }
+        }
+        for kind in ["endpoints", "full"] {
+            model_builds.get_or_create(&BuildLabel { kind: kind.into() });
+        }
         Self {
             registry,
             identity,

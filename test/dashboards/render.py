@@ -201,6 +201,8 @@ def draw_table(ax, p, prom):
             rows.setdefault(tuple(sorted(labels.items())), {})[col] = float(s["value"][1])
     keys = [k for k in keys if not hidden.get(k)]
     cols = [c for c in cols if not hidden.get(c)]
+    index = organize.get("indexByName", {})
+    keys.sort(key=lambda k: index.get(k, len(index)))
     header = [rename.get(k, k) for k in keys] + [names.get(c, {}).get("displayName", c) for c in cols]
     body = []
     for labels, values in sorted(rows.items())[:12]:
