@@ -7,7 +7,7 @@ APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
 	mmdebstrap umoci containerd runc containernetworking-plugins iptables tar \
 	prometheus
 
-.PHONY: deps build test lint bench bench-scale run fmt image cluster-up cluster-down
+.PHONY: deps build test lint bench bench-scale run fmt image cluster-up cluster-down dashboards
 
 ## deps: install everything the build and the tests need (idempotent).
 deps:
@@ -20,7 +20,7 @@ deps:
 	@systemctl disable --now nginx >/dev/null 2>&1 || true
 	@# Likewise containerd: the e2e node runs its own (test/e2e/cluster.sh).
 	@systemctl disable --now containerd >/dev/null 2>&1 || true
-	@# And Prometheus: the tests use its promtool (and run their own server).
+	@# And Prometheus: the metrics tests start their own (controller/tests/it/metrics.rs).
 	@systemctl disable --now prometheus >/dev/null 2>&1 || true
 	@command -v $(CARGO) >/dev/null || { echo "cargo not found: install Rust with rustup" >&2; exit 1; }
 	@# Ferrule's C fast path, built for the installed NGINX (skipped when up to date).
@@ -59,6 +59,17 @@ bench: deps
 ## apiserver; time to Ready, RSS, EndpointSlice -> traffic latency (test/scale/RESULTS.md).
 bench-scale: deps
 	test/scale/run.sh
+
+## dashboards: PNG pictures of the Grafana dashboards in docs/dashboards/, drawn
+## (test/dashboards/render.py, matplotlib in a venv under target/) from a real
+## Prometheus that scraped Ferrule under a minute of test traffic.
+dashboards: deps
+	@test -x target/dashboards-venv/bin/python || python3 -m venv target/dashboards-venv
+	@target/dashboards-venv/bin/python -c 'import matplotlib' 2>/dev/null || \
+		target/dashboards-venv/bin/pip install -q matplotlib
+	FERRULE_DASHBOARDS_PNG=$(CURDIR)/docs/dashboards \
+	FERRULE_DASHBOARDS_PYTHON=$(CURDIR)/target/dashboards-venv/bin/python \
+		$(CARGO) test -p ferrule --test it metrics:: -- --nocapture
 
 ## run: echo backends + Ferrule serving examples/ on localhost:8080 (standalone mode).
 run: deps build

@@ -47,7 +47,10 @@ pub struct RunArgs {
 /// `ferrule run`: the whole loop in standalone mode.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let default_pem = ferrule::tls::self_signed_default()?;
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new(ferrule::metrics::Identity::from_env(
+        &args.settings.controller,
+    )));
+    shared.metrics.nginx.watch(args.render.prefix.clone());
     let listener = tokio::net::TcpListener::bind(args.status)
         .await
         .with_context(|| format!("binding the status port {}", args.status))?;
@@ -154,6 +157,11 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             let leader = ferrule::kube::leader::elect(client.clone(), args.kube.lease.clone())
                 .await
                 .context("starting leader election")?;
+            tokio::spawn(leader_metric(
+                leader.clone(),
+                args.kube.lease.name.clone(),
+                shared.clone(),
+            ));
             tokio::spawn(ferrule::kube::writer::run(
                 client,
                 args.kube.publish.clone(),
@@ -173,6 +181,21 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         shutdown_grace_period: args.shutdown_grace_period,
     };
     sync::run(rx, dataplane, shared, opts, applied_tx, shutdown_signal()).await
+}
+
+/// Keeps `nginx_ingress_controller_leader_election_status` current.
+async fn leader_metric(
+    mut leader: tokio::sync::watch::Receiver<bool>,
+    lease: String,
+    shared: Arc<Shared>,
+) {
+    loop {
+        let leading = *leader.borrow_and_update();
+        shared.metrics.controller.leader(&lease, leading);
+        if leader.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -6,6 +6,24 @@
 //! `nginx_ingress_controller_` prefix (`admission_roundtrip_duration`,
 //! `admission_tested_ingresses`), with the same unit suffix as Ferrule's others, so
 //! that dashboards need only the prefix changed (and `_seconds` added).
+//!
+//! Beside them, ingress-nginx's own metrics under its names
+//! (`nginx_ingress_controller_*`), where Ferrule measures the same thing: the
+//! controller's ([`controller`]), NGINX's processes ([`nginx_process`]), and what the
+//! served model holds ([`served`]: certificates, orphaned Ingresses, and Ferrule's
+//! rejected resources). Every metric carries the [`Identity`] labels. `/metrics` is
+//! the Prometheus text format 0.0.4 ([`text`]).
+
+pub mod certificates;
+pub mod controller;
+pub mod identity;
+pub mod nginx_process;
+pub mod orphans;
+pub mod rejected;
+pub mod served;
+pub mod text;
+
+pub use identity::Identity;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -63,6 +81,14 @@ pub struct StoreLabel {
 /// Every metric Ferrule exports.
 pub struct Metrics {
     registry: Registry,
+    /// The labels every metric carries.
+    pub identity: Identity,
+    /// ingress-nginx's controller metrics (reloads, configuration hash, leader).
+    pub controller: controller::Controller,
+    /// NGINX's connections, requests and processes, read at each scrape.
+    pub nginx: nginx_process::NginxProcess,
+    /// What the served model holds (certificates, orphans, rejections).
+    pub served: served::Served,
     /// Reloads by result.
     pub reloads: Family<ResultLabel, Counter>,
     /// Time from the start of a reload pass (render, write, test, reload, verify) to its end.
@@ -101,7 +127,15 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("ferrule");
+        Self::new(Identity::default())
+    }
+}
+
+impl Metrics {
+    /// The metrics of the controller `identity` names.
+    pub fn new(identity: Identity) -> Self {
+        let mut registry =
+            Registry::with_prefix_and_labels("ferrule", identity.registry_labels().into_iter());
         let reloads = Family::<ResultLabel, Counter>::default();
         registry.register("reloads", "NGINX reloads by result", reloads.clone());
         let reload_duration = Histogram::new(exponential_buckets(0.01, 2.0, 14));
@@ -180,8 +214,28 @@ impl Default for Metrics {
             "The balancer's certificate store: capacity and free bytes (whole free pages)",
             certificate_store_bytes.clone(),
         );
+        // Every outcome from zero, so that rate() sees the first reload or update
+        // (a series that appears at 1 has no increase to show).
+        for result in ["success", "failure"] {
+            reloads.get_or_create(&ResultLabel {
+                result: result.into(),
+            });
+            for kind in ["backends", "certificates"] {
+                dynamic_updates.get_or_create(&DynamicLabel {
+                    kind: kind.into(),
+                    result: result.into(),
+                });
+            }
+        }
+        for kind in ["endpoints", "full"] {
+            model_builds.get_or_create(&BuildLabel { kind: kind.into() });
+        }
         Self {
             registry,
+            identity,
+            controller: Default::default(),
+            nginx: Default::default(),
+            served: Default::default(),
             reloads,
             reload_duration,
             reload_verify_failures,
@@ -199,14 +253,22 @@ impl Default for Metrics {
             certificate_store_bytes,
         }
     }
-}
 
-impl Metrics {
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition (0.0.4) of everything but NGINX's processes.
     pub fn encode(&self) -> String {
-        let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+        let mut om = String::new();
+        prometheus_client::encoding::text::encode(&mut om, &self.registry)
             .expect("encoding to a String");
+        let mut out = text::from_openmetrics(&om);
+        self.controller.encode(&mut out, &self.identity);
+        self.served.encode(&mut out, &self.identity);
+        out
+    }
+
+    /// What `/metrics` answers: [`Metrics::encode`] and NGINX's processes, read now.
+    pub async fn scrape(&self) -> String {
+        let mut out = self.encode();
+        self.nginx.encode(&mut out, &self.identity).await;
         out
     }
 

@@ -157,55 +157,6 @@ impl Scraper {
     }
 }
 
-/// OpenMetrics text (what `prometheus_client` writes) as the Prometheus text format
-/// 0.0.4 that `/metrics` declares: a counter's `HELP` and `TYPE` name its `_total`
-/// series, and `# UNIT` and `# EOF` go (otherwise `promtool check metrics` finds
-/// counters without help and the end marker in the middle).
-pub fn to_text_format(openmetrics: &str) -> String {
-    let mut out = String::with_capacity(openmetrics.len());
-    let mut help: Option<&str> = None;
-    for line in openmetrics.lines() {
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            // held until the TYPE says whether the name takes `_total`
-            if let Some(h) = help.replace(rest) {
-                let _ = writeln!(out, "# HELP {h}");
-            }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
-            let total = kind == "counter" && !name.ends_with("_total");
-            if let Some(h) = help.take() {
-                match h.split_once(' ') {
-                    Some((n, text)) if total && n == name => {
-                        let _ = writeln!(out, "# HELP {n}_total {text}");
-                    }
-                    _ => {
-                        let _ = writeln!(out, "# HELP {h}");
-                    }
-                }
-            }
-            if total {
-                let _ = writeln!(out, "# TYPE {name}_total counter");
-            } else {
-                let _ = writeln!(out, "{line}");
-            }
-            continue;
-        }
-        if let Some(h) = help.take() {
-            let _ = writeln!(out, "# HELP {h}");
-        }
-        if line.starts_with("# UNIT ") || line == "# EOF" {
-            continue;
-        }
-        let _ = writeln!(out, "{line}");
-    }
-    if let Some(h) = help {
-        let _ = writeln!(out, "# HELP {h}");
-    }
-    out
-}
-
 /// A parsed dump.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dump {

@@ -54,6 +54,14 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// State whose metrics carry `identity`'s labels.
+    pub fn new(identity: crate::metrics::Identity) -> Self {
+        Self {
+            metrics: Metrics::new(identity),
+            ..Self::default()
+        }
+    }
+
     /// Sets readiness (false for good once [`Shared::stop`] was called).
     pub fn set_ready(&self, ready: bool) {
         let mut ready = ready && !self.stopping.load(Ordering::SeqCst);
@@ -176,13 +184,19 @@ async fn readyz(State(s): State<Arc<Shared>>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> impl IntoResponse {
-    // The text format the content type names (prometheus_client writes OpenMetrics),
-    // then NGINX's request metrics (crate::scrape).
-    let mut text = crate::scrape::to_text_format(&s.metrics.encode());
+    // The controller's and NGINX processes' metrics, then NGINX's request metrics
+    // (crate::scrape), all in the text format the content type names.
+    let mut text = s.metrics.scrape().await;
     if let Some(scraper) = s.request_metrics.get() {
         text.push_str(&scraper.encode().await);
     }
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
 }
 
 async fn resources(

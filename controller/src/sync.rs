@@ -24,6 +24,7 @@ use tokio::sync::{Mutex, watch};
 use crate::balancer::{
     BACKENDS, BalancerClient, CERTIFICATES, DEFAULT_CERTIFICATE, Posted, Refused, SyncError,
 };
+use crate::metrics::rejected::{Reason, Rejection};
 use crate::nginx::safety::Exclusions;
 use crate::nginx::{Applied, Dataplane};
 use crate::status::{ResourceState, ResourceStatus, Shared};
@@ -512,6 +513,11 @@ async fn reload_task(
             Ok(outcome) => {
                 let m = &common.shared.metrics;
                 m.config_tests.inc_by(outcome.tests as u64);
+                m.controller.pass(crate::metrics::controller::Pass::Served {
+                    version: &outcome.version,
+                    activated: outcome.applied != Applied::Unchanged,
+                    rejected: outcome.refused > 0,
+                });
                 m.reload_duration.observe(started.elapsed().as_secs_f64());
                 match outcome.applied {
                     Applied::Unchanged => {}
@@ -571,6 +577,11 @@ async fn reload_task(
             }
             Err(e) => {
                 common.shared.metrics.reload(false);
+                common
+                    .shared
+                    .metrics
+                    .controller
+                    .pass(crate::metrics::controller::Pass::Failed);
                 start_failed = !dataplane.nginx().is_running();
                 tracing::error!(error = %e, "applying the configuration failed; the last good configuration keeps serving");
                 if let Some(model) = dataplane.applied() {
@@ -737,12 +748,22 @@ fn refusal_status(
 
 /// Recomputes what `/status/resources` reports from the model NGINX serves and the
 /// exclusions it was built with.
-fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclusions) {
+fn publish_status(common: &Common, snap: &Snapshot, model: &Arc<Model>, excl: &Exclusions) {
     let mut by_resource: BTreeMap<ResourceRef, (bool, Vec<String>)> = BTreeMap::new();
+    // Why each rejected resource is, for the metrics.
+    let mut why: Vec<(ResourceRef, Reason)> = Vec::new();
     for r in ferrule_model::owned_ingresses(snap) {
         by_resource.entry(r).or_default();
     }
     for (r, e) in &excl.ingresses {
+        why.push((
+            r.clone(),
+            if e.fallback {
+                Reason::PreviousVersion
+            } else {
+                Reason::Excluded
+            },
+        ));
         let entry = by_resource.entry(r.clone()).or_default();
         entry.0 = true;
         entry.1.push(if e.fallback {
@@ -763,6 +784,9 @@ fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclus
             cm.metadata.namespace.as_deref().unwrap_or_default(),
             cm.metadata.name.as_deref().unwrap_or_default(),
         );
+        if excl.configmap.is_some() {
+            why.push((r.clone(), Reason::HeldBack));
+        }
         let entry = by_resource.entry(r).or_default();
         if let Some(held) = &excl.configmap {
             entry.0 = true;
@@ -770,6 +794,9 @@ fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclus
         }
     }
     for p in &model.problems {
+        if p.severity == Severity::Error {
+            why.push((p.resource.clone(), Reason::Problem(p.kind)));
+        }
         let entry = by_resource.entry(p.resource.clone()).or_default();
         entry.0 |= p.severity == Severity::Error;
         entry.1.push(p.message.clone());
@@ -782,6 +809,7 @@ fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclus
         for r in &refusals {
             let (message, resources) = refusal_status(snap, model, &owned, r);
             for res in resources {
+                why.push((res.clone(), Reason::BalancerRefused));
                 let entry = by_resource.entry(res).or_default();
                 entry.0 = true;
                 entry.1.push(message.clone());
@@ -803,4 +831,14 @@ fn publish_status(common: &Common, snap: &Snapshot, model: &Model, excl: &Exclus
         })
         .collect();
     common.shared.set_resources(statuses);
+    let rejections = why
+        .into_iter()
+        .map(|(r, reason)| Rejection {
+            kind: r.kind,
+            namespace: r.namespace,
+            name: r.name,
+            reason,
+        })
+        .collect();
+    common.shared.metrics.served.set(model.clone(), rejections);
 }

@@ -46,11 +46,31 @@ refuse "value must be one of 'Fail', 'Ignore'" --set controller.admissionWebhook
 refuse "caBundle is required" --set controller.admissionWebhooks.certificate.secretName=mine
 refuse "controller.hostNetwork needs controller.containerPort.http" --set controller.hostNetwork=true
 
-# 4. Golden files. The webhook certificate the chart issues differs at every render.
+# 4. Golden files. The webhook certificate the chart issues differs at every render;
+# the dashboards' JSON is checked against its files in 5, not copied here.
 render() { # values-file
     "$HELM" template ferrule "$CHART" --namespace ingress -f "$1" |
         sed -E 's/^(  (ca|tls)\.(crt|key): ).*/\1<issued by the chart>/;
-                s/^(      caBundle: ).{200,}$/\1<issued by the chart>/'
+                s/^(      caBundle: ).{200,}$/\1<issued by the chart>/' |
+        dashboards mask
+}
+# The Grafana dashboards' ConfigMaps: `mask` replaces each one's JSON with the name of
+# its file; `extract DIR` writes each to DIR/NAME.json instead.
+dashboards() { # mask | extract DIR
+    awk -v mode="$1" -v dir="${2:-}" '
+        function done() {
+            if (name == "") return
+            if (mode == "mask") printf "    <charts/ferrule/dashboards/%s>\n", name
+            else printf "%s", body > (dir "/" name)
+            name = ""
+        }
+        name != "" && /^    / { body = body substr($0, 5) "\n"; next }
+        { done() }
+        /^  ferrule-[a-z-]+\.json: [|]-$/ {
+            name = $1; sub(/^ferrule-/, "", name); sub(/:$/, "", name); body = ""
+        }
+        { print }
+        END { done() }'
 }
 for values in "$TESTS"/values/*.yaml; do
     name=$(basename "$values" .yaml)
@@ -65,6 +85,20 @@ for values in "$TESTS"/values/*.yaml; do
 done
 for golden in "$TESTS"/golden/*.yaml; do
     [[ -f $TESTS/values/$(basename "$golden") ]] || bad "golden/$(basename "$golden") has no value set"
+done
+
+# 5. The dashboards' ConfigMaps hold the files of charts/ferrule/dashboards verbatim.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$HELM" template ferrule "$CHART" --namespace ingress \
+    --set controller.metrics.enabled=true,controller.metrics.dashboards.enabled=true |
+    dashboards extract "$tmp" >/dev/null
+for json in "$CHART"/dashboards/*.json; do
+    if [[ ! -f $tmp/$(basename "$json") ]]; then
+        bad "no ConfigMap holds $(basename "$json")"
+    elif ! diff -q <(sed -e '$a\' "$json") "$tmp/$(basename "$json")" >/dev/null; then
+        bad "the ConfigMap of $(basename "$json") differs from the file"
+    fi
 done
 
 if ((fail)); then exit 1; fi

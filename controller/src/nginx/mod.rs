@@ -11,8 +11,10 @@ pub mod files;
 mod prefix;
 mod probe;
 pub mod process;
+pub mod procfs;
 pub mod render;
 pub mod safety;
+pub mod stub_status;
 pub mod worker_dir;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +62,11 @@ pub struct Outcome {
     pub tests: usize,
     /// How long `nginx -t` runs took in total.
     pub test_time: Duration,
+    /// How many of those refused the configuration (config safety then left a
+    /// resource out or held the ConfigMap back).
+    pub refused: usize,
+    /// The served configuration's version (a digest of the rendered files).
+    pub version: String,
 }
 
 /// An apply that could not produce any servable configuration.
@@ -220,6 +227,7 @@ impl Dataplane {
     ) -> Result<Outcome, ApplyError> {
         let last_good = self.applied_configmap.clone();
         let served = safety::apply(self, snap, excl, last_good).await?;
+        let version = served.written.version().to_owned();
         let model = served.written.model;
         self.applied = Some(model.clone());
         self.applied_configmap = served.snapshot.config_map;
@@ -229,6 +237,8 @@ impl Dataplane {
             model,
             tests: served.tests,
             test_time: served.test_time,
+            refused: served.refused,
+            version,
         })
     }
 }

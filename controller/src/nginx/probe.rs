@@ -28,6 +28,13 @@ pub struct Written {
     change: files::Change,
 }
 
+impl Written {
+    /// The configuration's version (a digest of the rendered files).
+    pub fn version(&self) -> &str {
+        self.rendered.version()
+    }
+}
+
 impl Dataplane {
     /// Renders every file for `model`, with modes.
     pub fn files(

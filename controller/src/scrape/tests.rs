@@ -125,16 +125,3 @@ fn label_values_are_escaped_and_bad_dumps_refused() {
         "{out}"
     );
 }
-
-#[test]
-fn openmetrics_becomes_the_text_format() {
-    let om = "# HELP ferrule_reloads NGINX reloads.\n# TYPE ferrule_reloads counter\nferrule_reloads_total{result=\"success\"} 1\n\
-              # HELP ferrule_resources Resources.\n# TYPE ferrule_resources gauge\nferrule_resources 3\n\
-              # HELP ferrule_x_seconds X.\n# TYPE ferrule_x_seconds histogram\n# UNIT ferrule_x_seconds seconds\nferrule_x_seconds_sum 1\n# EOF\n";
-    assert_eq!(
-        to_text_format(om),
-        "# HELP ferrule_reloads_total NGINX reloads.\n# TYPE ferrule_reloads_total counter\nferrule_reloads_total{result=\"success\"} 1\n\
-         # HELP ferrule_resources Resources.\n# TYPE ferrule_resources gauge\nferrule_resources 3\n\
-         # HELP ferrule_x_seconds X.\n# TYPE ferrule_x_seconds histogram\nferrule_x_seconds_sum 1\n"
-    );
-}

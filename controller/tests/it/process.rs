@@ -508,16 +508,19 @@ async fn status_port_health_readiness_and_metrics() {
 
     let (s, text) = f.get_status("/metrics").await;
     assert_eq!(s, 200);
-    for needle in [
-        "ferrule_reload_duration_seconds_bucket{le=",
-        "ferrule_reload_duration_seconds_count ",
-        "ferrule_sync_duration_seconds_bucket{le=",
-        "ferrule_sync_duration_seconds_count ",
-        "ferrule_resources{state=\"applied\"}",
-        "ferrule_resources{state=\"rejected\"}",
-        "ferrule_reload_verify_failures_total ",
-        "ferrule_nginx_restarts_total ",
-    ] {
+    // Every series carries the controller's labels first (ingress-nginx's).
+    let id = "{controller_namespace=";
+    let needles = [
+        "ferrule_reload_duration_seconds_bucket{".to_owned(),
+        format!("ferrule_reload_duration_seconds_count{id}"),
+        "ferrule_sync_duration_seconds_bucket{".to_owned(),
+        format!("ferrule_sync_duration_seconds_count{id}"),
+        ",state=\"applied\"} ".to_owned(),
+        ",state=\"rejected\"} ".to_owned(),
+        format!("ferrule_reload_verify_failures_total{id}"),
+        format!("ferrule_nginx_restarts_total{id}"),
+    ];
+    for needle in &needles {
         assert!(text.contains(needle), "/metrics lacks {needle:?}:\n{text}");
     }
     assert!(f.metric("ferrule_reload_duration_seconds_count", "").await >= 1.0);

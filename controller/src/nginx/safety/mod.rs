@@ -88,6 +88,8 @@ pub struct Served<W> {
     pub tests: usize,
     /// How long they took in total.
     pub test_time: Duration,
+    /// How many of them refused the configuration.
+    pub refused: usize,
 }
 
 /// The reload path with config safety (see the module docs): serves `snap` through
@@ -169,6 +171,8 @@ struct Pass {
     tests: usize,
     /// Their total duration.
     test_time: Duration,
+    /// Of those, the runs that failed.
+    refused: usize,
     /// The Ingress exclusions when the pass began (restored when the ConfigMap is
     /// blamed instead).
     start: BTreeMap<ResourceRef, Excluded>,
@@ -185,6 +189,7 @@ impl Pass {
         Self {
             tests: 0,
             test_time: Duration::ZERO,
+            refused: 0,
             start: excl.ingresses.clone(),
             last_good,
             failed: Vec::new(),
@@ -198,6 +203,7 @@ impl Pass {
         let result = probe.test().await;
         self.tests += 1;
         self.test_time += started.elapsed();
+        self.refused += usize::from(result.is_err());
         result
     }
 
@@ -217,6 +223,7 @@ impl Pass {
             snapshot: served,
             tests: self.tests,
             test_time: self.test_time,
+            refused: self.refused,
         }
     }
 }
