@@ -281,6 +281,7 @@ impl MetricsFlags {
     }
 
     fn export(&self, controller_class: &str) -> ferrule::scrape::ExportOptions {
+        let identity = ferrule::metrics::Identity::from_env(controller_class);
         ferrule::scrape::ExportOptions {
             per_host: self.metrics_per_host,
             status_classes: self.report_status_classes,
@@ -294,9 +295,11 @@ impl MetricsFlags {
                 })
                 .collect(),
             exclude_labels: self.metrics_exclude_labels.iter().cloned().collect(),
-            controller_class: controller_class.to_owned(),
-            controller_namespace: std::env::var("POD_NAMESPACE").unwrap_or_default(),
-            controller_pod: std::env::var("POD_NAME").unwrap_or_default(),
+            // The same identity as every other metric: dashboards chain their
+            // variables from config_hash's labels.
+            controller_class: identity.class,
+            controller_namespace: identity.namespace,
+            controller_pod: identity.pod,
         }
     }
 }

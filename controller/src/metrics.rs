@@ -217,18 +217,18 @@ impl Metrics {
         // Every outcome from zero, so that rate() sees the first reload or update
         // (a series that appears at 1 has no increase to show).
         for result in ["success", "failure"] {
-            reloads.get_or_create(&ResultLabel {
+            drop(reloads.get_or_create(&ResultLabel {
                 result: result.into(),
-            });
+            }));
             for kind in ["backends", "certificates"] {
-                dynamic_updates.get_or_create(&DynamicLabel {
+                drop(dynamic_updates.get_or_create(&DynamicLabel {
                     kind: kind.into(),
                     result: result.into(),
-                });
+                }));
             }
         }
         for kind in ["endpoints", "full"] {
-            model_builds.get_or_create(&BuildLabel { kind: kind.into() });
+            drop(model_builds.get_or_create(&BuildLabel { kind: kind.into() }));
         }
         Self {
             registry,

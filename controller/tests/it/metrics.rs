@@ -320,6 +320,7 @@ type Traffic = (
 );
 const TRAFFIC: &[Traffic] = &[
     ("a.test", "/", None, 200, "a", 30),
+    ("a.test", "/gone", Some(404), 404, "a", 4),
     ("b.test", "/notfound", Some(404), 404, "b", 10),
     ("b.test", "/down", None, 503, "b", 5),
     ("b.test", "/missing", None, 503, "b", 5),
@@ -723,8 +724,12 @@ async fn check_known_values(
         build[0].label("controller_class"),
         "ferrule.dev/ingress-controller"
     );
-    // The per-request counters, when this build has them: exactly what was sent.
-    if present.contains("nginx_ingress_controller_requests") {
+    // The per-request counters: exactly what was sent.
+    assert!(
+        present.contains("nginx_ingress_controller_requests"),
+        "no request metrics on /metrics"
+    );
+    {
         let got =
             q(r#"sum by (ingress, status) (nginx_ingress_controller_requests{ingress=~"a|b"})"#)
                 .await;
