@@ -282,8 +282,12 @@ until [[ $(kubectl -n "$NS" get ingress echo -o 'jsonpath={.status.loadBalancer.
     ((SECONDS < deadline)) || fail "the ferrule pod did not publish 10.9.8.7 on Ingress echo's status"
     sleep 0.3
 done
-kubectl -n "$NS" logs "${fpod%%=*}" | grep -q '"GET /through-ferrule HTTP/1.1" 200' ||
-    fail "no NGINX access log line in the ferrule pod's log"
+# The access log is buffered (access-log-params): written within a second.
+deadline=$((SECONDS + 10))
+until kubectl -n "$NS" logs "${fpod%%=*}" | grep -q '"GET /through-ferrule HTTP/1.1" 200'; do
+    ((SECONDS < deadline)) || fail "no NGINX access log line in the ferrule pod's log"
+    sleep 0.5
+done
 log "ferrule: echo.test via pod ${fpod#*=}:80 and Service $fsvc:80 answered by echo pods, status published, access log in the pod log"
 
 kubectl delete namespace "$NS" --timeout=60s >/dev/null || fail "namespace $NS not deleted in 60 s"

@@ -284,8 +284,10 @@ run_image() { # BALANCER
 
     # Logs: Ferrule's and NGINX's access log on the container's stdio.
     grep -q 'readiness changed ready=true' "$WORK/ctr.log" || fail "no Ferrule log on the container's stderr"
-    grep -q '"GET /probe HTTP/1.1" 200' "$WORK/ctr.log" ||
-        { cat "$WORK/ctr.log" >&2; fail "no NGINX access log line on the container's stdout"; }
+    # The access log is buffered (access-log-params): written within a second.
+    logged() { grep -q '"GET /probe HTTP/1.1" 200' "$WORK/ctr.log"; }
+    logged || sleep 2
+    logged || { cat "$WORK/ctr.log" >&2; fail "no NGINX access log line on the container's stdout"; }
     if [[ $balancer == lua ]]; then
         grep -q 'C fast path for plain backends' "$WORK/ctr.log" ||
             { cat "$WORK/ctr.log" >&2; fail "NGINX in the image did not load ngx_http_ferrule_module.so"; }

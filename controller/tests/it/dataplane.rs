@@ -163,7 +163,8 @@ fn listening_sockets(port: u16) -> usize {
 /// shared by the workers (ingress-nginx's `reuse-port` default differs, see
 /// `Tuning::reuse_port`) and no access log for requests to no known host; with the
 /// keys set, a socket per worker, the workers' open-files limit
-/// (`max-worker-open-files`) and the catch-all server logged.
+/// (`max-worker-open-files`) and the catch-all server logged. The access log is
+/// buffered by default (`access-log-params`).
 #[tokio::test]
 async fn configmap_process_keys_reach_nginx() {
     let echo = Echo::start("127.0.0.2").await;
@@ -188,6 +189,8 @@ async fn configmap_process_keys_reach_nginx() {
     assert_eq!(listening_sockets(f.http), 1, "one shared socket");
     assert_eq!(f.get("unknown.test", "/default-1").await.0, 404);
     assert_eq!(f.get("tune.test", "/known-1").await.0, 200);
+    // access-log-params' default buffers: the line is written within a second.
+    assert!(!logged(&f, "/known-1"), "the access log is buffered");
     let known = wait_until(Duration::from_secs(5), || async { logged(&f, "/known-1") }).await;
     assert!(known, "{}", f.logs());
     assert!(
@@ -200,7 +203,8 @@ async fn configmap_process_keys_reach_nginx() {
         "cm.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: ferrule, namespace: demo }\ndata:\n  \
          reuse-port: \"true\"\n  max-worker-open-files: \"4096\"\n  \
-         enable-access-log-for-default-backend: \"true\"\n  enable-aio-write: \"false\"\n",
+         enable-access-log-for-default-backend: \"true\"\n  enable-aio-write: \"false\"\n  \
+         access-log-params: \"\"\n",
     );
     let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
     assert_eq!(listening_sockets(f.http), 2, "a socket per worker");

@@ -66,6 +66,10 @@ pub struct Tuning {
     /// `enable-access-log-for-default-backend`: log the requests of the catch-all
     /// server too (default off: scanners' noise).
     pub enable_access_log_for_default_backend: bool,
+    /// `access-log-params`: `access_log`'s parameters (`buffer=`, `flush=`, `gzip`).
+    /// Buffered by default, unlike ingress-nginx (none): one `write()` per request
+    /// was most of what the access log cost. An empty value writes every line at once.
+    pub access_log_params: Vec<String>,
 }
 
 impl Default for Tuning {
@@ -95,6 +99,7 @@ impl Default for Tuning {
             max_worker_open_files: 0,
             enable_aio_write: true,
             enable_access_log_for_default_backend: false,
+            access_log_params: vec!["buffer=32k".to_owned(), "flush=1s".to_owned()],
         }
     }
 }
@@ -123,6 +128,7 @@ pub(crate) const KEYS: &[&str] = &[
     "max-worker-open-files",
     "enable-aio-write",
     "enable-access-log-for-default-backend",
+    "access-log-params",
 ];
 
 impl Tuning {
@@ -163,6 +169,7 @@ impl Tuning {
             }
             "enable-multi-accept" => self.multi_accept = value::boolean(v)?,
             "disable-ipv6" => self.disable_ipv6 = value::boolean(v)?,
+            "access-log-params" => self.access_log_params = access_log_params(v)?,
             "reuse-port" => self.reuse_port = value::boolean(v)?,
             "max-worker-open-files" => {
                 let n = value::integer(v, 0, 1 << 24)?;
@@ -215,6 +222,40 @@ fn time(v: &str) -> Result<String, String> {
     } else {
         Err("expected a time such as \"10m\", \"600s\" or \"1h\"".to_owned())
     }
+}
+
+/// `access-log-params`: `buffer=SIZE`, `flush=TIME`, `gzip` or `gzip=1..9`,
+/// separated by spaces or commas, each at most once.
+fn access_log_params(v: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in v.split([' ', ',']).filter(|p| !p.is_empty()) {
+        let (name, arg) = p.split_once('=').unwrap_or((p, ""));
+        let ok = match name {
+            "buffer" => buffer(arg).is_ok(),
+            "flush" => time(arg).is_ok(),
+            "gzip" => {
+                arg.is_empty() || matches!(arg, "1" | "2" | "3" | "4" | "5" | "6" | "7" | "8" | "9")
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(format!(
+                "{p:?} is not one of buffer=SIZE, flush=TIME, gzip[=1-9]"
+            ));
+        }
+        if out.iter().any(|q| q.split('=').next() == Some(name)) {
+            return Err(format!("{name} given twice"));
+        }
+        out.push(p.to_owned());
+    }
+    if out.iter().any(|p| p.starts_with("flush"))
+        && !out
+            .iter()
+            .any(|p| p.starts_with("buffer") || p.starts_with("gzip"))
+    {
+        return Err("flush needs buffer= or gzip".to_owned());
+    }
+    Ok(out)
 }
 
 /// A power of two in `min..=max` (NGINX's hash bucket sizes).
@@ -303,6 +344,17 @@ mod tests {
             ("max-worker-open-files", "-1", Err("integer")),
             ("enable-aio-write", "false", Ok("false")),
             ("enable-access-log-for-default-backend", "true", Ok("true")),
+            (
+                "access-log-params",
+                "buffer=16k, gzip flush=5m",
+                Ok(r#"["buffer=16k","gzip","flush=5m"]"#),
+            ),
+            ("access-log-params", "", Ok("[]")),
+            ("access-log-params", "flush=1s", Err("flush needs")),
+            ("access-log-params", "buffer=1k buffer=2k", Err("twice")),
+            ("access-log-params", "if=$loggable", Err("is not one of")),
+            ("access-log-params", "gzip=10", Err("is not one of")),
+            ("access-log-params", "buffer=8k;", Err("is not one of")),
         ]);
     }
 }
