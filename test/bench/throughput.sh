@@ -95,7 +95,7 @@ events { worker_connections 16384; }
 http {
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
-    access_log $d/logs/access.log;
+    access_log $d/logs/access.log combined buffer=32k flush=1s;  # as Ferrule by default
     client_body_temp_path $d/tmp/cb; proxy_temp_path $d/tmp/px;
     fastcgi_temp_path $d/tmp/fc; uwsgi_temp_path $d/tmp/uw; scgi_temp_path $d/tmp/sc;
     server_tokens off;
