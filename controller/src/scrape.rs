@@ -360,18 +360,6 @@ impl Dump {
     }
 }
 
-/// Escapes a label value for the text exposition.
-fn escape(v: &str, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-}
-
 fn labels_text(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String {
     let mut s = String::from("{");
     for (i, (k, v)) in labels
@@ -385,7 +373,7 @@ fn labels_text(labels: &[(&str, String)], extra: Option<(&str, &str)>) -> String
         }
         s.push_str(k);
         s.push_str("=\"");
-        escape(v, &mut s);
+        crate::metrics::text::escape_label_value(v, &mut s);
         s.push('"');
     }
     s.push('}');

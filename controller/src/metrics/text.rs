@@ -50,14 +50,7 @@ pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64)
             }
             out.push_str(k);
             out.push_str("=\"");
-            for c in v.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    '"' => out.push_str("\\\""),
-                    '\n' => out.push_str("\\n"),
-                    c => out.push(c),
-                }
-            }
+            escape_label_value(v, out);
             out.push('"');
         }
         out.push('}');
@@ -121,6 +114,18 @@ pub fn from_openmetrics(om: &str) -> String {
     }
     flush(&mut out, &mut help);
     out
+}
+
+/// Writes `v` as a label value of the text format (`\\`, `\"` and `\n` escaped).
+pub fn escape_label_value(v: &str, out: &mut String) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
 }
 
 #[cfg(test)]
