@@ -47,9 +47,14 @@ pub struct RunArgs {
 /// `ferrule run`: the whole loop in standalone mode.
 pub async fn run(mut args: RunArgs) -> Result<()> {
     let default_pem = ferrule::tls::self_signed_default()?;
-    let shared = Arc::new(Shared::new(ferrule::metrics::Identity::from_env(
-        &args.settings.controller,
-    )));
+    let identity = ferrule::metrics::Identity::from_env(&args.settings.controller);
+    // The request metrics carry the same identity: dashboards chain their variables
+    // from config_hash's labels.
+    let export = &mut args.request_metrics;
+    export.controller_class.clone_from(&identity.class);
+    export.controller_namespace.clone_from(&identity.namespace);
+    export.controller_pod.clone_from(&identity.pod);
+    let shared = Arc::new(Shared::new(identity));
     shared.metrics.nginx.watch(args.render.prefix.clone());
     let listener = tokio::net::TcpListener::bind(args.status)
         .await

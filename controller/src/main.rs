@@ -280,8 +280,7 @@ impl MetricsFlags {
         }))
     }
 
-    fn export(&self, controller_class: &str) -> ferrule::scrape::ExportOptions {
-        let identity = ferrule::metrics::Identity::from_env(controller_class);
+    fn export(&self) -> ferrule::scrape::ExportOptions {
         ferrule::scrape::ExportOptions {
             per_host: self.metrics_per_host,
             status_classes: self.report_status_classes,
@@ -295,11 +294,10 @@ impl MetricsFlags {
                 })
                 .collect(),
             exclude_labels: self.metrics_exclude_labels.iter().cloned().collect(),
-            // The same identity as every other metric: dashboards chain their
-            // variables from config_hash's labels.
-            controller_class: identity.class,
-            controller_namespace: identity.namespace,
-            controller_pod: identity.pod,
+            // Set by `commands::run` from the one identity every metric carries.
+            controller_class: String::new(),
+            controller_namespace: String::new(),
+            controller_pod: String::new(),
         }
     }
 }
@@ -630,7 +628,7 @@ async fn main() -> Result<()> {
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
                 render: nginx.run_options(flags.config_map_ref())?,
                 fast_path_module: nginx.fast_path_module(),
-                request_metrics: nginx.metrics.export(&flags.controller_class),
+                request_metrics: nginx.metrics.export(),
                 nginx_binary: nginx.nginx_binary.clone(),
                 settings: flags.settings(),
                 config_map: flags

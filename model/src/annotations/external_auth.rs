@@ -158,26 +158,15 @@ fn read<'v>(
         duration_key,
         cookie_key,
     ] = KEYS;
-    let service = get(url_key).map(|v| url(v, &[])).transpose();
-    let service = service.map_err(|e| (url_key, e))?;
-    let method = get(method_key).map(method).transpose();
-    let method = method.map_err(|e| (method_key, e))?;
-    let signin = get(signin_key)
-        .map(|v| url(v, SIGNIN_VARIABLES))
-        .transpose();
-    let signin = signin.map_err(|e| (signin_key, e))?;
-    let redirect_param = get(param_key).map(query_parameter).transpose();
-    let redirect_param = redirect_param.map_err(|e| (param_key, e))?;
-    let response_headers = get(headers_key).map(header_names).transpose();
-    let response_headers = response_headers.map_err(|e| (headers_key, e))?;
-    let request_redirect = get(redirect_key).map(value::plain).transpose();
-    let request_redirect = request_redirect.map_err(|e| (redirect_key, e))?;
-    let key = get(cache_key).map(cache_key_value).transpose();
-    let key = key.map_err(|e| (cache_key, e))?;
-    let valid = get(duration_key).map(cache_durations).transpose();
-    let valid = valid.map_err(|e| (duration_key, e))?;
-    let always_set_cookie = get(cookie_key).map(value::boolean).transpose();
-    let always_set_cookie = always_set_cookie.map_err(|e| (cookie_key, e))?;
+    let service = field(&get, url_key, |v| url(v, &[]))?;
+    let method = field(&get, method_key, method)?;
+    let signin = field(&get, signin_key, |v| url(v, SIGNIN_VARIABLES))?;
+    let redirect_param = field(&get, param_key, query_parameter)?;
+    let response_headers = field(&get, headers_key, header_names)?;
+    let request_redirect = field(&get, redirect_key, value::plain)?;
+    let key = field(&get, cache_key, cache_key_value)?;
+    let valid = field(&get, duration_key, cache_durations)?;
+    let always_set_cookie = field(&get, cookie_key, value::boolean)?;
     let Some(url) = service else {
         // A companion without auth-url would leave the location open.
         return match KEYS[1..].iter().find(|k| get(k).is_some()) {
@@ -199,6 +188,15 @@ fn read<'v>(
         }),
         always_set_cookie: always_set_cookie.unwrap_or(false),
     }))
+}
+
+/// The value of `key` through `parse`, if set; an error names the key.
+fn field<'v, T>(
+    get: &impl Fn(&str) -> Option<&'v str>,
+    key: &'static str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, (&'static str, String)> {
+    get(key).map(parse).transpose().map_err(|e| (key, e))
 }
 
 fn words(w: &[&str]) -> Vec<String> {
