@@ -104,7 +104,9 @@ function hashParts(b) {
 }
 
 // Run fn() (synchronous file writes) under the state lock; the lock is only
-// contended when two workers handle POSTs at the same moment.
+// contended when two workers handle POSTs at the same moment. fn returns the
+// answer, which is sent only after the lock is released: a client that saw the
+// answer never sees the lock (nor can a later writer's lock be unlinked by it).
 function withLock(r, dir, fn) {
     var deadline = Date.now() + LOCK_WAIT_MS;
     function attempt() {
@@ -123,11 +125,13 @@ function withLock(r, dir, fn) {
             setTimeout(attempt, 2);
             return;
         }
+        var answer;
         try {
-            fn();
+            answer = fn();
         } finally {
             store.unlock(dir);
         }
+        answer();
     }
     attempt();
 }
@@ -154,10 +158,12 @@ function postBackends(r) {
         try {
             gen = store.writeBackends(dir, p.ok, hashParts);
         } catch (e) {
-            return writeFailed(r, 'backends', e);
+            return function () { writeFailed(r, 'backends', e); };
         }
-        reply(r, 201, {version: p.ok.version, generation: gen,
-                       changed: p.ok.backends.length, removed: p.ok.removed.length});
+        return function () {
+            reply(r, 201, {version: p.ok.version, generation: gen,
+                           changed: p.ok.backends.length, removed: p.ok.removed.length});
+        };
     });
 }
 
@@ -211,11 +217,13 @@ async function postCertificates(r) {
         try {
             gen = store.writeCertificates(dir, p.ok);
         } catch (e) {
-            return writeFailed(r, 'certificates', e);
+            return function () { writeFailed(r, 'certificates', e); };
         }
-        reply(r, 201, {version: p.ok.version, generation: gen,
-                       changed: p.ok.certificates.length, removed: p.ok.removed.length,
-                       default: p.ok.default !== null});
+        return function () {
+            reply(r, 201, {version: p.ok.version, generation: gen,
+                           changed: p.ok.certificates.length, removed: p.ok.removed.length,
+                           default: p.ok.default !== null});
+        };
     });
 }
 
