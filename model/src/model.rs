@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
     Affinity, BackendProtocol, BasicAuth, Canary, ExternalAuth, GlobalSourceRanges, LoadBalance,
-    RateLimits, Snippet, SourceRanges,
+    RateLimits, Redirect, Snippet, SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -241,6 +241,9 @@ pub struct LocationSettings {
     pub ssl_redirect: bool,
     /// Redirect HTTP to HTTPS even without TLS on the server (`force-ssl-redirect`).
     pub force_ssl_redirect: bool,
+    /// Redirect every request elsewhere (`permanent-redirect`, `temporal-redirect`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect: Option<Redirect>,
     /// Protocol used to talk to the backend.
     pub backend_protocol: BackendProtocol,
     /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).

@@ -788,6 +788,7 @@ fn location_view(
         modifier: modifier.to_owned(),
         path: path.to_owned(),
         force_redirect: st.force_ssl_redirect,
+        redirect: st.redirect.clone(),
         // The balancer redirects when this host has a certificate posted.
         redirect_host: (st.ssl_redirect && !st.force_ssl_redirect)
             .then_some(tls_host)
@@ -1066,6 +1067,10 @@ struct LocationView {
     force_redirect: bool,
     /// `ssl-redirect`: the server's host, for the balancer's per-request decision.
     redirect_host: Option<String>,
+    /// `permanent-redirect` / `temporal-redirect`: a `return` before anything else
+    /// of the location but the force-ssl-redirect (as ingress-nginx, whose Lua
+    /// ssl-redirect comes after NGINX's rewrite directives).
+    redirect: Option<ferrule_model::annotations::Redirect>,
     /// Whether the location runs the log phase (EWMA statistics).
     ewma: bool,
     /// Whether the location runs `rewrite()` for every request (the template ignores

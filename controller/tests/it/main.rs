@@ -22,3 +22,4 @@ mod protocols;
 mod request_metrics;
 mod safety;
 mod tenants;
+mod traffic;

@@ -31,6 +31,7 @@ pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
 pub use external_auth::{ExternalAuth, GlobalAuth};
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
+pub use redirect::Redirect;
 pub use satisfy::Satisfy;
 pub use snippets::Snippet;
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
@@ -75,6 +76,8 @@ pub struct IngressAnnotations {
     pub ssl_redirect: Option<bool>,
     /// `force-ssl-redirect`.
     pub force_ssl_redirect: Option<bool>,
+    /// `temporal-redirect` or `permanent-redirect`, with its code.
+    pub redirect: Option<Redirect>,
     /// `backend-protocol`.
     pub backend_protocol: Option<BackendProtocol>,
     /// `proxy-body-size`.

@@ -1,7 +1,10 @@
-//! `ssl-redirect`, `force-ssl-redirect`.
+//! `ssl-redirect`, `force-ssl-redirect`, and the redirects of every request of a
+//! location: `permanent-redirect` and `temporal-redirect` with their codes.
+
+use serde::{Deserialize, Serialize};
 
 use super::registry::{Family, Risk::*, Scope::*, key};
-use super::{AnnotationError, IngressAnnotations, Reader, value};
+use super::{AnnotationError, IngressAnnotations, Reader, external_auth, value};
 /// The family's keys (see `registry.rs`).
 pub(super) const FAMILY: Family = Family {
     name: "redirect",
@@ -18,11 +21,93 @@ pub(super) const FAMILY: Family = Family {
             Low,
             "redirect plain HTTP to HTTPS even without TLS on the host",
         ),
+        key(
+            "permanent-redirect",
+            Location,
+            Medium,
+            "redirect every request to this absolute URL (default code 301)",
+        ),
+        key(
+            "permanent-redirect-code",
+            Location,
+            Low,
+            "status of permanent-redirect, 300 to 308",
+        ),
+        key(
+            "temporal-redirect",
+            Location,
+            Medium,
+            "temporary redirect to this absolute URL (default code 302; wins over permanent-redirect)",
+        ),
+        key(
+            "temporal-redirect-code",
+            Location,
+            Low,
+            "status of temporal-redirect, 300 to 308",
+        ),
     ],
 };
+
+/// The variables a redirect URL may use: the request's own URI and host, nothing a
+/// client could fill with a header (CVE-2023-5044 injected directives through
+/// `permanent-redirect`; the URL is typed and every other `$` refused).
+const URL_VARIABLES: &[&str] = &["request_uri", "uri", "is_args", "args", "scheme", "host"];
+
+/// A redirect of every request of a location.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Redirect {
+    /// The status (300 to 308).
+    pub code: u16,
+    /// An absolute http(s) URL; `$` only before [`URL_VARIABLES`].
+    pub url: String,
+}
+
+fn url(v: &str) -> Result<String, String> {
+    external_auth::url(v, URL_VARIABLES)
+}
+
+fn code(v: &str) -> Result<u16, String> {
+    value::integer(v, 300, 308).map(|c| c as u16)
+}
 
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     out.ssl_redirect = r.parse("ssl-redirect", value::boolean)?;
     out.force_ssl_redirect = r.parse("force-ssl-redirect", value::boolean)?;
+    let permanent = r.parse("permanent-redirect", url)?;
+    let permanent_code = r.parse("permanent-redirect-code", code)?;
+    let temporal = r.parse("temporal-redirect", url)?;
+    let temporal_code = r.parse("temporal-redirect-code", code)?;
+    // As ingress-nginx: the temporal redirect wins when both are set.
+    out.redirect = match (temporal, permanent) {
+        (Some(url), _) => Some(Redirect {
+            code: temporal_code.unwrap_or(302),
+            url,
+        }),
+        (None, Some(url)) => Some(Redirect {
+            code: permanent_code.unwrap_or(301),
+            url,
+        }),
+        (None, None) => None,
+    };
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_urls_are_typed() {
+        assert_eq!(
+            url("https://new.example.com$request_uri").unwrap(),
+            "https://new.example.com$request_uri"
+        );
+        assert!(url("https://a.b/x?$http_cookie").is_err());
+        assert!(url("https://a.b/;return 200").is_err());
+        assert!(url("javascript:alert(1)").is_err());
+        assert!(url("/relative").is_err());
+        assert_eq!(code("308"), Ok(308));
+        assert!(code("200").is_err());
+        assert!(code("309").is_err());
+    }
 }

@@ -216,39 +216,12 @@ pub(super) const CORS: Family = Family {
     ],
 };
 
-/// Redirects other than the ssl-redirect.
+/// Redirects other than the ssl-redirect and the redirects of every request
+/// (`redirect.rs`).
 pub(super) const REDIRECTS: Family = Family {
     name: "redirects",
     keys: &[
         todo("app-root", Server, Medium, false, "redirect / to this path"),
-        todo(
-            "permanent-redirect",
-            Location,
-            Medium,
-            false,
-            "redirect every request to this URL",
-        ),
-        todo(
-            "permanent-redirect-code",
-            Location,
-            Low,
-            false,
-            "status of permanent-redirect",
-        ),
-        todo(
-            "temporal-redirect",
-            Location,
-            Medium,
-            false,
-            "temporary redirect to this URL",
-        ),
-        todo(
-            "temporal-redirect-code",
-            Location,
-            Low,
-            false,
-            "status of temporal-redirect",
-        ),
         todo(
             "from-to-www-redirect",
             Server,

@@ -1,0 +1,114 @@
+//! The traffic annotations of ingress-nginx through real NGINX, as a client sees
+//! them: redirects (status and `Location`).
+
+use crate::support::*;
+
+const T0: &str = "2026-01-01T00:00:00Z";
+
+fn ing(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
+    let mut a = vec![("ssl-redirect", "false")];
+    a.extend_from_slice(annotations);
+    ingress("demo", name, T0, host, &[("/", "Prefix", "echo")], &a)
+}
+
+/// (status, `Location`) of a GET of `uri` on `host`.
+async fn redirect_of(f: &Ferrule, host: &str, uri: &str) -> (u16, String) {
+    let r = client()
+        .get(format!("http://127.0.0.1:{}{uri}", f.http))
+        .header("Host", host)
+        .send()
+        .await
+        .unwrap();
+    let location = r
+        .headers()
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (r.status().as_u16(), location)
+}
+
+#[tokio::test]
+async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let url = "https://new.example.com$request_uri";
+    m.write(
+        "perm.yaml",
+        &ing("perm", "perm.test", &[("permanent-redirect", url)]),
+    );
+    m.write(
+        "code.yaml",
+        &ing(
+            "code",
+            "code.test",
+            &[
+                ("permanent-redirect", "https://new.example.com/"),
+                ("permanent-redirect-code", "308"),
+            ],
+        ),
+    );
+    m.write(
+        "temp.yaml",
+        &ing(
+            "temp",
+            "temp.test",
+            &[("temporal-redirect", "http://other.example:8080/x?a=1")],
+        ),
+    );
+    m.write(
+        "both.yaml",
+        &ing(
+            "both",
+            "both.test",
+            &[
+                ("permanent-redirect", "https://perm.example/"),
+                ("temporal-redirect", "https://temp.example/"),
+                ("temporal-redirect-code", "307"),
+            ],
+        ),
+    );
+    // A header a client fills is no part of a redirect (CVE-2023-5044's class).
+    m.write(
+        "bad.yaml",
+        &ing(
+            "bad",
+            "bad.test",
+            &[("permanent-redirect", "https://x.example/$http_x")],
+        ),
+    );
+    m.write("plain.yaml", &ing("plain", "plain.test", &[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    assert_eq!(
+        redirect_of(&f, "perm.test", "/a/b?x=1").await,
+        (301, "https://new.example.com/a/b?x=1".to_owned()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(
+        redirect_of(&f, "code.test", "/a").await,
+        (308, "https://new.example.com/".to_owned())
+    );
+    assert_eq!(
+        redirect_of(&f, "temp.test", "/").await,
+        (302, "http://other.example:8080/x?a=1".to_owned())
+    );
+    assert_eq!(
+        redirect_of(&f, "both.test", "/").await,
+        (307, "https://temp.example/".to_owned()),
+        "the temporal redirect wins, as in ingress-nginx"
+    );
+    assert_eq!(redirect_of(&f, "plain.test", "/").await.0, 200);
+
+    let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
+    assert_eq!(bad["state"], "rejected", "{bad}");
+    let message = bad["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("permanent-redirect") && message.contains("$http_x"),
+        "names the annotation and the value: {bad}"
+    );
+    assert_eq!(redirect_of(&f, "bad.test", "/").await.0, 404);
+    let perm = f.resource("Ingress", "demo", "perm").await.unwrap();
+    assert_eq!(perm["state"], "applied", "{perm}");
+}
