@@ -391,6 +391,11 @@ pub fn url(v: &str, variables: &[&str]) -> Result<String, String> {
         at = start + name.len();
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // `https://host$request_uri`: a variable after the host ends the authority.
+    let authority = match authority.char_indices().skip(1).find(|(_, c)| *c == '$') {
+        Some((i, _)) => &authority[..i],
+        None => authority,
+    };
     let host = match authority.strip_prefix('[') {
         Some(v6) => {
             let (addr, port) = v6.split_once(']').ok_or("unclosed [ in the host")?;
