@@ -244,6 +244,9 @@ pub struct LocationSettings {
     /// Redirect every request elsewhere (`permanent-redirect`, `temporal-redirect`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,
+    /// `app-root`: a request for `/` is redirected (302) to this path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_root: Option<String>,
     /// Protocol used to talk to the backend.
     pub backend_protocol: BackendProtocol,
     /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).

@@ -789,6 +789,12 @@ fn location_view(
         path: path.to_owned(),
         force_redirect: st.force_ssl_redirect,
         redirect: st.redirect.clone(),
+        // `$host`, not the client's Host header: server_name matched it. The path
+        // has no `$` (typed), so only these two variables expand.
+        app_root: st
+            .app_root
+            .as_ref()
+            .map(|p| format!("$ferrule_scheme://$host{p}")),
         // The balancer redirects when this host has a certificate posted.
         redirect_host: (st.ssl_redirect && !st.force_ssl_redirect)
             .then_some(tls_host)
@@ -1071,6 +1077,8 @@ struct LocationView {
     /// of the location but the force-ssl-redirect (as ingress-nginx, whose Lua
     /// ssl-redirect comes after NGINX's rewrite directives).
     redirect: Option<ferrule_model::annotations::Redirect>,
+    /// `app-root`: the URL a request for `/` is redirected to.
+    app_root: Option<String>,
     /// Whether the location runs the log phase (EWMA statistics).
     ewma: bool,
     /// Whether the location runs `rewrite()` for every request (the template ignores

@@ -112,3 +112,37 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     let perm = f.resource("Ingress", "demo", "perm").await.unwrap();
     assert_eq!(perm["state"], "applied", "{perm}");
 }
+
+#[tokio::test]
+async fn app_root_redirects_only_a_request_for_the_root() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "app.yaml",
+        &ing("app", "app.test", &[("app-root", "/app1")]),
+    );
+    m.write(
+        "bad.yaml",
+        &ing("bad", "bad.test", &[("app-root", "//evil.example")]),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    assert_eq!(
+        redirect_of(&f, "app.test", "/").await,
+        (302, "http://app.test/app1".to_owned()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(redirect_of(&f, "app.test", "/app1").await.0, 200);
+    assert_eq!(redirect_of(&f, "app.test", "/other").await.0, 200);
+    let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
+    assert_eq!(bad["state"], "rejected", "{bad}");
+    assert!(
+        bad["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("app-root"),
+        "{bad}"
+    );
+}

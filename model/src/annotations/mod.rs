@@ -78,6 +78,8 @@ pub struct IngressAnnotations {
     pub force_ssl_redirect: Option<bool>,
     /// `temporal-redirect` or `permanent-redirect`, with its code.
     pub redirect: Option<Redirect>,
+    /// `app-root`: where a request for `/` is redirected.
+    pub app_root: Option<String>,
     /// `backend-protocol`.
     pub backend_protocol: Option<BackendProtocol>,
     /// `proxy-body-size`.

@@ -45,6 +45,12 @@ pub(super) const FAMILY: Family = Family {
             Low,
             "status of temporal-redirect, 300 to 308",
         ),
+        key(
+            "app-root",
+            Server,
+            Medium,
+            "redirect (302) a request for / to this path, on the Ingress's locations",
+        ),
     ],
 };
 
@@ -66,6 +72,23 @@ fn url(v: &str) -> Result<String, String> {
     external_auth::url(v, URL_VARIABLES)
 }
 
+/// An absolute path without variables, quotes, spaces or NGINX metacharacters.
+fn app_root(v: &str) -> Result<String, String> {
+    if !v.starts_with('/') || v.starts_with("//") {
+        return Err("expected an absolute path such as /app".to_owned());
+    }
+    if v.len() > 1024 {
+        return Err("longer than 1024 bytes".to_owned());
+    }
+    if let Some(c) = v
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || "$\"'\\;{}`<>^|#".contains(*c))
+    {
+        return Err(format!("character {c:?} is not allowed in the path"));
+    }
+    Ok(v.to_owned())
+}
+
 fn code(v: &str) -> Result<u16, String> {
     value::integer(v, 300, 308).map(|c| c as u16)
 }
@@ -77,6 +100,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     let permanent_code = r.parse("permanent-redirect-code", code)?;
     let temporal = r.parse("temporal-redirect", url)?;
     let temporal_code = r.parse("temporal-redirect-code", code)?;
+    out.app_root = r.parse("app-root", app_root)?;
     // As ingress-nginx: the temporal redirect wins when both are set.
     out.redirect = match (temporal, permanent) {
         (Some(url), _) => Some(Redirect {
@@ -106,6 +130,11 @@ mod tests {
         assert!(url("https://a.b/;return 200").is_err());
         assert!(url("javascript:alert(1)").is_err());
         assert!(url("/relative").is_err());
+        assert_eq!(app_root("/app/").unwrap(), "/app/");
+        assert!(app_root("app").is_err());
+        assert!(app_root("//evil.example").is_err());
+        assert!(app_root("/$host").is_err());
+        assert!(app_root("/a;b").is_err());
         assert_eq!(code("308"), Ok(308));
         assert!(code("200").is_err());
         assert!(code("309").is_err());

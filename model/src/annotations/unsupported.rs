@@ -221,7 +221,6 @@ pub(super) const CORS: Family = Family {
 pub(super) const REDIRECTS: Family = Family {
     name: "redirects",
     keys: &[
-        todo("app-root", Server, Medium, false, "redirect / to this path"),
         todo(
             "from-to-www-redirect",
             Server,
