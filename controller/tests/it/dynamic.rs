@@ -883,21 +883,6 @@ async fn certificate_rotation_is_served_without_reload() {
     assert!(fell_back, "default certificate once the Secret is gone");
 }
 
-/// A plain-HTTP GET: (status, Location header).
-async fn location_of(f: &Ferrule, host: &str, path: &str) -> (u16, String) {
-    let r = client()
-        .get(format!("http://127.0.0.1:{}{path}", f.http))
-        .header("Host", host)
-        .send()
-        .await
-        .unwrap();
-    let location = r
-        .headers()
-        .get("location")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (r.status().as_u16(), location.unwrap_or_default())
-}
-
 /// The first status line NGINX sends for an upload announced with `Expect:
 /// 100-continue` whose body is held back: `100` asks for the body (which would then
 /// go out in clear text), anything else answers before it is sent.

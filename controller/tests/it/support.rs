@@ -525,6 +525,21 @@ fn nix_kill(pid: u32, sig: &str) -> std::io::Result<std::process::ExitStatus> {
         .status()
 }
 
+/// A plain-HTTP GET: (status, Location header).
+pub async fn location_of(f: &Ferrule, host: &str, path: &str) -> (u16, String) {
+    let r = client()
+        .get(format!("http://127.0.0.1:{}{path}", f.http))
+        .header("Host", host)
+        .send()
+        .await
+        .unwrap();
+    let location = r
+        .headers()
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (r.status().as_u16(), location.unwrap_or_default())
+}
+
 /// A plain HTTP client without connection reuse surprises.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()

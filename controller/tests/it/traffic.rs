@@ -11,22 +11,6 @@ fn ing(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
     ingress("demo", name, T0, host, &[("/", "Prefix", "echo")], &a)
 }
 
-/// (status, `Location`) of a GET of `uri` on `host`.
-async fn redirect_of(f: &Ferrule, host: &str, uri: &str) -> (u16, String) {
-    let r = client()
-        .get(format!("http://127.0.0.1:{}{uri}", f.http))
-        .header("Host", host)
-        .send()
-        .await
-        .unwrap();
-    let location = r
-        .headers()
-        .get("location")
-        .map(|v| v.to_str().unwrap().to_owned())
-        .unwrap_or_default();
-    (r.status().as_u16(), location)
-}
-
 #[tokio::test]
 async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     let echo = Echo::start("127.0.0.2").await;
@@ -81,25 +65,25 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     let f = Ferrule::start(m.path(), &[]).await;
 
     assert_eq!(
-        redirect_of(&f, "perm.test", "/a/b?x=1").await,
+        location_of(&f, "perm.test", "/a/b?x=1").await,
         (301, "https://new.example.com/a/b?x=1".to_owned()),
         "{}",
         f.logs()
     );
     assert_eq!(
-        redirect_of(&f, "code.test", "/a").await,
+        location_of(&f, "code.test", "/a").await,
         (308, "https://new.example.com/".to_owned())
     );
     assert_eq!(
-        redirect_of(&f, "temp.test", "/").await,
+        location_of(&f, "temp.test", "/").await,
         (302, "http://other.example:8080/x?a=1".to_owned())
     );
     assert_eq!(
-        redirect_of(&f, "both.test", "/").await,
+        location_of(&f, "both.test", "/").await,
         (307, "https://temp.example/".to_owned()),
         "the temporal redirect wins, as in ingress-nginx"
     );
-    assert_eq!(redirect_of(&f, "plain.test", "/").await.0, 200);
+    assert_eq!(location_of(&f, "plain.test", "/").await.0, 200);
 
     let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
     assert_eq!(bad["state"], "rejected", "{bad}");
@@ -108,7 +92,7 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
         message.contains("permanent-redirect") && message.contains("$http_x"),
         "names the annotation and the value: {bad}"
     );
-    assert_eq!(redirect_of(&f, "bad.test", "/").await.0, 404);
+    assert_eq!(location_of(&f, "bad.test", "/").await.0, 404);
     let perm = f.resource("Ingress", "demo", "perm").await.unwrap();
     assert_eq!(perm["state"], "applied", "{perm}");
 }
@@ -129,13 +113,13 @@ async fn app_root_redirects_only_a_request_for_the_root() {
     let f = Ferrule::start(m.path(), &[]).await;
 
     assert_eq!(
-        redirect_of(&f, "app.test", "/").await,
+        location_of(&f, "app.test", "/").await,
         (302, "http://app.test/app1".to_owned()),
         "{}",
         f.logs()
     );
-    assert_eq!(redirect_of(&f, "app.test", "/app1").await.0, 200);
-    assert_eq!(redirect_of(&f, "app.test", "/other").await.0, 200);
+    assert_eq!(location_of(&f, "app.test", "/app1").await.0, 200);
+    assert_eq!(location_of(&f, "app.test", "/other").await.0, 200);
     let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
     assert_eq!(bad["state"], "rejected", "{bad}");
     assert!(
