@@ -367,12 +367,7 @@ pub fn url(v: &str, variables: &[&str]) -> Result<String, String> {
     if v.len() > 2048 {
         return Err("longer than 2048 bytes".to_owned());
     }
-    if let Some(c) = v
-        .chars()
-        .find(|c| !c.is_ascii_graphic() || "\"'\\;{}`<>^|".contains(*c))
-    {
-        return Err(format!("character {c:?} is not allowed in a URL"));
-    }
+    value::url_chars(v, "")?;
     // Every `$` names an allowed variable.
     let mut at = 0;
     while let Some(i) = v[at..].find('$') {

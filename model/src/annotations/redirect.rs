@@ -80,12 +80,7 @@ fn app_root(v: &str) -> Result<String, String> {
     if v.len() > 1024 {
         return Err("longer than 1024 bytes".to_owned());
     }
-    if let Some(c) = v
-        .chars()
-        .find(|c| !c.is_ascii_graphic() || "$\"'\\;{}`<>^|#".contains(*c))
-    {
-        return Err(format!("character {c:?} is not allowed in the path"));
-    }
+    value::url_chars(v, "$#")?;
     Ok(v.to_owned())
 }
 

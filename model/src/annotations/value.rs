@@ -71,6 +71,18 @@ pub(crate) fn plain(v: &str) -> Result<String, String> {
     Ok(v.to_owned())
 }
 
+/// Refuses every character that may not stand in a URL Ferrule writes: anything but
+/// printable ASCII, quotes, backslash, `;`, braces, backquote, `<>^|`, and those of `also`.
+pub(crate) fn url_chars(v: &str, also: &str) -> Result<(), String> {
+    match v
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || "\"'\\;{}`<>^|".contains(*c) || also.contains(*c))
+    {
+        Some(c) => Err(format!("character {c:?} is not allowed in a URL")),
+        None => Ok(()),
+    }
+}
+
 /// A Secret reference: `name` or `namespace/name`, each a DNS subdomain (the build
 /// checks the namespace is the Ingress's own).
 pub(crate) fn secret_ref(v: &str) -> Result<String, String> {
