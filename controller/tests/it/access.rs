@@ -28,12 +28,6 @@ async fn get_from(f: &Ferrule, from: &str, host: &str) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-fn ing(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
-    let mut a = vec![("ssl-redirect", "false")];
-    a.extend_from_slice(annotations);
-    ingress("demo", name, T0, host, &[("/", "Prefix", "echo")], &a)
-}
-
 fn configmap(data: &[(&str, &str)]) -> String {
     let data: String = data
         .iter()
@@ -51,7 +45,7 @@ async fn allow_and_deny_lists_answer_403_to_other_clients() {
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
     m.write(
         "allow.yaml",
-        &ing(
+        &demo_ingress(
             "allow",
             "allow.test",
             &[("allowlist-source-range", "127.0.0.5, 10.0.0.0/8")],
@@ -59,7 +53,7 @@ async fn allow_and_deny_lists_answer_403_to_other_clients() {
     );
     m.write(
         "old.yaml",
-        &ing(
+        &demo_ingress(
             "old",
             "old.test",
             &[("whitelist-source-range", "127.0.0.6/32")],
@@ -67,13 +61,13 @@ async fn allow_and_deny_lists_answer_403_to_other_clients() {
     );
     m.write(
         "deny.yaml",
-        &ing(
+        &demo_ingress(
             "deny",
             "deny.test",
             &[("denylist-source-range", "127.0.0.7")],
         ),
     );
-    m.write("open.yaml", &ing("open", "open.test", &[]));
+    m.write("open.yaml", &demo_ingress("open", "open.test", &[]));
     let f = Ferrule::start(m.path(), &[]).await;
 
     let (s, v) = get_from(&f, "127.0.0.5", "allow.test").await;
@@ -106,7 +100,7 @@ async fn allow_and_deny_lists_answer_403_to_other_clients() {
     // An invalid list rejects its Ingress (never served without it).
     m.write(
         "allow.yaml",
-        &ing(
+        &demo_ingress(
             "allow",
             "allow.test",
             &[("allowlist-source-range", "127.0.0.5; allow all")],
@@ -131,10 +125,10 @@ async fn the_configmap_lists_are_the_default_an_ingress_replaces() {
         "cm.yaml",
         &configmap(&[("whitelist-source-range", "127.0.0.5")]),
     );
-    m.write("plain.yaml", &ing("plain", "plain.test", &[]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
     m.write(
         "own.yaml",
-        &ing(
+        &demo_ingress(
             "own",
             "own.test",
             &[("allowlist-source-range", "127.0.0.6")],
@@ -215,7 +209,7 @@ async fn forwarded_headers_are_believed_from_trusted_proxies_only() {
     );
     m.write(
         "allow.yaml",
-        &ing(
+        &demo_ingress(
             "allow",
             "allow.test",
             &[("allowlist-source-range", "10.1.2.3")],
@@ -347,7 +341,7 @@ async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
     );
     m.write(
         "allow.yaml",
-        &ing(
+        &demo_ingress(
             "allow",
             "allow.test",
             &[("allowlist-source-range", "10.1.2.3")],
@@ -448,7 +442,7 @@ async fn basic_auth_asks_for_credentials_and_checks_every_hash_format() {
     };
     m.write(
         "file.yaml",
-        &ing(
+        &demo_ingress(
             "file",
             "file.test",
             &basic("users", &[("auth-realm", "Staff $only")]),
@@ -456,7 +450,7 @@ async fn basic_auth_asks_for_credentials_and_checks_every_hash_format() {
     );
     m.write(
         "mapped.yaml",
-        &ing(
+        &demo_ingress(
             "mapped",
             "map.test",
             &basic("map", &[("auth-secret-type", "auth-map")]),
@@ -464,15 +458,15 @@ async fn basic_auth_asks_for_credentials_and_checks_every_hash_format() {
     );
     m.write(
         "elsewhere.yaml",
-        &ing("elsewhere", "elsewhere.test", &basic("other/users", &[])),
+        &demo_ingress("elsewhere", "elsewhere.test", &basic("other/users", &[])),
     );
     m.write(
         "missing.yaml",
-        &ing("missing", "missing.test", &basic("nosuch", &[])),
+        &demo_ingress("missing", "missing.test", &basic("nosuch", &[])),
     );
     m.write(
         "digest.yaml",
-        &ing(
+        &demo_ingress(
             "digest",
             "digest.test",
             &[("auth-type", "digest"), ("auth-secret", "users")],
@@ -480,7 +474,7 @@ async fn basic_auth_asks_for_credentials_and_checks_every_hash_format() {
     );
     m.write(
         "open.yaml",
-        &ing("open", "open.test", &[("auth-secret", "users")]),
+        &demo_ingress("open", "open.test", &[("auth-secret", "users")]),
     );
     let f = Ferrule::start(m.path(), &[]).await;
 
@@ -746,7 +740,7 @@ async fn external_auth_decides_every_request_and_never_lets_through_on_failure()
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
     m.write(
         "signin.yaml",
-        &ing(
+        &demo_ingress(
             "signin",
             "signin.test",
             &[
@@ -759,19 +753,19 @@ async fn external_auth_decides_every_request_and_never_lets_through_on_failure()
     );
     m.write(
         "plain.yaml",
-        &ing("plain", "plain.test", &[("auth-url", &url)]),
+        &demo_ingress("plain", "plain.test", &[("auth-url", &url)]),
     );
     m.write(
         "down.yaml",
-        &ing("down", "down.test", &[("auth-url", &down)]),
+        &demo_ingress("down", "down.test", &[("auth-url", &down)]),
     );
     m.write(
         "bad.yaml",
-        &ing("bad", "bad.test", &[("auth-url", "http://$host/check")]),
+        &demo_ingress("bad", "bad.test", &[("auth-url", "http://$host/check")]),
     );
     m.write(
         "alone.yaml",
-        &ing(
+        &demo_ingress(
             "alone",
             "alone.test",
             &[("auth-signin", "https://login.example/")],
@@ -877,7 +871,7 @@ async fn external_auth_caches_answers_and_passes_its_cookie() {
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
     m.write(
         "cached.yaml",
-        &ing(
+        &demo_ingress(
             "cached",
             "cached.test",
             &[
@@ -889,11 +883,11 @@ async fn external_auth_caches_answers_and_passes_its_cookie() {
     );
     m.write(
         "plain.yaml",
-        &ing("plain", "plain.test", &[("auth-url", &url)]),
+        &demo_ingress("plain", "plain.test", &[("auth-url", &url)]),
     );
     m.write(
         "always.yaml",
-        &ing(
+        &demo_ingress(
             "always",
             "always.test",
             &[("auth-url", &url), ("auth-always-set-cookie", "true")],
@@ -901,7 +895,7 @@ async fn external_auth_caches_answers_and_passes_its_cookie() {
     );
     m.write(
         "bad.yaml",
-        &ing(
+        &demo_ingress(
             "bad",
             "bad.test",
             &[
@@ -999,10 +993,10 @@ async fn global_auth_covers_every_ingress_that_does_not_opt_out() {
             ("global-auth-response-headers", "X-Auth-User"),
         ]),
     );
-    m.write("plain.yaml", &ing("plain", "plain.test", &[]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
     m.write(
         "out.yaml",
-        &ing("out", "out.test", &[("enable-global-auth", "false")]),
+        &demo_ingress("out", "out.test", &[("enable-global-auth", "false")]),
     );
     let challenge = "/.well-known/acme-challenge/token";
     m.write(
@@ -1070,14 +1064,17 @@ async fn rate_limits_refuse_the_excess_of_each_client_and_spare_the_allowlist() 
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
     let limited: &[(&str, &str)] = &[("limit-rpm", "2"), ("limit-burst-multiplier", "1")];
-    m.write("a.yaml", &ing("a", "a.test", limited));
-    m.write("b.yaml", &ing("b", "b.test", limited));
+    m.write("a.yaml", &demo_ingress("a", "a.test", limited));
+    m.write("b.yaml", &demo_ingress("b", "b.test", limited));
     let mut spared = limited.to_vec();
     spared.push(("limit-allowlist", "127.0.0.5/32"));
-    m.write("spared.yaml", &ing("spared", "spared.test", &spared));
+    m.write(
+        "spared.yaml",
+        &demo_ingress("spared", "spared.test", &spared),
+    );
     m.write(
         "conn.yaml",
-        &ing("conn", "conn.test", &[("limit-connections", "1")]),
+        &demo_ingress("conn", "conn.test", &[("limit-connections", "1")]),
     );
     m.write("cm.yaml", &configmap(&[("limit-req-status-code", "429")]));
     let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
@@ -1146,8 +1143,8 @@ async fn satisfy_combines_the_allowlist_and_basic_auth() {
     ];
     let mut any = both.to_vec();
     any.push(("satisfy", "any"));
-    m.write("any.yaml", &ing("any", "any.test", &any));
-    m.write("all.yaml", &ing("all", "all.test", both));
+    m.write("any.yaml", &demo_ingress("any", "any.test", &any));
+    m.write("all.yaml", &demo_ingress("all", "all.test", both));
     let f = Ferrule::start(m.path(), &[]).await;
     let creds = Some(("u", "p"));
     assert_eq!(

@@ -230,6 +230,21 @@ metadata:
     )
 }
 
+/// An Ingress in `demo` created at the start of 2026, routing `/` of `host` to the
+/// Service `echo`, with the ssl-redirect off and `annotations` (without prefix).
+pub fn demo_ingress(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
+    let mut a = vec![("ssl-redirect", "false")];
+    a.extend_from_slice(annotations);
+    ingress(
+        "demo",
+        name,
+        "2026-01-01T00:00:00Z",
+        host,
+        &[("/", "Prefix", "echo")],
+        &a,
+    )
+}
+
 /// A running `ferrule run` with its own NGINX prefix and ports.
 pub struct Ferrule {
     pub child: Child,

@@ -3,14 +3,6 @@
 
 use crate::support::*;
 
-const T0: &str = "2026-01-01T00:00:00Z";
-
-fn ing(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {
-    let mut a = vec![("ssl-redirect", "false")];
-    a.extend_from_slice(annotations);
-    ingress("demo", name, T0, host, &[("/", "Prefix", "echo")], &a)
-}
-
 #[tokio::test]
 async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     let echo = Echo::start("127.0.0.2").await;
@@ -19,11 +11,11 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     let url = "https://new.example.com$request_uri";
     m.write(
         "perm.yaml",
-        &ing("perm", "perm.test", &[("permanent-redirect", url)]),
+        &demo_ingress("perm", "perm.test", &[("permanent-redirect", url)]),
     );
     m.write(
         "code.yaml",
-        &ing(
+        &demo_ingress(
             "code",
             "code.test",
             &[
@@ -34,7 +26,7 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     );
     m.write(
         "temp.yaml",
-        &ing(
+        &demo_ingress(
             "temp",
             "temp.test",
             &[("temporal-redirect", "http://other.example:8080/x?a=1")],
@@ -42,7 +34,7 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     );
     m.write(
         "both.yaml",
-        &ing(
+        &demo_ingress(
             "both",
             "both.test",
             &[
@@ -55,13 +47,13 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     // A header a client fills is no part of a redirect (CVE-2023-5044's class).
     m.write(
         "bad.yaml",
-        &ing(
+        &demo_ingress(
             "bad",
             "bad.test",
             &[("permanent-redirect", "https://x.example/$http_x")],
         ),
     );
-    m.write("plain.yaml", &ing("plain", "plain.test", &[]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
     let f = Ferrule::start(m.path(), &[]).await;
 
     assert_eq!(
@@ -104,11 +96,11 @@ async fn app_root_redirects_only_a_request_for_the_root() {
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
     m.write(
         "app.yaml",
-        &ing("app", "app.test", &[("app-root", "/app1")]),
+        &demo_ingress("app", "app.test", &[("app-root", "/app1")]),
     );
     m.write(
         "bad.yaml",
-        &ing("bad", "bad.test", &[("app-root", "//evil.example")]),
+        &demo_ingress("bad", "bad.test", &[("app-root", "//evil.example")]),
     );
     let f = Ferrule::start(m.path(), &[]).await;
 
