@@ -2,14 +2,17 @@
 //! which resource produced which lines.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use ferrule_model::annotations::{BackendProtocol, SourceRanges};
 use ferrule_model::route;
-use ferrule_model::{DEFAULT_SERVER, Location, Model, PathMatch, ResourceRef, Server, Target};
+use ferrule_model::{DEFAULT_SERVER, Location, Model, PathMatch, ResourceRef, Server};
 use serde::Serialize;
 
 use super::{emit, process};
+use locations::{LocationView, default_location, location_view, regex_escape};
+pub use options::{
+    Balancer, MetricsRender, MetricsSource, NJS_DEFAULT_CERT, NJS_DEFAULT_KEY, NJS_DIR,
+    NJS_STATE_DIR, NJS_TOKEN_FILE, RenderOptions,
+};
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");
 const SERVER_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/server.conf.tera");
@@ -57,147 +60,6 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         include_str!("../../../rootfs/etc/nginx/njs-grpcs.conf"),
     ),
 ];
-
-/// The balancer inside NGINX that picks peers and serves certificates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Balancer {
-    /// `lua/` with lua-nginx-module: round robin, EWMA, consistent hash, affinity,
-    /// canary; upstream keepalive and retries to the next peer.
-    #[default]
-    Lua,
-    /// `njs/` with ngx_http_js_module, for NGINX builds without Lua: the same API
-    /// and algorithms except EWMA (served as round robin), without upstream
-    /// keepalive or retries to the next peer (see `njs/README.md`).
-    Njs,
-}
-
-impl Balancer {
-    /// The dynamic modules it needs, as file names in the modules directory.
-    pub fn modules(self) -> &'static [&'static str] {
-        match self {
-            Balancer::Lua => &["ndk_http_module.so", "ngx_http_lua_module.so"],
-            Balancer::Njs => &["ngx_http_js_module.so"],
-        }
-    }
-
-    /// The most backends or certificates one API request should carry: njs keeps a
-    /// request's garbage until it ends (~140 MiB for 10,000 backends at once).
-    pub fn max_batch(self) -> usize {
-        match self {
-            Balancer::Lua => usize::MAX,
-            Balancer::Njs => 1000,
-        }
-    }
-}
-
-/// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
-pub const NJS_DIR: &str = "njs";
-/// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
-pub const NJS_TOKEN_FILE: &str = "conf/balancer.token.json";
-/// The njs balancer's state directory (written by the workers).
-pub const NJS_STATE_DIR: &str = "run/ferrule-state";
-/// The certificate served by the njs balancer when SNI matches nothing posted.
-pub const NJS_DEFAULT_CERT: &str = "conf/default.crt";
-/// The key of [`NJS_DEFAULT_CERT`] (separate: `ssl_certificate_key data:` takes it alone).
-pub const NJS_DEFAULT_KEY: &str = "conf/default.key";
-
-/// Where and how NGINX listens and finds its files.
-#[derive(Debug, Clone)]
-pub struct RenderOptions {
-    /// The NGINX prefix directory; every path below is inside it.
-    pub prefix: PathBuf,
-    /// Address for the proxy listeners (`*` for all).
-    pub listen_address: String,
-    /// Plain HTTP port.
-    pub http_port: u16,
-    /// HTTPS port.
-    pub https_port: u16,
-    /// `worker_processes`.
-    pub worker_processes: String,
-    /// `user` for worker processes (when NGINX starts as root).
-    pub user: Option<String>,
-    /// Dynamic modules to load (absolute paths).
-    pub modules: Vec<String>,
-    /// `namespace/name` of the controller ConfigMap, for attributing its snippets.
-    pub configmap: Option<String>,
-    /// The balancer inside NGINX.
-    pub balancer: Balancer,
-    /// MiB of shared memory for the balancer's certificates (Lua): every TLS host's
-    /// chain and key, a few KB each in whole 4 KB pages. Fixed: a new size is a new,
-    /// empty zone at the next reload. Pages are committed as they are used.
-    pub certificate_store_mib: u32,
-    /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
-    /// plain backends are then balanced without entering Lua.
-    pub fast_path: bool,
-    /// Where the paths that worker processes open themselves live (the answer
-    /// sockets, temporary files, the njs state and default certificate), when the
-    /// worker user cannot enter the prefix ([`super::worker_dir`]); `None`: the prefix.
-    pub worker_dir: Option<PathBuf>,
-    /// NGINX's error log to stderr and its access log to stdout, which the master
-    /// inherits from Ferrule (a container's logs), instead of `PREFIX/logs/`.
-    pub log_to_stdio: bool,
-    /// Per-request metrics (`--enable-metrics`), collected in NGINX's shared memory
-    /// by the C module's log phase when `fast_path` (else by a Lua log phase into a
-    /// shared dict; with njs not at all): `None` collects nothing.
-    pub metrics: Option<MetricsRender>,
-}
-
-/// How NGINX collects per-request metrics (read back by `crate::scrape`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct MetricsRender {
-    /// Bucket bounds of the durations, in seconds (`--time-buckets`).
-    pub time_buckets: Vec<f64>,
-    /// Bucket bounds of request and response sizes, in bytes (`--length-buckets`).
-    pub length_buckets: Vec<f64>,
-    /// Bucket bounds of `bytes_sent`, in bytes (`--size-buckets`).
-    pub size_buckets: Vec<f64>,
-    /// MiB of shared memory for the counters (a zone whose size or buckets change is
-    /// a new, empty one; any other reload keeps every count).
-    pub zone_mib: u32,
-    /// Whether the C module counts (set by [`super::fast_path::enable`] when the
-    /// module loaded has the metrics' directives); else a Lua log phase does.
-    pub module: bool,
-}
-
-impl MetricsRender {
-    /// Bounds as NGINX and the dump write them: `0.005,0.01,...`.
-    pub fn bounds_text(bounds: &[f64]) -> String {
-        bounds
-            .iter()
-            .map(|b| b.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-/// Where per-request metrics are collected, as the renderer decides it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricsSource {
-    /// Ferrule's C module, in its log phase, into a shared zone.
-    Module,
-    /// A Lua log phase into `lua_shared_dict ferrule_metrics`.
-    Lua,
-    /// Not collected (off, or the njs balancer: its njs has no shared dict).
-    None,
-}
-
-impl RenderOptions {
-    /// Where per-request metrics are collected with these options.
-    pub fn metrics_source(&self) -> MetricsSource {
-        match (&self.metrics, self.balancer) {
-            (None, _) | (_, Balancer::Njs) => MetricsSource::None,
-            (Some(m), Balancer::Lua) if m.module && self.fast_path => MetricsSource::Module,
-            (Some(_), Balancer::Lua) => MetricsSource::Lua,
-        }
-    }
-}
-
-impl RenderOptions {
-    /// `rel` below the directory the worker processes reach (see `worker_dir`).
-    pub fn worker_path(&self, rel: &str) -> PathBuf {
-        self.worker_dir.as_ref().unwrap_or(&self.prefix).join(rel)
-    }
-}
 
 /// A rendered file and its source map.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -665,16 +527,6 @@ pub const WORKER_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::fr
 /// The default certificate's file (certificate and key in one PEM, mode 0600).
 pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
 
-/// A value for a directive that expands variables (`set`): a literal `$` is written
-/// as `${ferrule_dollar}` (defined in nginx.conf as a literal `$`), so that a name
-/// can never read a variable (e.g. a request header choosing the backend).
-/// `auth_basic` of a location: the realm and the users' file.
-#[derive(Debug, Clone, Serialize)]
-struct BasicAuthView {
-    realm: String,
-    file: String,
-}
-
 /// The users' file of basic-auth Secret `secret` (`namespace/name`), relative to the
 /// worker directory: named after the Secret alone, by a digest, so that no Ingress
 /// can name, read or replace another Secret's file (CVE-2020-8553).
@@ -710,6 +562,9 @@ pub fn basic_auth_files(model: &Model) -> BTreeMap<String, &str> {
         .collect()
 }
 
+/// A value for a directive that expands variables (`set`): a literal `$` is written
+/// as `${ferrule_dollar}` (defined in nginx.conf as a literal `$`), so that a name
+/// can never read a variable (e.g. a request header choosing the backend).
 fn literal_in_variables(value: &str) -> String {
     value.replace('$', "${ferrule_dollar}")
 }
@@ -771,160 +626,6 @@ fn configmap_source(cm: Option<&str>) -> String {
         .and_then(|c| c.split_once('/'))
         .unwrap_or(("", "configmap"));
     format!("ConfigMap/{ns}/{name}")
-}
-
-fn location_view(
-    model: &Model,
-    l: &Location,
-    modifier: &str,
-    path: &str,
-    tls_host: Option<&str>,
-) -> LocationView {
-    let st = &l.settings;
-    let (backend, status, include) = target_view(model, &l.target, st.backend_protocol);
-    let ewma = feeds_ewma(model, &l.target);
-    LocationView {
-        source: source(&l.owner),
-        modifier: modifier.to_owned(),
-        path: path.to_owned(),
-        force_redirect: st.force_ssl_redirect,
-        redirect: st.redirect.clone(),
-        // `$host`, not the client's Host header: server_name matched it. The path
-        // has no `$` (typed), so only these two variables expand.
-        app_root: st
-            .app_root
-            .as_ref()
-            .map(|p| format!("$ferrule_scheme://$host{p}")),
-        // The balancer redirects when this host has a certificate posted.
-        redirect_host: (st.ssl_redirect && !st.force_ssl_redirect)
-            .then_some(tls_host)
-            .flatten()
-            .map(literal_in_variables),
-        ewma,
-        // The affinity cookie's Path where the annotation sets none (ingress-nginx:
-        // the Ingress path), in every location with a backend: its backend may gain
-        // affinity or a canary without a reload.
-        cookie_path: backend.is_some().then(|| {
-            literal_in_variables(match l.path_match {
-                PathMatch::Regex => "/",
-                _ => &l.path,
-            })
-        }),
-        // Canary and affinity are decided in the balancer phase: only these need
-        // the rewrite phase.
-        // Authentication too: the ssl-redirect must come before a 401 asks for
-        // credentials over plain HTTP.
-        rewrite_phase: backend.is_some()
-            && (st.backend_protocol != BackendProtocol::Http
-                || st.rewrite_target.is_some()
-                || st.configuration_snippet.is_some()
-                || st.basic_auth.is_some()
-                || st.external_auth.is_some()),
-        body_size: st.proxy_body_size.clone(),
-        connect_timeout: st.proxy_connect_timeout.map(|s| format!("{s}s")),
-        read_timeout: st.proxy_read_timeout.map(|s| format!("{s}s")),
-        send_timeout: st.proxy_send_timeout.map(|s| format!("{s}s")),
-        rewrite_from: match l.path_match {
-            // The location matched without regard to case; so does its rewrite.
-            PathMatch::Regex => format!("(?i)^{}", l.path),
-            _ => format!("^{}", regex_escape(&l.path)),
-        },
-        rewrite: st.rewrite_target.clone(),
-        snippet: st.configuration_snippet.as_ref().map(|s| s.0.clone()),
-        source_ranges: st.source_ranges.clone(),
-        basic_auth: st.basic_auth.as_ref().map(|b| BasicAuthView {
-            // `auth_basic` expands variables: a `$` in the realm is literal (a realm
-            // that evaluates to "off" would switch authentication off).
-            realm: literal_in_variables(&b.realm),
-            file: basic_auth_file(&b.secret),
-        }),
-        external_auth: st.external_auth.as_ref().map(external_auth::view),
-        rate_limits: rate_limits::location(l),
-        satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
-        client_certificate: None,
-        metrics: metrics_labels(model, &l.owner.namespace, &l.owner.name, &l.target, &l.path),
-        metrics_lua: None,
-        backend,
-        status,
-        include,
-    }
-}
-
-/// A location's metrics labels as ingress-nginx names them: namespace, ingress,
-/// service, path (the rule's), host (filled in by the server). Control characters,
-/// which separate the fields of the metrics dump, become `_`.
-fn metrics_labels(model: &Model, ns: &str, ingress: &str, t: &Target, path: &str) -> Vec<String> {
-    let service = match t {
-        Target::Backend(b) => model
-            .backends
-            .get(b)
-            .map(|b| b.service.name.clone())
-            .unwrap_or_default(),
-        Target::Status(_) => String::new(),
-    };
-    [ns, ingress, &service, path, ""]
-        .iter()
-        .map(|v| {
-            v.chars()
-                .map(|c| if c.is_control() { '_' } else { c })
-                .collect()
-        })
-        .collect()
-}
-
-fn default_location(model: &Model) -> LocationView {
-    let (backend, status, include) =
-        target_view(model, &model.default_backend, BackendProtocol::Http);
-    // The default backend may be a rule's backend too: EWMA and affinity apply.
-    let ewma = feeds_ewma(model, &model.default_backend);
-    LocationView {
-        source: "Controller/default-backend/".to_owned(),
-        path: "/".to_owned(),
-        metrics: metrics_labels(model, "", "", &model.default_backend, "/"),
-        source_ranges: model.global.source_ranges.location(),
-        cookie_path: backend.is_some().then(|| "/".to_owned()),
-        ewma,
-        backend,
-        status,
-        include,
-        ..LocationView::default()
-    }
-}
-
-/// Whether a location routed to `t` runs the log phase: its backend (or its canary)
-/// balances with EWMA (false for a backend the model does not have).
-fn feeds_ewma(model: &Model, t: &Target) -> bool {
-    match t {
-        Target::Backend(b) => model.feeds_ewma(b),
-        Target::Status(_) => false,
-    }
-}
-
-fn target_view(model: &Model, t: &Target, proto: BackendProtocol) -> (Option<String>, u16, String) {
-    let include = match proto {
-        BackendProtocol::Http => "proxy-http.conf",
-        BackendProtocol::Https => "proxy-https.conf",
-        BackendProtocol::Grpc => "grpc.conf",
-        BackendProtocol::Grpcs => "grpcs.conf",
-    };
-    match t {
-        Target::Backend(name) if model.backends.contains_key(name) => {
-            (Some(literal_in_variables(name)), 0, include.to_owned())
-        }
-        Target::Backend(_) => (None, 503, String::new()),
-        Target::Status(s) => (None, *s, String::new()),
-    }
-}
-
-fn regex_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A Lua string literal (for values inside `*_by_lua_block`).
@@ -1064,64 +765,10 @@ struct ServerView {
     client_certificates: Option<client_certificates::ServerCertView>,
 }
 
-#[derive(Serialize, Default)]
-struct LocationView {
-    source: String,
-    modifier: String,
-    path: String,
-    /// `force-ssl-redirect`: static.
-    force_redirect: bool,
-    /// `ssl-redirect`: the server's host, for the balancer's per-request decision.
-    redirect_host: Option<String>,
-    /// `permanent-redirect` / `temporal-redirect`: a `return` before anything else
-    /// of the location but the force-ssl-redirect (as ingress-nginx, whose Lua
-    /// ssl-redirect comes after NGINX's rewrite directives).
-    redirect: Option<ferrule_model::annotations::Redirect>,
-    /// `app-root`: the URL a request for `/` is redirected to.
-    app_root: Option<String>,
-    /// Whether the location runs the log phase (EWMA statistics).
-    ewma: bool,
-    /// Whether the location runs `rewrite()` for every request (the template ignores
-    /// it for njs; elsewhere only requests with a body run it). Elsewhere balance()
-    /// alone routes, canary and affinity included, answering the 503 and the
-    /// ssl-redirect through NGINX's own servers: the rewrite phase costs every
-    /// request about 4 % of throughput. Kept for other protocols than HTTP (the
-    /// answering servers speak HTTP/1.1), for rewrite-target (the redirect must carry
-    /// the URI before the rewrite) and where snippets may add access checks.
-    rewrite_phase: bool,
-    /// `$ferrule_cookie_path` (every location with a backend).
-    cookie_path: Option<String>,
-    body_size: Option<String>,
-    connect_timeout: Option<String>,
-    read_timeout: Option<String>,
-    send_timeout: Option<String>,
-    rewrite_from: String,
-    rewrite: Option<String>,
-    snippet: Option<String>,
-    /// Client address lists (access phase: `deny`, then `allow` and `deny all`).
-    source_ranges: SourceRanges,
-    /// `auth_basic` and its users' file (access phase).
-    basic_auth: Option<BasicAuthView>,
-    /// `auth_request` (access phase).
-    external_auth: Option<external_auth::ExternalAuthView>,
-    /// `limit_req`, `limit_conn`, `limit_rate` (preaccess phase and after).
-    rate_limits: Option<rate_limits::LocationLimitsView>,
-    /// `satisfy any` (else NGINX's default, all).
-    satisfy_any: bool,
-    /// The server's `auth-tls-*`, as this location applies it.
-    client_certificate: Option<client_certificates::LocationCertView>,
-    /// `ferrule_metrics` (C module): namespace, ingress, service, path, host; empty
-    /// where the module does not count.
-    metrics: Vec<String>,
-    /// The same labels tab-separated as a Lua string (Lua log phase), or `None`.
-    metrics_lua: Option<String>,
-    backend: Option<String>,
-    status: u16,
-    include: String,
-}
-
 pub mod client_certificates;
 mod external_auth;
+mod locations;
+mod options;
 mod rate_limits;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 //! `cargo insta review`), and proof that hostile values cannot escape their token.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use ferrule_model::{Settings, Severity, Snapshot, objects};
 use serde::Deserialize;

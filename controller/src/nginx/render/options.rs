@@ -1,0 +1,145 @@
+//! How the renderer is configured: the balancer inside NGINX, where NGINX listens
+//! and finds its files, and how it collects per-request metrics.
+
+use std::path::PathBuf;
+
+/// The balancer inside NGINX that picks peers and serves certificates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Balancer {
+    /// `lua/` with lua-nginx-module: round robin, EWMA, consistent hash, affinity,
+    /// canary; upstream keepalive and retries to the next peer.
+    #[default]
+    Lua,
+    /// `njs/` with ngx_http_js_module, for NGINX builds without Lua: the same API
+    /// and algorithms except EWMA (served as round robin), without upstream
+    /// keepalive or retries to the next peer (see `njs/README.md`).
+    Njs,
+}
+
+impl Balancer {
+    /// The dynamic modules it needs, as file names in the modules directory.
+    pub fn modules(self) -> &'static [&'static str] {
+        match self {
+            Balancer::Lua => &["ndk_http_module.so", "ngx_http_lua_module.so"],
+            Balancer::Njs => &["ngx_http_js_module.so"],
+        }
+    }
+
+    /// The most backends or certificates one API request should carry: njs keeps a
+    /// request's garbage until it ends (~140 MiB for 10,000 backends at once).
+    pub fn max_batch(self) -> usize {
+        match self {
+            Balancer::Lua => usize::MAX,
+            Balancer::Njs => 1000,
+        }
+    }
+}
+
+/// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
+pub const NJS_DIR: &str = "njs";
+/// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
+pub const NJS_TOKEN_FILE: &str = "conf/balancer.token.json";
+/// The njs balancer's state directory (written by the workers).
+pub const NJS_STATE_DIR: &str = "run/ferrule-state";
+/// The certificate served by the njs balancer when SNI matches nothing posted.
+pub const NJS_DEFAULT_CERT: &str = "conf/default.crt";
+/// The key of [`NJS_DEFAULT_CERT`] (separate: `ssl_certificate_key data:` takes it alone).
+pub const NJS_DEFAULT_KEY: &str = "conf/default.key";
+
+/// Where and how NGINX listens and finds its files.
+#[derive(Debug, Clone)]
+pub struct RenderOptions {
+    /// The NGINX prefix directory; every path below is inside it.
+    pub prefix: PathBuf,
+    /// Address for the proxy listeners (`*` for all).
+    pub listen_address: String,
+    /// Plain HTTP port.
+    pub http_port: u16,
+    /// HTTPS port.
+    pub https_port: u16,
+    /// `worker_processes`.
+    pub worker_processes: String,
+    /// `user` for worker processes (when NGINX starts as root).
+    pub user: Option<String>,
+    /// Dynamic modules to load (absolute paths).
+    pub modules: Vec<String>,
+    /// `namespace/name` of the controller ConfigMap, for attributing its snippets.
+    pub configmap: Option<String>,
+    /// The balancer inside NGINX.
+    pub balancer: Balancer,
+    /// MiB of shared memory for the balancer's certificates (Lua): every TLS host's
+    /// chain and key, a few KB each in whole 4 KB pages. Fixed: a new size is a new,
+    /// empty zone at the next reload. Pages are committed as they are used.
+    pub certificate_store_mib: u32,
+    /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
+    /// plain backends are then balanced without entering Lua.
+    pub fast_path: bool,
+    /// Where the paths that worker processes open themselves live (the answer
+    /// sockets, temporary files, the njs state and default certificate), when the
+    /// worker user cannot enter the prefix ([`super::worker_dir`]); `None`: the prefix.
+    pub worker_dir: Option<PathBuf>,
+    /// NGINX's error log to stderr and its access log to stdout, which the master
+    /// inherits from Ferrule (a container's logs), instead of `PREFIX/logs/`.
+    pub log_to_stdio: bool,
+    /// Per-request metrics (`--enable-metrics`), collected in NGINX's shared memory
+    /// by the C module's log phase when `fast_path` (else by a Lua log phase into a
+    /// shared dict; with njs not at all): `None` collects nothing.
+    pub metrics: Option<MetricsRender>,
+}
+
+/// How NGINX collects per-request metrics (read back by `crate::scrape`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsRender {
+    /// Bucket bounds of the durations, in seconds (`--time-buckets`).
+    pub time_buckets: Vec<f64>,
+    /// Bucket bounds of request and response sizes, in bytes (`--length-buckets`).
+    pub length_buckets: Vec<f64>,
+    /// Bucket bounds of `bytes_sent`, in bytes (`--size-buckets`).
+    pub size_buckets: Vec<f64>,
+    /// MiB of shared memory for the counters (a zone whose size or buckets change is
+    /// a new, empty one; any other reload keeps every count).
+    pub zone_mib: u32,
+    /// Whether the C module counts (set by [`super::fast_path::enable`] when the
+    /// module loaded has the metrics' directives); else a Lua log phase does.
+    pub module: bool,
+}
+
+impl MetricsRender {
+    /// Bounds as NGINX and the dump write them: `0.005,0.01,...`.
+    pub fn bounds_text(bounds: &[f64]) -> String {
+        bounds
+            .iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Where per-request metrics are collected, as the renderer decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsSource {
+    /// Ferrule's C module, in its log phase, into a shared zone.
+    Module,
+    /// A Lua log phase into `lua_shared_dict ferrule_metrics`.
+    Lua,
+    /// Not collected (off, or the njs balancer: its njs has no shared dict).
+    None,
+}
+
+impl RenderOptions {
+    /// Where per-request metrics are collected with these options.
+    pub fn metrics_source(&self) -> MetricsSource {
+        match (&self.metrics, self.balancer) {
+            (None, _) | (_, Balancer::Njs) => MetricsSource::None,
+            (Some(m), Balancer::Lua) if m.module && self.fast_path => MetricsSource::Module,
+            (Some(_), Balancer::Lua) => MetricsSource::Lua,
+        }
+    }
+}
+
+impl RenderOptions {
+    /// `rel` below the directory the worker processes reach (see `worker_dir`).
+    pub fn worker_path(&self, rel: &str) -> PathBuf {
+        self.worker_dir.as_ref().unwrap_or(&self.prefix).join(rel)
+    }
+}
