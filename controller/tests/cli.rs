@@ -501,9 +501,9 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
         ],
     ));
     docs.push(annotated(
-        "cors",
-        "cors.example.com",
-        &[("nginx.ingress.kubernetes.io/enable-cors", "true")],
+        "traced",
+        "traced.example.com",
+        &[("nginx.ingress.kubernetes.io/enable-opentelemetry", "true")],
     ));
     let dir = plain(&docs);
     let o = ferrule(&["validate", "--manifests", dir.path().to_str().unwrap()]);
@@ -513,9 +513,9 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
         "Ingress web/guarded: annotations:",
         "  nginx.ingress.kubernetes.io/ssl-redirect: supported",
         "  nginx.ingress.kubernetes.io/auth-proxy-set-headers: rejects the Ingress: annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers (external auth (more)) restricts access",
-        "  nginx.ingress.kubernetes.io/enable-cors: ignored with a warning: annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored",
+        "  nginx.ingress.kubernetes.io/enable-opentelemetry: ignored with a warning: annotation nginx.ingress.kubernetes.io/enable-opentelemetry (tracing) is not implemented by Ferrule and is ignored",
         "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers",
-        "Ingress web/cors: warning: annotation nginx.ingress.kubernetes.io/enable-cors",
+        "Ingress web/traced: warning: annotation nginx.ingress.kubernetes.io/enable-opentelemetry",
         "  nginx.ingress.kubernetes.io/proxy-read-timeout: supported",
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
@@ -524,9 +524,9 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
     // The warning alone does not fail validation.
     let mut docs = documents();
     docs.push(annotated(
-        "cors",
-        "cors.example.com",
-        &[("nginx.ingress.kubernetes.io/enable-cors", "true")],
+        "traced",
+        "traced.example.com",
+        &[("nginx.ingress.kubernetes.io/enable-opentelemetry", "true")],
     ));
     let dir = plain(&docs);
     let o = ferrule(&["validate", "--manifests", dir.path().to_str().unwrap()]);

@@ -12,8 +12,8 @@ use crate::annotations::Satisfy;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
-    Affinity, BackendProtocol, BasicAuth, Canary, ExternalAuth, GlobalSourceRanges, LoadBalance,
-    RateLimits, Redirect, Snippet, SourceRanges,
+    Affinity, BackendProtocol, BasicAuth, Canary, Cors, ExternalAuth, GlobalSourceRanges,
+    LoadBalance, RateLimits, Redirect, Snippet, SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -247,6 +247,9 @@ pub struct LocationSettings {
     /// `app-root`: a request for `/` is redirected (302) to this path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_root: Option<String>,
+    /// `enable-cors`: CORS headers, and preflights answered with 204.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
     /// Protocol used to talk to the backend.
     pub backend_protocol: BackendProtocol,
     /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).

@@ -258,8 +258,8 @@ fn conflicts_and_missing_references_are_warnings() {
             ),
             (
                 "unknown harmless annotation",
-                web(new("cors"), "cors.test").ann("enable-cors", "true"),
-                Warned("nginx.ingress.kubernetes.io/enable-cors"),
+                web(new("traced"), "traced.test").ann("enable-opentelemetry", "true"),
+                Warned("nginx.ingress.kubernetes.io/enable-opentelemetry"),
             ),
             (
                 "TLS host without a rule",
@@ -518,7 +518,7 @@ fn every_decision_agrees_with_the_full_build() {
                 ("/a;b", "Prefix", "web", "80")
             ]
         ),
-        web(Ing::new("default/cors", 30), "cors.test").ann("enable-cors", "true"),
+        web(Ing::new("default/traced", 30), "traced.test").ann("enable-opentelemetry", "true"),
         web(Ing::new("default/theirs", 31), "shop.test").class(Some("other")),
     ];
     agrees_with_the_full_build(&(cluster() + &more));

@@ -1864,10 +1864,10 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
         Ing::new("default/auth", 1)
             .ann("nginx.ingress.kubernetes.io/auth-snippet", "return 200;")
             .rule("auth.test", &[("/", "Prefix", "web", "80")]),
-        Ing::new("default/cors", 1)
-            .ann("nginx.ingress.kubernetes.io/enable-cors", "true")
+        Ing::new("default/traced", 1)
+            .ann("nginx.ingress.kubernetes.io/enable-opentelemetry", "true")
             .ann("nginx.ingress.kubernetes.io/ssl-redirect", "false")
-            .rule("cors.test", &[("/", "Prefix", "web", "80")]),
+            .rule("traced.test", &[("/", "Prefix", "web", "80")]),
         // Another controller's prefix is not ours to judge.
         Ing::new("default/other-prefix", 1)
             .ann("example.com/auth-url", "http://auth.example/check")
@@ -1878,7 +1878,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
         &[
             ("basic.test", "/", "404"),
             ("auth.test", "/", "404"),
-            ("cors.test", "/", "default_web_80"),
+            ("traced.test", "/", "default_web_80"),
             ("other-prefix.test", "/", "default_web_80"),
         ],
     );
@@ -1894,8 +1894,8 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
                 "nginx.ingress.kubernetes.io/auth-snippet (external auth (more))",
             ),
             (
-                "Ingress default/cors",
-                "annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored",
+                "Ingress default/traced",
+                "annotation nginx.ingress.kubernetes.io/enable-opentelemetry (tracing) is not implemented by Ferrule and is ignored",
             ),
         ],
     );
@@ -1907,7 +1907,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     };
     assert_eq!(severity("basic"), Some(Severity::Error));
     assert_eq!(severity("auth"), Some(Severity::Error));
-    assert_eq!(severity("cors"), Some(Severity::Warning));
+    assert_eq!(severity("traced"), Some(Severity::Warning));
     expect_no_problems_on(&m, "Ingress default/other-prefix");
 }
 

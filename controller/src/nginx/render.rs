@@ -40,6 +40,10 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         include_str!("../../../rootfs/etc/nginx/proxy-headers.conf"),
     ),
     (
+        "conf/cors-headers.conf",
+        include_str!("../../../rootfs/etc/nginx/cors-headers.conf"),
+    ),
+    (
         "conf/grpc-headers.conf",
         include_str!("../../../rootfs/etc/nginx/grpc-headers.conf"),
     ),
@@ -766,6 +770,7 @@ struct ServerView {
 }
 
 pub mod client_certificates;
+mod cors;
 mod external_auth;
 mod locations;
 mod options;

@@ -192,7 +192,11 @@ async fn the_chart_grants_exactly_what_ferrule_uses() {
             .replace("ingressClassName: ferrule", "ingressClassName: chart-e2e")
     };
     c.apply(&ingress("web", "chart.e2e", &[]));
-    c.apply(&ingress("odd", "odd.e2e", &[("enable-cors", "true")]));
+    c.apply(&ingress(
+        "odd",
+        "odd.e2e",
+        &[("enable-opentelemetry", "true")],
+    ));
     let kubeconfig = kubeconfig.to_string_lossy().into_owned();
     // In a pod, POD_NAMESPACE names the Lease's namespace.
     let mut args = vec!["--kubeconfig", kubeconfig.as_str(), "--lease-namespace", NS];
@@ -219,7 +223,7 @@ async fn the_chart_grants_exactly_what_ferrule_uses() {
                 && e["note"]
                     .as_str()
                     .unwrap_or_default()
-                    .contains("enable-cors")
+                    .contains("enable-opentelemetry")
         })
     })
     .await;

@@ -390,12 +390,15 @@ async fn status_and_events_are_written() {
     ));
     c.apply(&k8s_ingress(
         ns,
-        "cors",
-        "cors.e2e",
+        "traced",
+        "traced.e2e",
         &[("/", "Prefix", "echo")],
-        &[("enable-cors", "true")],
+        &[("enable-opentelemetry", "true")],
     ));
-    for (name, key) in [("guarded", "auth-cache-key"), ("cors", "enable-cors")] {
+    for (name, key) in [
+        ("guarded", "auth-cache-key"),
+        ("traced", "enable-opentelemetry"),
+    ] {
         let warned = wait_until(Duration::from_secs(15), || async {
             let events = c.json(&["get", "events.events.k8s.io", "-n", ns]);
             events["items"].as_array().into_iter().flatten().any(|e| {
@@ -412,7 +415,7 @@ async fn status_and_events_are_written() {
         );
     }
     let served = wait_until(Duration::from_secs(10), || async {
-        f.get("cors.e2e", "/").await.0 == 200
+        f.get("traced.e2e", "/").await.0 == 200
     })
     .await;
     assert!(served, "the Ingress with a harmless unknown key is served");
@@ -426,14 +429,17 @@ async fn status_and_events_are_written() {
         .await
         .unwrap_or_default();
     assert_eq!(guarded["state"], "rejected", "{guarded}");
-    let cors = f.resource("Ingress", ns, "cors").await.unwrap_or_default();
-    assert_eq!(cors["state"], "applied", "{cors}");
+    let traced = f
+        .resource("Ingress", ns, "traced")
+        .await
+        .unwrap_or_default();
+    assert_eq!(traced["state"], "applied", "{traced}");
     assert!(
-        cors["message"]
+        traced["message"]
             .as_str()
             .unwrap_or_default()
-            .contains("enable-cors"),
-        "{cors}"
+            .contains("enable-opentelemetry"),
+        "{traced}"
     );
 
     // Fixed, it is served and a Normal event says so (the Warning is not the last

@@ -84,6 +84,18 @@ impl Echo {
                 .and_then(|v| v.parse::<u16>().ok())
                 .and_then(|s| axum::http::StatusCode::from_u16(s).ok())
                 .unwrap_or(axum::http::StatusCode::OK);
+            // `x-echo-header: Name=Value` adds that header to the answer (the
+            // backend's own headers that NGINX must replace or hide).
+            let mut extra = axum::http::HeaderMap::new();
+            if let Some((name, value)) =
+                headers.get("x-echo-header").and_then(|v| v.split_once('='))
+                && let (Ok(n), Ok(v)) = (
+                    axum::http::HeaderName::try_from(name),
+                    axum::http::HeaderValue::try_from(value),
+                )
+            {
+                extra.insert(n, v);
+            }
             let method = req.method().as_str().to_owned();
             let path = req.uri().to_string();
             let version = format!("{:?}", req.version());
@@ -93,6 +105,7 @@ impl Echo {
                 .unwrap_or_default();
             (
                 status,
+                extra,
                 // Also in headers, for HEAD requests (no body).
                 [
                     ("x-echo-backend", addr.to_string()),

@@ -1,5 +1,5 @@
 //! The traffic annotations of ingress-nginx through real NGINX, as a client sees
-//! them: redirects (status and `Location`).
+//! them: redirects (status and `Location`), CORS headers and preflights.
 
 use crate::support::*;
 
@@ -121,4 +121,176 @@ async fn app_root_redirects_only_a_request_for_the_root() {
             .contains("app-root"),
         "{bad}"
     );
+}
+
+/// A request with an `Origin` (and any method): (status, the answer's headers).
+async fn with_origin(
+    f: &Ferrule,
+    method: &str,
+    host: &str,
+    origin: Option<&str>,
+) -> (u16, reqwest::header::HeaderMap) {
+    let mut req = client()
+        .request(
+            method.parse().unwrap(),
+            format!("http://127.0.0.1:{}/", f.http),
+        )
+        .header("Host", host)
+        // The backend's own CORS header, which the location's must replace.
+        .header(
+            "X-Echo-Header",
+            "Access-Control-Allow-Origin=https://backend.test",
+        );
+    if let Some(o) = origin {
+        req = req.header("Origin", o);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.headers().clone())
+}
+
+fn header<'a>(h: &'a reqwest::header::HeaderMap, name: &str) -> Vec<&'a str> {
+    h.get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect()
+}
+
+/// `enable-cors`: with `*` every answer carries the headers and every preflight is
+/// answered by NGINX; with a list, only an allowed Origin (anchored, `*.` one
+/// label) gets them, echoed. The backend's own CORS header never doubles them, and
+/// the server's HSTS header survives the location's `add_header`.
+#[tokio::test]
+async fn cors_answers_preflights_and_allows_only_listed_origins() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "any.yaml",
+        &demo_ingress("any", "any.test", &[("enable-cors", "true")]),
+    );
+    let listed = [
+        ("enable-cors", "true"),
+        (
+            "cors-allow-origin",
+            "https://app.example.com, https://*.example.org",
+        ),
+        ("cors-allow-methods", "get, post"),
+        ("cors-expose-headers", "X-Total"),
+        ("cors-max-age", "600"),
+    ];
+    m.write("list.yaml", &demo_ingress("list", "list.test", &listed));
+    m.write(
+        "off.yaml",
+        &demo_ingress(
+            "off",
+            "off.test",
+            &[("cors-allow-origin", "https://a.test")],
+        ),
+    );
+    m.write(
+        "bad.yaml",
+        &demo_ingress(
+            "bad",
+            "bad.test",
+            &[
+                ("enable-cors", "true"),
+                ("cors-allow-origin", "https://a.test/path"),
+            ],
+        ),
+    );
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    let mut secure = Ing::new("demo", "secure", "2026-01-01T00:00:00Z")
+        .rule("a.example.com", &[("/", "Prefix", "echo")])
+        .tls(&["a.example.com"], "a-tls");
+    for (k, v) in listed {
+        secure = secure.nginx(k, v);
+    }
+    m.write("secure.yaml", &secure.yaml());
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    // Any origin: the headers on every answer, the backend's replaced.
+    let (s, h) = with_origin(&f, "GET", "any.test", Some("https://x.test")).await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(header(&h, "access-control-allow-origin"), ["*"]);
+    assert_eq!(
+        header(&h, "access-control-allow-methods"),
+        ["GET, PUT, POST, DELETE, PATCH, OPTIONS"]
+    );
+    assert_eq!(header(&h, "access-control-allow-credentials"), ["true"]);
+    assert_eq!(header(&h, "access-control-max-age"), ["1728000"]);
+    assert_eq!(header(&h, "x-echo-method"), ["GET"], "the backend answered");
+    let (s, h) = with_origin(&f, "OPTIONS", "any.test", Some("https://x.test")).await;
+    assert_eq!(s, 204);
+    assert_eq!(header(&h, "access-control-allow-origin"), ["*"]);
+    assert!(header(&h, "x-echo-method").is_empty(), "NGINX answered");
+
+    // A list: the allowed origin echoed, with the settings of the annotations.
+    let app = "https://app.example.com";
+    let (s, h) = with_origin(&f, "GET", "list.test", Some(app)).await;
+    assert_eq!(s, 200);
+    assert_eq!(header(&h, "access-control-allow-origin"), [app]);
+    assert_eq!(header(&h, "access-control-allow-methods"), ["GET, POST"]);
+    assert_eq!(header(&h, "access-control-expose-headers"), ["X-Total"]);
+    assert_eq!(header(&h, "access-control-max-age"), ["600"]);
+    assert_eq!(header(&h, "vary"), ["Origin"]);
+    let (s, h) = with_origin(&f, "OPTIONS", "list.test", Some("https://a.example.org")).await;
+    assert_eq!(s, 204);
+    assert_eq!(
+        header(&h, "access-control-allow-origin"),
+        ["https://a.example.org"]
+    );
+    for other in [
+        "https://evil.test",
+        "https://app.example.com.evil.test",
+        "http://app.example.com",
+        "https://a.b.example.org",
+    ] {
+        let (s, h) = with_origin(&f, "GET", "list.test", Some(other)).await;
+        assert_eq!(s, 200);
+        assert!(
+            header(&h, "access-control-allow-origin").is_empty(),
+            "{other}: {h:?}"
+        );
+        assert!(header(&h, "access-control-allow-methods").is_empty());
+        // Not a preflight of an allowed origin: the backend answers.
+        let (s, h) = with_origin(&f, "OPTIONS", "list.test", Some(other)).await;
+        assert_eq!((s, header(&h, "x-echo-method")), (200, vec!["OPTIONS"]));
+    }
+    let (_, h) = with_origin(&f, "GET", "list.test", None).await;
+    assert!(header(&h, "access-control-allow-origin").is_empty());
+
+    // Without enable-cors the other keys do nothing: the backend's header passes.
+    let (_, h) = with_origin(&f, "GET", "off.test", Some("https://a.test")).await;
+    assert_eq!(
+        header(&h, "access-control-allow-origin"),
+        ["https://backend.test"]
+    );
+
+    // Over HTTPS the server's HSTS header is still sent.
+    let r = tls_client(&f, &["a.example.com"])
+        .get(format!("https://a.example.com:{}/", f.https))
+        .header("Origin", app)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let h = r.headers();
+    assert_eq!(header(h, "access-control-allow-origin"), [app]);
+    assert_eq!(
+        header(h, "strict-transport-security"),
+        ["max-age=31536000; includeSubDomains"]
+    );
+
+    let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
+    assert_eq!(bad["state"], "rejected", "{bad}");
+    let message = bad["message"].as_str().unwrap_or_default();
+    assert!(message.contains("cors-allow-origin"), "{bad}");
 }

@@ -10,6 +10,7 @@ pub(crate) mod balancing;
 pub mod basic_auth;
 mod canary;
 pub mod client_certificates;
+pub mod cors;
 pub mod external_auth;
 mod proxy;
 pub mod rate_limits;
@@ -28,6 +29,7 @@ pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use canary::{Canary, CanaryAffinity};
 pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
+pub use cors::{Cors, Origin};
 pub use external_auth::{ExternalAuth, GlobalAuth};
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
@@ -80,6 +82,8 @@ pub struct IngressAnnotations {
     pub redirect: Option<Redirect>,
     /// `app-root`: where a request for `/` is redirected.
     pub app_root: Option<String>,
+    /// `enable-cors` and its `cors-*` settings.
+    pub cors: Option<Cors>,
     /// `backend-protocol`.
     pub backend_protocol: Option<BackendProtocol>,
     /// `proxy-body-size`.
@@ -208,6 +212,7 @@ pub fn parse(
     let mut out = IngressAnnotations::default();
     redirect::parse(&r, &mut out)?;
     proxy::parse(&r, &mut out)?;
+    cors::parse(&r, &mut out)?;
     rewrite::parse(&r, &mut out)?;
     balancing::parse(&r, &mut out)?;
     canary::parse(&r, &mut out)?;

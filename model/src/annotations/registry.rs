@@ -72,6 +72,7 @@ pub(crate) const fn key(name: &'static str, scope: Scope, risk: Risk, doc: &'sta
 pub static FAMILIES: &[&Family] = &[
     &super::redirect::FAMILY,
     &super::proxy::FAMILY,
+    &super::cors::FAMILY,
     &super::rewrite::FAMILY,
     &super::balancing::FAMILY,
     &super::canary::FAMILY,
@@ -86,7 +87,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::satisfy::FAMILY,
     &super::unsupported::PASSTHROUGH,
     &super::unsupported::MODSECURITY,
-    &super::unsupported::CORS,
     &super::unsupported::REDIRECTS,
     &super::unsupported::PROXYING,
     &super::unsupported::BACKEND_TLS,
@@ -235,9 +235,10 @@ mod tests {
         check("global-rate-limit", "rejecting");
         check("satisfy", "supported");
         check("ssl-passthrough", "rejecting");
+        check("enable-cors", "supported");
         check(
-            "enable-cors",
-            "ignored: annotation p/enable-cors (CORS) is not implemented",
+            "enable-opentelemetry",
+            "ignored: annotation p/enable-opentelemetry (tracing) is not implemented",
         );
         check(
             "auth-something-new",

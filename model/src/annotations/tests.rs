@@ -238,12 +238,12 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
         "ignored: [\"annotation nginx.ingress.kubernetes.io/not-a-thing is not one ingress-nginx or Ferrule knows (misspelt?) and is ignored\"]",
     );
     check(
-        &[("enable-cors", "true"), ("ssl-redirect", "false")],
+        &[("enable-opentelemetry", "true"), ("ssl-redirect", "false")],
         "ssl_redirect: Some(false)",
     );
     check(
-        &[("enable-cors", "true")],
-        "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-cors (CORS) is not implemented by Ferrule and is ignored\"]",
+        &[("enable-opentelemetry", "true")],
+        "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-opentelemetry (tracing) is not implemented by Ferrule and is ignored\"]",
     );
     for key in [
         "auth-proxy-set-headers",
@@ -263,7 +263,7 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
 fn another_prefix_is_read_and_the_default_one_is_then_not_ours() {
     let map: BTreeMap<String, String> = [
         ("custom.io/ssl-redirect", "false"),
-        ("custom.io/enable-cors", "true"),
+        ("custom.io/enable-opentelemetry", "true"),
         ("nginx.ingress.kubernetes.io/auth-url", "http://auth"),
     ]
     .iter()
@@ -272,7 +272,10 @@ fn another_prefix_is_read_and_the_default_one_is_then_not_ours() {
     let got = parse(&map, "custom.io/").unwrap();
     assert_eq!(got.values.ssl_redirect, Some(false));
     assert_eq!(got.ignored.len(), 1);
-    assert!(got.ignored[0].contains("custom.io/enable-cors"), "{got:?}");
+    assert!(
+        got.ignored[0].contains("custom.io/enable-opentelemetry"),
+        "{got:?}"
+    );
     let err = parse(
         &[("custom.io/proxy-body-size".to_owned(), "x".to_owned())].into(),
         "custom.io/",

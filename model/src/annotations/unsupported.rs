@@ -160,62 +160,6 @@ pub(super) const MODSECURITY: Family = Family {
     ],
 };
 
-/// Cross-origin resource sharing.
-pub(super) const CORS: Family = Family {
-    name: "CORS",
-    keys: &[
-        todo(
-            "enable-cors",
-            Location,
-            Low,
-            false,
-            "answer CORS preflights and add CORS headers",
-        ),
-        todo(
-            "cors-allow-origin",
-            Location,
-            Medium,
-            false,
-            "allowed origins",
-        ),
-        todo(
-            "cors-allow-methods",
-            Location,
-            Medium,
-            false,
-            "allowed methods",
-        ),
-        todo(
-            "cors-allow-headers",
-            Location,
-            Medium,
-            false,
-            "allowed request headers",
-        ),
-        todo(
-            "cors-expose-headers",
-            Location,
-            Medium,
-            false,
-            "response headers exposed to scripts",
-        ),
-        todo(
-            "cors-allow-credentials",
-            Location,
-            Low,
-            false,
-            "whether credentials are allowed",
-        ),
-        todo(
-            "cors-max-age",
-            Location,
-            Low,
-            false,
-            "how long a preflight is cached",
-        ),
-    ],
-};
-
 /// Redirects other than the ssl-redirect and the redirects of every request
 /// (`redirect.rs`).
 pub(super) const REDIRECTS: Family = Family {

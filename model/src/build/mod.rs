@@ -414,6 +414,7 @@ impl Builder<'_> {
             force_ssl_redirect: a.force_ssl_redirect.unwrap_or(false),
             redirect: a.redirect.clone(),
             app_root: a.app_root.clone(),
+            cors: a.cors.clone(),
             backend_protocol: a.backend_protocol.unwrap_or_default(),
             proxy_body_size: a.proxy_body_size.clone(),
             proxy_connect_timeout: a.proxy_connect_timeout,

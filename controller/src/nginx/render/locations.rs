@@ -6,7 +6,8 @@ use ferrule_model::{Location, Model, PathMatch, Target};
 use serde::Serialize;
 
 use super::{
-    basic_auth_file, client_certificates, external_auth, literal_in_variables, rate_limits, source,
+    basic_auth_file, client_certificates, cors, external_auth, literal_in_variables, rate_limits,
+    source,
 };
 
 /// `auth_basic` of a location: the realm and the users' file.
@@ -82,6 +83,9 @@ pub(super) fn location_view(
             file: basic_auth_file(&b.secret),
         }),
         external_auth: st.external_auth.as_ref().map(external_auth::view),
+        cors: st.cors.as_ref().map(cors::view),
+        // Any add_header of a location replaces every one of its server.
+        own_headers: st.external_auth.is_some() || st.cors.is_some(),
         rate_limits: rate_limits::location(l),
         satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
         client_certificate: None,
@@ -210,6 +214,11 @@ pub(super) struct LocationView {
     pub(super) basic_auth: Option<BasicAuthView>,
     /// `auth_request` (access phase).
     pub(super) external_auth: Option<external_auth::ExternalAuthView>,
+    /// `enable-cors` (rewrite phase: a preflight is answered before access checks).
+    pub(super) cors: Option<cors::CorsView>,
+    /// Whether the location has `add_header`s of its own: the server's (HSTS) are
+    /// then written again, NGINX does not inherit them.
+    pub(super) own_headers: bool,
     /// `limit_req`, `limit_conn`, `limit_rate` (preaccess phase and after).
     pub(super) rate_limits: Option<rate_limits::LocationLimitsView>,
     /// `satisfy any` (else NGINX's default, all).

@@ -303,8 +303,8 @@ data: { location-snippet: "auth_basic on;" }
     check("", location_snippet, 1, 0);
 }
 
-/// A TLS host proxying over HTTPS with proxy settings, a gRPC host, a forced
-/// redirect.
+/// A TLS host proxying over HTTPS with proxy settings and CORS for listed origins,
+/// a gRPC host with CORS for any origin, a forced redirect.
 fn tls_and_protocols() -> String {
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
@@ -326,6 +326,9 @@ metadata:
     nginx.ingress.kubernetes.io/proxy-read-timeout: "120s"
     nginx.ingress.kubernetes.io/proxy-send-timeout: "30"
     nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+    nginx.ingress.kubernetes.io/enable-cors: "true"
+    nginx.ingress.kubernetes.io/cors-allow-origin: "https://app.example.com, *.example.org:8443"
+    nginx.ingress.kubernetes.io/cors-expose-headers: X-Total
 spec:
   tls: [{{ hosts: [a.example.com], secretName: a-tls }}]
   rules:
@@ -342,6 +345,8 @@ metadata:
   creationTimestamp: "2026-01-01T00:00:00Z"
   annotations:
     nginx.ingress.kubernetes.io/backend-protocol: GRPC
+    nginx.ingress.kubernetes.io/enable-cors: "true"
+    nginx.ingress.kubernetes.io/cors-allow-credentials: "false"
     nginx.ingress.kubernetes.io/ssl-redirect: "false"
     nginx.ingress.kubernetes.io/force-ssl-redirect: "false"
 spec:
@@ -824,6 +829,10 @@ fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
         ("rewrite-target", "/x\"}"),
         ("rewrite-target", "/x\n}"),
         ("session-cookie-name", "a;b"),
+        ("cors-allow-origin", "https://a.example\"; return 200"),
+        ("cors-allow-origin", "https://a.example/$http_x"),
+        ("cors-allow-methods", "GET;}"),
+        ("cors-allow-headers", "X-A\n}"),
     ];
     for (key, value) in cases {
         let ing = json!({
