@@ -12,8 +12,8 @@ use crate::annotations::Satisfy;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
-    Affinity, BackendProtocol, BasicAuth, Canary, Cors, ExternalAuth, GlobalSourceRanges,
-    LoadBalance, RateLimits, Redirect, Snippet, SourceRanges,
+    Affinity, BackendProtocol, BasicAuth, Buffering, Canary, Cors, ExternalAuth, Forwarding,
+    GlobalSourceRanges, LoadBalance, RateLimits, Redirect, Snippet, SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -250,6 +250,12 @@ pub struct LocationSettings {
     /// `enable-cors`: CORS headers, and preflights answered with 204.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<Cors>,
+    /// `proxy-buffering`, the buffers, `proxy-request-buffering`, ...
+    #[serde(default, skip_serializing_if = "Buffering::is_default")]
+    pub buffering: Buffering,
+    /// `proxy-http-version`, `proxy-next-upstream*`, `upstream-vhost`, ...
+    #[serde(default, skip_serializing_if = "Forwarding::is_default")]
+    pub forwarding: Forwarding,
     /// Protocol used to talk to the backend.
     pub backend_protocol: BackendProtocol,
     /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).

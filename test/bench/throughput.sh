@@ -102,9 +102,11 @@ http {
     sendfile on;
     keepalive_timeout 75s;
     proxy_next_upstream error timeout;
+    proxy_http_version 1.1;
     proxy_buffering on;
     map \$http_upgrade \$ferrule_connection { default upgrade; "" ""; }
     map \$http_host \$ferrule_host { "" \$host; default \$http_host; }
+    map \$ferrule_host \$ferrule_upstream_host { default \$ferrule_host; }
     map \$http_x_request_id \$ferrule_request_id { "" \$request_id; default \$http_x_request_id; }
     map \$https \$ferrule_hsts { on "max-age=31536000; includeSubDomains"; default ""; }
     # as nginx.conf.tera without use-forwarded-headers (the defaults)

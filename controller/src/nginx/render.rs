@@ -774,6 +774,7 @@ mod cors;
 mod external_auth;
 mod locations;
 mod options;
+mod proxying;
 mod rate_limits;
 #[cfg(test)]
 mod tests;

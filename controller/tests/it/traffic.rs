@@ -294,3 +294,190 @@ async fn cors_answers_preflights_and_allows_only_listed_origins() {
     let message = bad["message"].as_str().unwrap_or_default();
     assert!(message.contains("cors-allow-origin"), "{bad}");
 }
+
+/// A GET with extra request headers: (status, answer headers, echo JSON).
+async fn get_with(
+    f: &Ferrule,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut req = client()
+        .get(format!("http://127.0.0.1:{}{path}", f.http))
+        .header("Host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let r = req.send().await.unwrap();
+    let (status, h) = (r.status().as_u16(), r.headers().clone());
+    (status, h, r.json().await.unwrap_or_default())
+}
+
+/// What the backend receives (`upstream-vhost`, `connection-proxy-header`,
+/// `x-forwarded-prefix`, `proxy-http-version`) and how its answer is rewritten
+/// (`proxy-redirect-*`, `proxy-cookie-*`); `proxy-buffer-size` lets a large header
+/// through that the default buffer refuses with 502.
+#[tokio::test]
+async fn forwarding_annotations_shape_the_request_and_the_answer() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "fwd.yaml",
+        &demo_ingress(
+            "fwd",
+            "fwd.test",
+            &[
+                ("upstream-vhost", "internal.svc:8080"),
+                ("connection-proxy-header", "keep-alive"),
+                ("x-forwarded-prefix", "/api"),
+                ("proxy-http-version", "1.0"),
+                ("proxy-redirect-from", "http://internal.svc/"),
+                ("proxy-redirect-to", "https://public.example/"),
+                ("proxy-cookie-domain", "internal.svc public.example"),
+                ("proxy-cookie-path", "/inner /"),
+            ],
+        ),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "big.yaml",
+        &demo_ingress(
+            "big",
+            "big.test",
+            &[("proxy-buffer-size", "16k"), ("proxy-buffering", "on")],
+        ),
+    );
+    m.write(
+        "bad.yaml",
+        &demo_ingress(
+            "bad",
+            "bad.test",
+            &[("proxy-buffer-size", "16k"), ("proxy-buffers-number", "2")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    let echo_header = |v: &serde_json::Value, n: &str| v["headers"][n].as_str().map(str::to_owned);
+    let (s, h, v) = get_with(
+        &f,
+        "fwd.test",
+        "/",
+        &[("X-Echo-Header", "Location=http://internal.svc/next")],
+    )
+    .await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(
+        echo_header(&v, "host").as_deref(),
+        Some("internal.svc:8080")
+    );
+    assert_eq!(echo_header(&v, "connection").as_deref(), Some("keep-alive"));
+    assert_eq!(
+        echo_header(&v, "x-forwarded-prefix").as_deref(),
+        Some("/api")
+    );
+    assert_eq!(v["version"], "HTTP/1.0");
+    assert_eq!(
+        h.get("location").unwrap().to_str().unwrap(),
+        "https://public.example/next"
+    );
+    let (_, h, _) = get_with(
+        &f,
+        "fwd.test",
+        "/",
+        &[(
+            "X-Echo-Header",
+            "Set-Cookie=s=1; Domain=internal.svc; Path=/inner",
+        )],
+    )
+    .await;
+    assert_eq!(
+        h.get("set-cookie").unwrap().to_str().unwrap(),
+        "s=1; Domain=public.example; Path=/"
+    );
+
+    // Without the annotations: the client's Host, HTTP/1.1, nothing rewritten.
+    let (_, h, v) = get_with(
+        &f,
+        "plain.test",
+        "/",
+        &[("X-Echo-Header", "Location=http://internal.svc/next")],
+    )
+    .await;
+    assert_eq!(echo_header(&v, "host").as_deref(), Some("plain.test"));
+    assert_eq!(echo_header(&v, "x-forwarded-prefix"), None);
+    assert_eq!(v["version"], "HTTP/1.1");
+    assert_eq!(
+        h.get("location").unwrap().to_str().unwrap(),
+        "http://internal.svc/next"
+    );
+
+    // A 6 KB answer header: too big for NGINX's default 4k buffer, not for 16k.
+    let large = format!("X-Large={}", "a".repeat(6000));
+    let big = [("X-Echo-Header", large.as_str())];
+    assert_eq!(get_with(&f, "plain.test", "/", &big).await.0, 502);
+    assert_eq!(get_with(&f, "big.test", "/", &big).await.0, 200);
+
+    let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
+    assert_eq!(bad["state"], "rejected", "{bad}");
+    let message = bad["message"].as_str().unwrap_or_default();
+    assert!(message.contains("proxy-buffers-number"), "{bad}");
+}
+
+/// `proxy-next-upstream: off` and `proxy-next-upstream-tries: 1` let a refused
+/// connection answer 502 where the default tries the next endpoint;
+/// `enable-access-log: "false"` keeps the location's requests out of the log.
+#[tokio::test]
+async fn retries_and_access_log_follow_their_annotations() {
+    let echo = Echo::start("127.0.0.2").await;
+    // Nothing listens on 127.0.0.3 at the echo's port: connections are refused.
+    let dead: std::net::SocketAddr = format!("127.0.0.3:{}", echo.addr.port()).parse().unwrap();
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr, dead]));
+    m.write("retry.yaml", &demo_ingress("retry", "retry.test", &[]));
+    m.write(
+        "off.yaml",
+        &demo_ingress("off", "off.test", &[("proxy-next-upstream", "off")]),
+    );
+    m.write(
+        "once.yaml",
+        &demo_ingress("once", "once.test", &[("proxy-next-upstream-tries", "1")]),
+    );
+    m.write(
+        "quiet.yaml",
+        &demo_ingress("quiet", "quiet.test", &[("enable-access-log", "false")]),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    let statuses = |host: &'static str| {
+        let f = &f;
+        async move {
+            let mut out = Vec::new();
+            for _ in 0..6 {
+                out.push(f.get(host, "/").await.0);
+            }
+            out
+        }
+    };
+    assert_eq!(statuses("retry.test").await, [200; 6], "{}", f.logs());
+    for host in ["off.test", "once.test"] {
+        let s = statuses(host).await;
+        assert!(s.contains(&502) && s.contains(&200), "{host}: {s:?}");
+    }
+
+    let logged = |path: &str| {
+        std::fs::read_to_string(f.prefix.path().join("nginx/logs/access.log"))
+            .unwrap_or_default()
+            .contains(path)
+    };
+    assert_eq!(f.get("quiet.test", "/quiet-1").await.0, 200);
+    assert_eq!(f.get("retry.test", "/loud-1").await.0, 200);
+    assert!(
+        wait_until(std::time::Duration::from_secs(5), || async {
+            logged("/loud-1")
+        })
+        .await,
+        "the other location is logged"
+    );
+    assert!(!logged("/quiet-1"), "enable-access-log: false");
+}

@@ -8,10 +8,12 @@
 
 pub(crate) mod balancing;
 pub mod basic_auth;
+pub mod buffering;
 mod canary;
 pub mod client_certificates;
 pub mod cors;
 pub mod external_auth;
+pub mod forwarding;
 mod proxy;
 pub mod rate_limits;
 mod redirect;
@@ -27,10 +29,12 @@ use std::collections::BTreeMap;
 
 pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
+pub use buffering::{Buffering, Buffers};
 pub use canary::{Canary, CanaryAffinity};
 pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
 pub use cors::{Cors, Origin};
 pub use external_auth::{ExternalAuth, GlobalAuth};
+pub use forwarding::Forwarding;
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
 pub use redirect::Redirect;
@@ -84,6 +88,10 @@ pub struct IngressAnnotations {
     pub app_root: Option<String>,
     /// `enable-cors` and its `cors-*` settings.
     pub cors: Option<Cors>,
+    /// `proxy-buffering`, the buffers, `proxy-request-buffering`, ...
+    pub buffering: Buffering,
+    /// `proxy-http-version`, `proxy-next-upstream*`, `upstream-vhost`, ...
+    pub forwarding: Forwarding,
     /// `backend-protocol`.
     pub backend_protocol: Option<BackendProtocol>,
     /// `proxy-body-size`.
@@ -213,6 +221,8 @@ pub fn parse(
     redirect::parse(&r, &mut out)?;
     proxy::parse(&r, &mut out)?;
     cors::parse(&r, &mut out)?;
+    buffering::parse(&r, &mut out)?;
+    forwarding::parse(&r, &mut out)?;
     rewrite::parse(&r, &mut out)?;
     balancing::parse(&r, &mut out)?;
     canary::parse(&r, &mut out)?;

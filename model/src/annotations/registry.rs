@@ -73,6 +73,8 @@ pub static FAMILIES: &[&Family] = &[
     &super::redirect::FAMILY,
     &super::proxy::FAMILY,
     &super::cors::FAMILY,
+    &super::buffering::FAMILY,
+    &super::forwarding::FAMILY,
     &super::rewrite::FAMILY,
     &super::balancing::FAMILY,
     &super::canary::FAMILY,

@@ -415,6 +415,8 @@ impl Builder<'_> {
             redirect: a.redirect.clone(),
             app_root: a.app_root.clone(),
             cors: a.cors.clone(),
+            buffering: a.buffering.clone(),
+            forwarding: a.forwarding.clone(),
             backend_protocol: a.backend_protocol.unwrap_or_default(),
             proxy_body_size: a.proxy_body_size.clone(),
             proxy_connect_timeout: a.proxy_connect_timeout,

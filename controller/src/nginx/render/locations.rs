@@ -6,8 +6,8 @@ use ferrule_model::{Location, Model, PathMatch, Target};
 use serde::Serialize;
 
 use super::{
-    basic_auth_file, client_certificates, cors, external_auth, literal_in_variables, rate_limits,
-    source,
+    basic_auth_file, client_certificates, cors, external_auth, literal_in_variables, proxying,
+    rate_limits, source,
 };
 
 /// `auth_basic` of a location: the realm and the users' file.
@@ -84,6 +84,7 @@ pub(super) fn location_view(
         }),
         external_auth: st.external_auth.as_ref().map(external_auth::view),
         cors: st.cors.as_ref().map(cors::view),
+        proxying: proxying::view(&st.buffering, &st.forwarding),
         // Any add_header of a location replaces every one of its server.
         own_headers: st.external_auth.is_some() || st.cors.is_some(),
         rate_limits: rate_limits::location(l),
@@ -216,6 +217,8 @@ pub(super) struct LocationView {
     pub(super) external_auth: Option<external_auth::ExternalAuthView>,
     /// `enable-cors` (rewrite phase: a preflight is answered before access checks).
     pub(super) cors: Option<cors::CorsView>,
+    /// Buffering and forwarding directives.
+    pub(super) proxying: Option<proxying::ProxyingView>,
     /// Whether the location has `add_header`s of its own: the server's (HSTS) are
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,

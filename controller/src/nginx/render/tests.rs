@@ -303,7 +303,8 @@ data: { location-snippet: "auth_basic on;" }
     check("", location_snippet, 1, 0);
 }
 
-/// A TLS host proxying over HTTPS with proxy settings and CORS for listed origins,
+/// A TLS host proxying over HTTPS with proxy, buffering and forwarding settings and
+/// CORS for listed origins,
 /// a gRPC host with CORS for any origin, a forced redirect.
 fn tls_and_protocols() -> String {
     let secret = json!({
@@ -329,6 +330,14 @@ metadata:
     nginx.ingress.kubernetes.io/enable-cors: "true"
     nginx.ingress.kubernetes.io/cors-allow-origin: "https://app.example.com, *.example.org:8443"
     nginx.ingress.kubernetes.io/cors-expose-headers: X-Total
+    nginx.ingress.kubernetes.io/proxy-buffering: "on"
+    nginx.ingress.kubernetes.io/proxy-buffer-size: 8k
+    nginx.ingress.kubernetes.io/proxy-max-temp-file-size: "0"
+    nginx.ingress.kubernetes.io/proxy-next-upstream: error timeout http_502
+    nginx.ingress.kubernetes.io/proxy-next-upstream-tries: "2"
+    nginx.ingress.kubernetes.io/upstream-vhost: app.internal
+    nginx.ingress.kubernetes.io/proxy-cookie-path: /inner /
+    nginx.ingress.kubernetes.io/enable-access-log: "false"
 spec:
   tls: [{{ hosts: [a.example.com], secretName: a-tls }}]
   rules:
@@ -833,6 +842,13 @@ fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
         ("cors-allow-origin", "https://a.example/$http_x"),
         ("cors-allow-methods", "GET;}"),
         ("cors-allow-headers", "X-A\n}"),
+        ("upstream-vhost", "a.test\"; return 200"),
+        ("upstream-vhost", "$http_x_host"),
+        ("connection-proxy-header", "close;"),
+        ("x-forwarded-prefix", "/a $host"),
+        ("proxy-cookie-path", "/a /b; return 200"),
+        ("proxy-next-upstream", "error; return"),
+        ("proxy-buffer-size", "4k;"),
     ];
     for (key, value) in cases {
         let ing = json!({

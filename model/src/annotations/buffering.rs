@@ -1,0 +1,198 @@
+//! `proxy-buffering`, the response buffers (`proxy-buffer-size`,
+//! `proxy-buffers-number`, `proxy-busy-buffers-size`, `proxy-max-temp-file-size`)
+//! and the request body's (`proxy-request-buffering`, `client-body-buffer-size`).
+
+use serde::{Deserialize, Serialize};
+
+use super::registry::{Family, Risk::*, Scope::*, key};
+use super::{AnnotationError, IngressAnnotations, Reader, value};
+/// The family's keys (see `registry.rs`).
+pub(super) const FAMILY: Family = Family {
+    name: "buffering",
+    keys: &[
+        key(
+            "proxy-buffering",
+            Location,
+            Low,
+            "on or off: buffer backend responses (default: the ConfigMap's, off)",
+        ),
+        key(
+            "proxy-buffer-size",
+            Location,
+            Low,
+            "size of the first response buffer and of each of the others (default 4k)",
+        ),
+        key(
+            "proxy-buffers-number",
+            Location,
+            Low,
+            "number of response buffers (default 4)",
+        ),
+        key(
+            "proxy-busy-buffers-size",
+            Location,
+            Low,
+            "buffers busy sending to the client (default twice the buffer size)",
+        ),
+        key(
+            "proxy-max-temp-file-size",
+            Location,
+            Low,
+            "largest response buffered to disk (0: none)",
+        ),
+        key(
+            "proxy-request-buffering",
+            Location,
+            Low,
+            "on or off: read the whole request body before proxying (default on)",
+        ),
+        key(
+            "client-body-buffer-size",
+            Location,
+            Low,
+            "request body kept in memory before it goes to a file",
+        ),
+    ],
+};
+
+const DEFAULT_BUFFER_SIZE: u64 = 4096;
+const DEFAULT_BUFFERS: u32 = 4;
+
+/// The buffering settings of a location; `None` fields keep NGINX's (or the
+/// ConfigMap's) value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Buffering {
+    /// `proxy_buffering`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub responses: Option<bool>,
+    /// `proxy_buffer_size` and `proxy_buffers`, written together so that NGINX's
+    /// rules between them hold (checked at parse time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub buffers: Option<Buffers>,
+    /// `proxy_busy_buffers_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_size: Option<String>,
+    /// `proxy_max_temp_file_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_temp_file_size: Option<String>,
+    /// `proxy_request_buffering`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<bool>,
+    /// `client_body_buffer_size`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_body_buffer_size: Option<String>,
+}
+
+impl Buffering {
+    /// Whether nothing is set.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// `proxy_buffer_size {size}` and `proxy_buffers {number} {size}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Buffers {
+    /// The size of each buffer (an NGINX size).
+    pub size: String,
+    /// How many.
+    pub number: u32,
+}
+
+/// An NGINX size (`value::size`) in bytes.
+fn bytes(size: &str) -> u64 {
+    let (digits, unit) = match size.as_bytes().last() {
+        Some(b'k') => (&size[..size.len() - 1], 1 << 10),
+        Some(b'm') => (&size[..size.len() - 1], 1 << 20),
+        Some(b'g') => (&size[..size.len() - 1], 1 << 30),
+        _ => (size, 1),
+    };
+    digits
+        .parse::<u64>()
+        .unwrap_or(u64::MAX)
+        .saturating_mul(unit)
+}
+
+fn on_off(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("expected \"on\" or \"off\"".to_owned()),
+    }
+}
+
+pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
+    let size = r.parse("proxy-buffer-size", value::size)?;
+    let number = r.parse("proxy-buffers-number", |v| value::integer(v, 2, 1024))?;
+    let busy = r.parse("proxy-busy-buffers-size", value::size)?;
+    let max_temp = r.parse("proxy-max-temp-file-size", value::size)?;
+    let buffers = (size.is_some() || number.is_some()).then(|| Buffers {
+        size: size.clone().unwrap_or_else(|| "4k".to_owned()),
+        number: number.unwrap_or(DEFAULT_BUFFERS),
+    });
+    // NGINX's rules (`nginx -t` refuses the configuration otherwise), checked here
+    // so that the error names the annotation.
+    let one = buffers
+        .as_ref()
+        .map_or(DEFAULT_BUFFER_SIZE, |b| bytes(&b.size));
+    if bytes(size.as_deref().unwrap_or("4k")) == 0 {
+        return Err(r.invalid("proxy-buffer-size", "must not be 0"));
+    }
+    if let Some(b) = &buffers {
+        let all_but_one = one * u64::from(b.number - 1);
+        match &busy {
+            Some(busy) if bytes(busy) < one || bytes(busy) > all_but_one => {
+                return Err(r.invalid(
+                    "proxy-busy-buffers-size",
+                    "must be at least proxy-buffer-size and at most the size of all \
+                     proxy buffers but one",
+                ));
+            }
+            None if 2 * one > all_but_one => {
+                return Err(r.invalid(
+                    "proxy-buffers-number",
+                    "at least 3 buffers are needed (the busy buffers, twice the \
+                     buffer size by default, must leave one free)",
+                ));
+            }
+            _ => {}
+        }
+    } else if busy.is_some() {
+        return Err(r.invalid(
+            "proxy-busy-buffers-size",
+            "needs proxy-buffer-size or proxy-buffers-number (NGINX's default \
+             buffers depend on the platform)",
+        ));
+    }
+    if let Some(m) = &max_temp
+        && bytes(m) != 0
+        && bytes(m) < 2 * one
+    {
+        return Err(r.invalid(
+            "proxy-max-temp-file-size",
+            "must be 0 or at least twice proxy-buffer-size",
+        ));
+    }
+    out.buffering = Buffering {
+        responses: r.parse("proxy-buffering", on_off)?,
+        buffers,
+        busy_size: busy,
+        max_temp_file_size: max_temp,
+        requests: r.parse("proxy-request-buffering", on_off)?,
+        client_body_buffer_size: r.parse("client-body-buffer-size", value::size)?,
+    };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_in_bytes() {
+        assert_eq!(bytes("4k"), 4096);
+        assert_eq!(bytes("1m"), 1 << 20);
+        assert_eq!(bytes("512"), 512);
+        assert_eq!(bytes("0"), 0);
+    }
+}
