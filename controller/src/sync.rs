@@ -1,9 +1,10 @@
 //! The loop: snapshots in; the endpoint fast path and the reload path out.
 //!
 //! Two tasks, so that the fast path never waits behind a reload:
-//! - the *model task* coalesces snapshot changes, builds the model, posts backend and
-//!   certificate changes to the balancer at once, and wakes the reload task when the
-//!   configuration files must change;
+//! - the *model task* (`sync/model_task.rs`) coalesces snapshot changes, builds the
+//!   model (a full build on a blocking thread, endpoint changes applied meanwhile),
+//!   posts backend and certificate changes to the balancer at once, and wakes the
+//!   reload task when the configuration files must change;
 //! - the *reload task* owns NGINX: render, `nginx -t`, reload, verify, config safety,
 //!   and supervision (restart NGINX when it dies). It always applies the model task's
 //!   newest snapshot, never an older one.
@@ -28,6 +29,8 @@ use crate::metrics::rejected::{Reason, Rejection};
 use crate::nginx::safety::Exclusions;
 use crate::nginx::{Applied, Dataplane};
 use crate::status::{ResourceState, ResourceStatus, Shared};
+
+mod model_task;
 
 /// Loop settings.
 #[derive(Debug, Clone)]
@@ -119,7 +122,7 @@ pub async fn run(
         stop_rx,
     ));
     let grace = opts.shutdown_grace_period;
-    let model = tokio::spawn(model_task(snapshots, reload_tx, common.clone(), opts));
+    let model = tokio::spawn(model_task::run(snapshots, reload_tx, common.clone(), opts));
     shutdown.await;
     common.shared.stop();
     if !grace.is_zero() {
@@ -134,148 +137,6 @@ pub async fn run(
     let _ = stop_tx.send(true);
     reload.await?;
     Ok(())
-}
-
-async fn model_task(
-    mut snapshots: watch::Receiver<Option<Arc<Snapshot>>>,
-    reload_tx: watch::Sender<()>,
-    common: Arc<Common>,
-    opts: SyncOptions,
-) {
-    let mut applied_rx = common.applied.subscribe();
-    let mut last_pass: Option<Instant> = None;
-    // The snapshot the last model was built from (exclusions applied) and that model:
-    // an endpoint-only change patches it (ferrule_model::build_endpoint_change) instead
-    // of building the whole cluster again.
-    let mut last: Option<(Snapshot, Arc<Model>)> = None;
-    // What NGINX ran when the last model needed no reload against it: while NGINX
-    // runs the same, that model is the diff base (see below).
-    let mut equivalent_to: Option<Arc<Model>> = None;
-    // A failed post is tried again after this, doubling up to 30 s, until one
-    // succeeds: nothing else may come to trigger it.
-    let mut retry: Option<Instant> = None;
-    let mut retry_backoff = RETRY_FIRST;
-    loop {
-        tokio::select! {
-            r = snapshots.changed() => if r.is_err() { return },
-            // A reload finished: the diff base changed, re-evaluate.
-            r = applied_rx.changed() => if r.is_err() { return },
-            _ = sleep_until_some(retry) => {}
-        }
-        let detected = Instant::now();
-        // Leading-edge coalescing: a change after a quiet period is handled at once
-        // (an isolated endpoint change must not wait for the window); changes that
-        // follow a pass within the window are batched into one pass at its end.
-        if let Some(next) = last_pass.map(|t| t + opts.coalesce)
-            && next > detected
-        {
-            tokio::time::sleep_until(next.into()).await;
-        }
-        last_pass = Some(Instant::now());
-        let Some(snap) = snapshots.borrow_and_update().clone() else {
-            continue;
-        };
-        let started = Instant::now();
-        // Refreshed against this snapshot, so that an edited excluded resource is
-        // built again (and its change triggers a reload that retries it), and a
-        // deleted one leaves the status. The reload task refreshes its own copy.
-        let mut excl = common.exclusions.read().expect("exclusions lock").clone();
-        excl.refresh(&snap);
-        if let Some((_, m)) = &last {
-            excl.certificates = m.certificates.clone();
-        }
-        let served = excl.apply(&snap, &Default::default());
-        let patched = last
-            .as_ref()
-            .and_then(|(s, m)| ferrule_model::build_endpoint_change(s, m, &served));
-        let (mut model, kind) = match patched {
-            Some((model, _)) => (model, "endpoints"),
-            None => (ferrule_model::build(&served), "full"),
-        };
-        let applied = common.applied.borrow().clone();
-        // The diff base: the last model that needed no reload against what NGINX
-        // runs, while NGINX runs the same. It shares most with this one (a diff
-        // against the last reload's model compares every backend changed since by
-        // value, more of them as time goes by).
-        let base = last
-            .as_ref()
-            .filter(
-                |_| matches!((&equivalent_to, &applied), (Some(e), Some(a)) if Arc::ptr_eq(e, a)),
-            )
-            .map(|(_, m)| m.clone());
-        let (diff, from) = match &applied {
-            None => (None, None),
-            Some(a) => {
-                let near = base.map(|b| (ferrule_model::diff(&b, &model), b));
-                match near {
-                    // A reload is decided against what NGINX runs, not the base: when
-                    // the base says one is needed, ask (and report) NGINX's own model.
-                    Some((d, b)) if !matches!(d, Diff::Reload { .. }) => (Some(d), Some(b)),
-                    _ => (Some(ferrule_model::diff(a, &model)), Some(a.clone())),
-                }
-            }
-        };
-        if let (Some(b), Some(d @ (Diff::Unchanged | Diff::Dynamic { .. }))) = (&from, &diff) {
-            share_unchanged(&mut model, b, d);
-        }
-        let model = Arc::new(model);
-        equivalent_to = match (&applied, &diff) {
-            (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) => Some(a.clone()),
-            _ => None,
-        };
-        *common.latest.lock().expect("latest lock") = Some((snap.clone(), model.clone()));
-        common
-            .shared
-            .metrics
-            .model_builds
-            .get_or_create(&crate::metrics::BuildLabel { kind: kind.into() })
-            .inc();
-        tracing::debug!(kind, took = ?started.elapsed(), "model built");
-        common
-            .shared
-            .metrics
-            .sync_duration
-            .observe(started.elapsed().as_secs_f64());
-        match &diff {
-            None | Some(Diff::Reload { .. }) => {
-                if let Some(Diff::Reload { reasons }) = &diff {
-                    tracing::info!(?reasons, "configuration change needs a reload");
-                }
-                // The status says what NGINX serves: the reload task publishes it
-                // once it knows what NGINX accepted.
-                reload_tx.send_replace(());
-            }
-            Some(Diff::Unchanged) | Some(Diff::Dynamic { .. }) => {
-                publish_status(&common, &snap, &model, &excl);
-                update_readiness(&common, &snap, &model, &excl);
-            }
-        }
-        // The fast path: whatever the reload task is doing, the balancer gets the new
-        // backends and certificates now.
-        if applied.is_some() {
-            // From the source's first sight of the change when it says (the kube
-            // source coalesces before it publishes), else from this pass's wake-up.
-            let since = snap.observed.map_or(detected, |o| o.min(detected));
-            let (posted, restored) = post_dynamic(&common, since).await;
-            if restored {
-                update_readiness(&common, &snap, &model, &excl);
-            }
-            // What the balancer refused is reported with what NGINX serves: here when
-            // this model needs no reload, else by the reload task once it does.
-            if matches!(diff, Some(Diff::Unchanged | Diff::Dynamic { .. }))
-                && common.refusals_changed.load(Ordering::SeqCst)
-            {
-                publish_status(&common, &snap, &model, &excl);
-            }
-            retry = (!posted).then(|| Instant::now() + retry_backoff);
-            retry_backoff = if posted {
-                RETRY_FIRST
-            } else {
-                (retry_backoff * 2).min(Duration::from_secs(30))
-            };
-        }
-        last = Some((served, model));
-    }
 }
 
 /// An NGINX that ran this long before it died restarts without the backoff of a

@@ -268,6 +268,8 @@ pub struct Ferrule {
     pub log: PathBuf,
     /// The `ferrule` arguments (for a restart on the same prefix and ports).
     args: Vec<String>,
+    /// Extra environment of the controller.
+    env: Vec<(String, String)>,
 }
 
 impl Ferrule {
@@ -293,7 +295,7 @@ impl Ferrule {
     }
 
     fn spawn_source(source: &[String], extra: &[&str]) -> Ferrule {
-        Self::spawn_in(tempfile::tempdir().unwrap(), source, extra)
+        Self::spawn_in(tempfile::tempdir().unwrap(), source, extra, &[])
     }
 
     /// Starts Ferrule on `manifests` with its prefix below `dir`, and waits until it
@@ -303,12 +305,28 @@ impl Ferrule {
             "--manifests".to_owned(),
             manifests.to_string_lossy().into_owned(),
         ];
-        let f = Self::spawn_in(dir, &source, extra);
+        let f = Self::spawn_in(dir, &source, extra, &[]);
         f.wait_ready(Duration::from_secs(20)).await;
         f
     }
 
-    fn spawn_in(prefix: tempfile::TempDir, source: &[String], extra: &[&str]) -> Ferrule {
+    /// [`Ferrule::start`] with extra environment variables for the controller.
+    pub async fn start_env(manifests: &Path, extra: &[&str], env: &[(&str, &str)]) -> Ferrule {
+        let source = [
+            "--manifests".to_owned(),
+            manifests.to_string_lossy().into_owned(),
+        ];
+        let f = Self::spawn_in(tempfile::tempdir().unwrap(), &source, extra, env);
+        f.wait_ready(Duration::from_secs(30)).await;
+        f
+    }
+
+    fn spawn_in(
+        prefix: tempfile::TempDir,
+        source: &[String],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Ferrule {
         // FERRULE_IT_BALANCER=njs runs every test that does not choose a balancer
         // against the njs one (e.g. `cargo test --test it conformance::`).
         let balancer: Vec<String> = match std::env::var("FERRULE_IT_BALANCER") {
@@ -358,8 +376,13 @@ impl Ferrule {
         }
         args.extend(balancer);
         args.extend(extra.iter().map(|a| a.to_string()));
-        let child = Self::exec(&args, &log);
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let child = Self::exec(&args, &log, &env);
         Ferrule {
+            env,
             child,
             http,
             https,
@@ -370,7 +393,7 @@ impl Ferrule {
         }
     }
 
-    fn exec(args: &[String], log: &Path) -> Child {
+    fn exec(args: &[String], log: &Path, env: &[(String, String)]) -> Child {
         // Appended: a restarted controller's log follows the first one's.
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -380,6 +403,7 @@ impl Ferrule {
         Command::new(env!("CARGO_BIN_EXE_ferrule"))
             .args(args)
             .env("RUST_LOG", "info,ferrule=debug")
+            .envs(env.iter().cloned())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -400,7 +424,7 @@ impl Ferrule {
             !matches!(self.child.try_wait(), Ok(None)),
             "the controller is still running"
         );
-        self.child = Self::exec(&self.args, &self.log);
+        self.child = Self::exec(&self.args, &self.log, &self.env);
     }
 
     /// The controller's log so far (for assertion messages).

@@ -429,3 +429,71 @@ async fn a_tenant_cannot_exhaust_the_certificate_store() {
     assert!(back, "{}", f.logs());
     assert_eq!(f.served_fingerprint("a07.evil.test"), shared_fp);
 }
+
+/// A Service and its EndpointSlice in two files: an endpoint change then touches
+/// the slice alone (the manifests source re-decodes only the file that changed).
+fn service_and_slice(m: &Manifests, ns: &str, name: &str, endpoints: &[std::net::SocketAddr]) {
+    let yaml = service(ns, name, endpoints);
+    let (svc, slice) = yaml.split_once("\n---\n").unwrap();
+    m.write(&format!("{ns}-{name}-svc.yaml"), svc);
+    m.write(&format!("{ns}-{name}-slice.yaml"), slice);
+}
+
+/// An endpoint change does not wait for a full model build: while one tenant's
+/// change is being built (made slow here, as a pathological input would make it),
+/// another tenant's EndpointSlice change reaches traffic, and the finished build
+/// does not take it back.
+#[tokio::test]
+async fn an_endpoint_change_does_not_wait_for_a_full_build() {
+    let old = Echo::start("127.0.0.2").await;
+    let new = Echo::start_on("127.0.0.3", old.addr.port()).await;
+    let m = Manifests::new();
+    service_and_slice(&m, "victim", "app", &[old.addr]);
+    m.write(
+        "victim.yaml",
+        &Ing::new("victim", "web", T0)
+            .rule("victim.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    m.write("tenant-svc.yaml", &service("tenant", "app", &[old.addr]));
+    let f = Ferrule::start_env(
+        m.path(),
+        &[],
+        &[("FERRULE_TEST_FULL_BUILD_DELAY_MS", "4000")],
+    )
+    .await;
+    assert_eq!(f.backend("victim.test", "/").await.1, old.addr.to_string());
+    let full = r#"kind="full""#;
+    let full_builds = f.metric("ferrule_model_builds_total", full).await;
+
+    // The tenant's new Ingress needs a full build; the victim's endpoint change
+    // comes while it runs.
+    m.write(
+        "tenant.yaml",
+        &Ing::new("tenant", "web", T0)
+            .rule("tenant.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    service_and_slice(&m, "victim", "app", &[new.addr]);
+    let moved = wait_until(std::time::Duration::from_secs(20), || async {
+        f.backend("victim.test", "/").await.1 == new.addr.to_string()
+    })
+    .await;
+    assert!(moved, "{}", f.logs());
+    assert_eq!(
+        f.metric("ferrule_model_builds_total", full).await,
+        full_builds,
+        "the endpoint change came before the full build ended"
+    );
+
+    // The build lands with the newest endpoints.
+    let built = wait_until(std::time::Duration::from_secs(20), || async {
+        f.get("tenant.test", "/").await.0 == 200
+    })
+    .await;
+    assert!(built, "{}", f.logs());
+    for _ in 0..4 {
+        assert_eq!(f.backend("victim.test", "/").await.1, new.addr.to_string());
+    }
+}
