@@ -12,8 +12,8 @@ use crate::annotations::Satisfy;
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
-    Affinity, BackendProtocol, BasicAuth, Buffering, Canary, Cors, ExternalAuth, Forwarding,
-    GlobalSourceRanges, LoadBalance, RateLimits, Redirect, Snippet, SourceRanges,
+    Affinity, BackendProtocol, BackendTls, BasicAuth, Buffering, Canary, Cors, ExternalAuth,
+    Forwarding, GlobalSourceRanges, LoadBalance, RateLimits, Redirect, Snippet, SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -256,6 +256,9 @@ pub struct LocationSettings {
     /// `proxy-http-version`, `proxy-next-upstream*`, `upstream-vhost`, ...
     #[serde(default, skip_serializing_if = "Forwarding::is_default")]
     pub forwarding: Forwarding,
+    /// `proxy-ssl-*`: TLS to the backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_tls: Option<BackendTls>,
     /// Protocol used to talk to the backend.
     pub backend_protocol: BackendProtocol,
     /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).

@@ -50,6 +50,10 @@ impl Dataplane {
         for (file, pem) in render::client_certificate_files(model) {
             specs.insert(file, FileSpec::new(pem.as_bytes().to_vec(), 0o600));
         }
+        // Backend TLS CAs and client keys: read by the master at start and reload.
+        for (file, pem) in render::backend_tls_files(model) {
+            specs.insert(file, FileSpec::new(pem.as_bytes().to_vec(), 0o600));
+        }
         // Basic-auth users: read by the workers at each request, so theirs (0600).
         let opts = self.renderer.options();
         for (file, users) in render::basic_auth_files(model) {

@@ -28,6 +28,22 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         include_str!("../../../rootfs/etc/nginx/proxy-https.conf"),
     ),
     (
+        "conf/proxy-https-unshared.conf",
+        include_str!("../../../rootfs/etc/nginx/proxy-https-unshared.conf"),
+    ),
+    (
+        "conf/grpcs-unshared.conf",
+        include_str!("../../../rootfs/etc/nginx/grpcs-unshared.conf"),
+    ),
+    (
+        "conf/njs-proxy-https-unshared.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-proxy-https-unshared.conf"),
+    ),
+    (
+        "conf/njs-grpcs-unshared.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-grpcs-unshared.conf"),
+    ),
+    (
         "conf/grpc.conf",
         include_str!("../../../rootfs/etc/nginx/grpc.conf"),
     ),
@@ -453,6 +469,10 @@ impl Renderer {
         for b in locations.iter_mut().filter_map(|l| l.basic_auth.as_mut()) {
             b.file = self.worker_path(&b.file);
         }
+        // The backend TLS files are read by the master: below the prefix.
+        for t in locations.iter_mut().filter_map(|l| l.backend_tls.as_mut()) {
+            t.absolute(|rel| self.path(rel));
+        }
         // Without a rewrite phase, balance() answers the ssl-redirect after the access
         // phase; a snippet may add access checks (auth_basic, allow), which must not
         // be asked for before the redirect to HTTPS.
@@ -564,6 +584,27 @@ pub fn basic_auth_files(model: &Model) -> BTreeMap<String, &str> {
         .filter_map(|l| l.settings.basic_auth.as_ref())
         .map(|b| (basic_auth_file(&b.secret), b.users.as_str()))
         .collect()
+}
+
+/// The backend TLS files of every location (CA bundles, client certificates with
+/// their keys), by file name relative to the prefix.
+pub fn backend_tls_files(model: &Model) -> BTreeMap<String, &str> {
+    let mut out = BTreeMap::new();
+    for t in model
+        .servers
+        .iter()
+        .flat_map(|s| &s.locations)
+        .filter_map(|l| l.settings.backend_tls.as_ref())
+    {
+        let secret = t.secret.as_deref().unwrap_or_default();
+        if let Some(ca) = &t.ca {
+            out.insert(backend_tls::ca_file(secret), ca.as_str());
+        }
+        if let Some(client) = &t.client {
+            out.insert(backend_tls::client_file(secret), client.as_str());
+        }
+    }
+    out
 }
 
 /// A value for a directive that expands variables (`set`): a literal `$` is written
@@ -769,6 +810,7 @@ struct ServerView {
     client_certificates: Option<client_certificates::ServerCertView>,
 }
 
+mod backend_tls;
 pub mod client_certificates;
 mod cors;
 mod external_auth;

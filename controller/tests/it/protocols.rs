@@ -1,4 +1,5 @@
-//! `backend-protocol`: HTTPS, GRPC and GRPCS backends reached through both balancers.
+//! `backend-protocol`: HTTPS, GRPC and GRPCS backends reached through both balancers,
+//! and `proxy-ssl-*` (the backend verified, a client certificate presented).
 //! The backend is a private NGINX that answers with what it saw (scheme, protocol,
 //! URI, content type), so each test shows that the request left Ferrule over TLS
 //! and/or HTTP/2 exactly as the annotation asked.
@@ -264,4 +265,197 @@ async fn answers_stream_at_the_clients_pace_unless_the_configmap_buffers() {
         written.load(Ordering::SeqCst)
     );
     task.abort();
+}
+
+/// A private NGINX serving a.example.com's certificate (signed by the test CA) that
+/// asks for a client certificate of the same CA and answers "$ssl_client_verify
+/// $ssl_client_s_dn $ssl_server_name".
+struct TlsBackend {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl TlsBackend {
+    fn start(ip: &str) -> TlsBackend {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::create_dir(dir.path().join("logs")).unwrap();
+        for f in ["a.crt", "a.key", "ca.crt"] {
+            std::fs::write(dir.path().join(f), tls_fixture(f)).unwrap();
+        }
+        let port = free_port();
+        let conf = format!(
+            "pid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\nworker_processes 1;\nevents {{}}\n\
+             http {{\n  access_log off;\n  server {{\n    listen {ip}:{port} ssl;\n    \
+             ssl_certificate {d}/a.crt;\n    ssl_certificate_key {d}/a.key;\n    \
+             ssl_client_certificate {d}/ca.crt;\n    ssl_verify_client optional;\n    \
+             location / {{\n      default_type text/plain;\n      \
+             return 200 \"$ssl_client_verify $ssl_client_s_dn $ssl_server_name\";\n    }}\n  }}\n}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+        let child = std::process::Command::new("nginx")
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nginx");
+        TlsBackend {
+            child,
+            _dir: dir,
+            port,
+        }
+    }
+}
+
+impl Drop for TlsBackend {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+fn opaque_secret(name: &str, data: &[(&str, &str)]) -> String {
+    let data: String = data
+        .iter()
+        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{ name: {name}, namespace: demo }}\nstringData:\n{data}"
+    )
+}
+
+/// `proxy-ssl-*`: the backend's certificate verified against the Secret's CA for
+/// the name given (a wrong name or another CA answers 502), the client certificate
+/// presented, SNI sent when asked; an Ingress whose verification cannot be set up
+/// is rejected, not served unverified.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_verifies_the_backend_and_presents_a_client_certificate() {
+    let ip = "127.0.0.48";
+    let b = TlsBackend::start(ip);
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_endpoints("demo", "tls", b.port, &[(ip, true)]),
+    );
+    let (ca, crt, key) = (
+        tls_fixture("ca.crt"),
+        tls_fixture("a.crt"),
+        tls_fixture("a.key"),
+    );
+    m.write(
+        "secrets.yaml",
+        &[
+            opaque_secret(
+                "full",
+                &[("ca.crt", &ca), ("tls.crt", &crt), ("tls.key", &key)],
+            ),
+            opaque_secret("ca-only", &[("ca.crt", &ca)]),
+            opaque_secret("other-ca", &[("ca.crt", &tls_fixture("ec.crt"))]),
+            opaque_secret("no-ca", &[("tls.crt", &crt), ("tls.key", &key)]),
+        ]
+        .join("---\n"),
+    );
+    let ing = |name: &str, annotations: &[(&str, &str)]| {
+        let mut i = Ing::new("demo", name, T0).nginx("backend-protocol", "HTTPS");
+        for (k, v) in annotations {
+            i = i.nginx(k, v);
+        }
+        i.rule(&format!("{name}.test"), &[("/", "Prefix", "tls")])
+            .yaml()
+    };
+    let verified = [
+        ("proxy-ssl-verify", "on"),
+        ("proxy-ssl-name", "a.example.com"),
+    ];
+    m.write(
+        "full.yaml",
+        &ing(
+            "full",
+            &[
+                ("proxy-ssl-secret", "full"),
+                verified[0],
+                verified[1],
+                ("proxy-ssl-server-name", "on"),
+            ],
+        ),
+    );
+    m.write(
+        "ca.yaml",
+        &ing(
+            "ca",
+            &[
+                ("proxy-ssl-secret", "demo/ca-only"),
+                verified[0],
+                verified[1],
+            ],
+        ),
+    );
+    m.write(
+        "wrong-name.yaml",
+        &ing(
+            "wrong-name",
+            &[
+                ("proxy-ssl-secret", "ca-only"),
+                verified[0],
+                ("proxy-ssl-name", "b.example.com"),
+            ],
+        ),
+    );
+    m.write(
+        "other-ca.yaml",
+        &ing(
+            "other-ca",
+            &[("proxy-ssl-secret", "other-ca"), verified[0], verified[1]],
+        ),
+    );
+    m.write("plain.yaml", &ing("plain", &[]));
+    m.write(
+        "no-ca.yaml",
+        &ing("no-ca", &[("proxy-ssl-secret", "no-ca"), verified[0]]),
+    );
+    m.write("no-secret.yaml", &ing("no-secret", &[verified[0]]));
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    let ok = wait_until(Duration::from_secs(5), || async {
+        http_get(&f, "full.test", "/").await.0 == 200
+    })
+    .await;
+    assert!(
+        ok,
+        "{:?}\n{}",
+        http_get(&f, "full.test", "/").await,
+        f.logs()
+    );
+    assert_eq!(
+        http_get(&f, "full.test", "/").await,
+        (200, "SUCCESS CN=a.example.com a.example.com".to_owned()),
+        "verified, the client certificate presented, SNI sent"
+    );
+    assert_eq!(
+        http_get(&f, "ca.test", "/").await,
+        (200, "NONE  ".to_owned()),
+        "verified; no client certificate and no SNI unless asked"
+    );
+    assert_eq!(http_get(&f, "wrong-name.test", "/").await.0, 502);
+    assert_eq!(http_get(&f, "other-ca.test", "/").await.0, 502);
+    assert_eq!(
+        http_get(&f, "plain.test", "/").await,
+        (200, "NONE  ".to_owned()),
+        "without the annotations: TLS, nothing verified"
+    );
+    for (name, field) in [
+        ("no-ca", "has no ca.crt"),
+        ("no-secret", "proxy-ssl-verify"),
+    ] {
+        let r = f.resource("Ingress", "demo", name).await.unwrap();
+        assert_eq!(r["state"], "rejected", "{r}");
+        assert!(r["message"].as_str().unwrap().contains(field), "{r}");
+    }
 }

@@ -6,6 +6,7 @@
 //! ever half-applied. No key under the prefix is silently dropped: one Ferrule does
 //! not implement is a Warning, or rejects the Ingress when it restricts access.
 
+pub mod backend_tls;
 pub(crate) mod balancing;
 pub mod basic_auth;
 pub mod buffering;
@@ -27,6 +28,7 @@ pub(crate) mod value;
 
 use std::collections::BTreeMap;
 
+pub use backend_tls::{BackendTls, BackendTlsAnnotations, BackendTlsSettings};
 pub use balancing::{Affinity, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use buffering::{Buffering, Buffers};
@@ -92,6 +94,8 @@ pub struct IngressAnnotations {
     pub buffering: Buffering,
     /// `proxy-http-version`, `proxy-next-upstream*`, `upstream-vhost`, ...
     pub forwarding: Forwarding,
+    /// `proxy-ssl-*`.
+    pub backend_tls: Option<BackendTlsAnnotations>,
     /// `backend-protocol`.
     pub backend_protocol: Option<BackendProtocol>,
     /// `proxy-body-size`.
@@ -223,6 +227,7 @@ pub fn parse(
     cors::parse(&r, &mut out)?;
     buffering::parse(&r, &mut out)?;
     forwarding::parse(&r, &mut out)?;
+    backend_tls::parse(&r, &mut out)?;
     rewrite::parse(&r, &mut out)?;
     balancing::parse(&r, &mut out)?;
     canary::parse(&r, &mut out)?;

@@ -217,59 +217,10 @@ pub(super) const PROXYING: Family = Family {
     ],
 };
 
-/// TLS towards the backend, and the server's TLS ciphers.
-pub(super) const BACKEND_TLS: Family = Family {
-    name: "backend TLS",
+/// The server's TLS ciphers.
+pub(super) const SERVER_TLS: Family = Family {
+    name: "server TLS",
     keys: &[
-        todo(
-            "proxy-ssl-secret",
-            Location,
-            Medium,
-            false,
-            "CA and client certificate for the backend",
-        ),
-        todo(
-            "proxy-ssl-verify",
-            Location,
-            Low,
-            false,
-            "verify the backend's certificate",
-        ),
-        todo(
-            "proxy-ssl-verify-depth",
-            Location,
-            Low,
-            false,
-            "backend chain depth",
-        ),
-        todo(
-            "proxy-ssl-name",
-            Location,
-            Medium,
-            false,
-            "name the backend certificate is checked for",
-        ),
-        todo(
-            "proxy-ssl-server-name",
-            Location,
-            Low,
-            false,
-            "send SNI to the backend",
-        ),
-        todo(
-            "proxy-ssl-protocols",
-            Location,
-            Low,
-            false,
-            "TLS versions to the backend",
-        ),
-        todo(
-            "proxy-ssl-ciphers",
-            Location,
-            Low,
-            false,
-            "ciphers to the backend",
-        ),
         todo("ssl-ciphers", Server, Low, false, "ciphers of the host"),
         todo(
             "ssl-prefer-server-ciphers",

@@ -1,6 +1,7 @@
-//! The access-control families' Secrets, read and checked for one Ingress
-//! (basic auth's users, client certificates' CA): what cannot be set up rejects
-//! the Ingress, with a message naming the annotation and the Secret.
+//! The Secrets that annotations name, read and checked for one Ingress (basic
+//! auth's users, client certificates' CA, backend TLS's CA and client
+//! certificate): what cannot be set up rejects the Ingress, with a message naming
+//! the annotation and the Secret.
 
 use std::collections::BTreeMap;
 
@@ -130,5 +131,57 @@ impl<'a> Builder<'a> {
             }
         }
         Ok(Some(certs))
+    }
+
+    /// The backend TLS of Ingress `r`: its `proxy-ssl-secret` (of `r`'s namespace)
+    /// read and checked: `ca.crt` (needed to verify), `tls.crt` with `tls.key`.
+    pub(super) fn backend_tls(
+        &self,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+    ) -> Result<Option<annotations::BackendTls>, String> {
+        let Some(ann) = &a.backend_tls else {
+            return Ok(None);
+        };
+        let Some(written) = &ann.secret else {
+            return Ok(Some(annotations::BackendTls {
+                secret: None,
+                ca: None,
+                client: None,
+                settings: ann.settings.clone(),
+            }));
+        };
+        let what = format!("proxy-ssl-secret {written}");
+        let (secret, secret_name) = self.own_secret(r, written, &what)?;
+        let ca = tls::secret_value(secret, "ca.crt")
+            .map(|b| {
+                annotations::client_certificates::ca_bundle(&String::from_utf8_lossy(&b))
+                    .map_err(|e| format!("{what}: ca.crt: {e}"))
+            })
+            .transpose()?;
+        if ann.settings.verify && ca.is_none() {
+            return Err(format!(
+                "{what}: the Secret has no ca.crt to verify the backend against"
+            ));
+        }
+        let client = match tls::secret_value(secret, "tls.crt") {
+            None => None,
+            Some(_) => {
+                let c = tls::certificate(secret, self.snap.settings.now)
+                    .map_err(|e| format!("{what}: {e}"))?;
+                Some(format!("{}{}", c.cert_pem, c.key_pem))
+            }
+        };
+        if ca.is_none() && client.is_none() {
+            return Err(format!(
+                "{what}: the Secret has neither ca.crt nor tls.crt and tls.key"
+            ));
+        }
+        Ok(Some(annotations::BackendTls {
+            secret: Some(secret_name),
+            ca,
+            client,
+            settings: ann.settings.clone(),
+        }))
     }
 }

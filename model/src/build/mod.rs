@@ -104,9 +104,10 @@ pub fn build(snap: &Snapshot) -> Model {
         // A restriction that cannot be set up rejects the Ingress.
         let resolved = b.basic_auth(&r, &a).and_then(|auth| {
             let certs = b.client_certificates(ing, &r, &a)?;
-            Ok((auth, certs))
+            let backend_tls = b.backend_tls(&r, &a)?;
+            Ok((auth, certs, backend_tls))
         });
-        let (basic_auth, client_certificates) = match resolved {
+        let (basic_auth, client_certificates, backend_tls) = match resolved {
             Ok(x) => x,
             Err(e) => {
                 // A Secret that is not there yet may come; another Ingress's host
@@ -127,7 +128,7 @@ pub fn build(snap: &Snapshot) -> Model {
                 continue;
             }
         };
-        b.add_ingress(ing, &r, &a, basic_auth, client_certificates);
+        b.add_ingress(ing, &r, &a, basic_auth, client_certificates, backend_tls);
     }
     for (ing, r, a) in &canaries {
         b.add_canary(ing, r, a);
@@ -213,12 +214,13 @@ impl Builder<'_> {
         a: &IngressAnnotations,
         basic_auth: Option<annotations::BasicAuth>,
         client_certificates: Option<annotations::ClientCertificates>,
+        backend_tls: Option<annotations::BackendTls>,
     ) {
         let Some(spec) = ing.spec.as_ref() else {
             return;
         };
         let ns = r.namespace.as_str();
-        let settings = self.location_settings(r, a, basic_auth);
+        let settings = self.location_settings(r, a, basic_auth, backend_tls);
         let server_snippet = if self.global.allow_snippet_annotations {
             a.server_snippet.clone()
         } else {
@@ -393,6 +395,7 @@ impl Builder<'_> {
         r: &ResourceRef,
         a: &IngressAnnotations,
         basic_auth: Option<annotations::BasicAuth>,
+        backend_tls: Option<annotations::BackendTls>,
     ) -> LocationSettings {
         let snippets_on = self.global.allow_snippet_annotations;
         if !snippets_on {
@@ -417,6 +420,7 @@ impl Builder<'_> {
             cors: a.cors.clone(),
             buffering: a.buffering.clone(),
             forwarding: a.forwarding.clone(),
+            backend_tls,
             backend_protocol: a.backend_protocol.unwrap_or_default(),
             proxy_body_size: a.proxy_body_size.clone(),
             proxy_connect_timeout: a.proxy_connect_timeout,

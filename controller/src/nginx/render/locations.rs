@@ -6,8 +6,8 @@ use ferrule_model::{Location, Model, PathMatch, Target};
 use serde::Serialize;
 
 use super::{
-    basic_auth_file, client_certificates, cors, external_auth, literal_in_variables, proxying,
-    rate_limits, source,
+    backend_tls, basic_auth_file, client_certificates, cors, external_auth, literal_in_variables,
+    proxying, rate_limits, source,
 };
 
 /// `auth_basic` of a location: the realm and the users' file.
@@ -25,7 +25,12 @@ pub(super) fn location_view(
     tls_host: Option<&str>,
 ) -> LocationView {
     let st = &l.settings;
-    let (backend, status, include) = target_view(model, &l.target, st.backend_protocol);
+    let (backend, status, include) = target_view(
+        model,
+        &l.target,
+        st.backend_protocol,
+        st.backend_tls.is_some(),
+    );
     let ewma = feeds_ewma(model, &l.target);
     LocationView {
         source: source(&l.owner),
@@ -85,6 +90,17 @@ pub(super) fn location_view(
         external_auth: st.external_auth.as_ref().map(external_auth::view),
         cors: st.cors.as_ref().map(cors::view),
         proxying: proxying::view(&st.buffering, &st.forwarding),
+        backend_tls: st.backend_tls.as_ref().map(|t| {
+            let service = match &l.target {
+                Target::Backend(b) => model
+                    .backends
+                    .get(b)
+                    .map(|b| format!("{}.{}.svc", b.service.name, b.service.namespace))
+                    .unwrap_or_default(),
+                Target::Status(_) => String::new(),
+            };
+            backend_tls::view(t, st.backend_protocol == BackendProtocol::Grpcs, &service)
+        }),
         // Any add_header of a location replaces every one of its server.
         own_headers: st.external_auth.is_some() || st.cors.is_some(),
         rate_limits: rate_limits::location(l),
@@ -122,7 +138,7 @@ fn metrics_labels(model: &Model, ns: &str, ingress: &str, t: &Target, path: &str
 
 pub(super) fn default_location(model: &Model) -> LocationView {
     let (backend, status, include) =
-        target_view(model, &model.default_backend, BackendProtocol::Http);
+        target_view(model, &model.default_backend, BackendProtocol::Http, false);
     // The default backend may be a rule's backend too: EWMA and affinity apply.
     let ewma = feeds_ewma(model, &model.default_backend);
     LocationView {
@@ -148,12 +164,21 @@ fn feeds_ewma(model: &Model, t: &Target) -> bool {
     }
 }
 
-fn target_view(model: &Model, t: &Target, proto: BackendProtocol) -> (Option<String>, u16, String) {
-    let include = match proto {
-        BackendProtocol::Http => "proxy-http.conf",
-        BackendProtocol::Https => "proxy-https.conf",
-        BackendProtocol::Grpc => "grpc.conf",
-        BackendProtocol::Grpcs => "grpcs.conf",
+/// The backend, the status answered without one, and the include that proxies;
+/// `unshared`: TLS connections of the location's own (`proxy-ssl-*`).
+fn target_view(
+    model: &Model,
+    t: &Target,
+    proto: BackendProtocol,
+    unshared: bool,
+) -> (Option<String>, u16, String) {
+    let include = match (proto, unshared) {
+        (BackendProtocol::Http, _) => "proxy-http.conf",
+        (BackendProtocol::Https, false) => "proxy-https.conf",
+        (BackendProtocol::Https, true) => "proxy-https-unshared.conf",
+        (BackendProtocol::Grpc, _) => "grpc.conf",
+        (BackendProtocol::Grpcs, false) => "grpcs.conf",
+        (BackendProtocol::Grpcs, true) => "grpcs-unshared.conf",
     };
     match t {
         Target::Backend(name) if model.backends.contains_key(name) => {
@@ -219,6 +244,8 @@ pub(super) struct LocationView {
     pub(super) cors: Option<cors::CorsView>,
     /// Buffering and forwarding directives.
     pub(super) proxying: Option<proxying::ProxyingView>,
+    /// `proxy-ssl-*`.
+    pub(super) backend_tls: Option<backend_tls::BackendTlsView>,
     /// Whether the location has `add_header`s of its own: the server's (HSTS) are
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,

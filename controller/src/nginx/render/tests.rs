@@ -338,6 +338,8 @@ metadata:
     nginx.ingress.kubernetes.io/upstream-vhost: app.internal
     nginx.ingress.kubernetes.io/proxy-cookie-path: /inner /
     nginx.ingress.kubernetes.io/enable-access-log: "false"
+    nginx.ingress.kubernetes.io/proxy-ssl-secret: a-tls
+    nginx.ingress.kubernetes.io/proxy-ssl-server-name: "on"
 spec:
   tls: [{{ hosts: [a.example.com], secretName: a-tls }}]
   rules:
@@ -849,6 +851,9 @@ fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
         ("proxy-cookie-path", "/a /b; return 200"),
         ("proxy-next-upstream", "error; return"),
         ("proxy-buffer-size", "4k;"),
+        ("proxy-ssl-name", "a.test; return 200"),
+        ("proxy-ssl-ciphers", "HIGH\"}"),
+        ("proxy-ssl-protocols", "TLSv1.2;"),
     ];
     for (key, value) in cases {
         let ing = json!({
