@@ -338,6 +338,9 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     ];
     // Not `helm --wait`: it would wait for the LoadBalancer Service's address, which
     // only a cloud provides (the test plays that part below).
+    // A run that failed half-way (the harness cluster outlives it) may have left
+    // its release behind: start from none.
+    let _ = c.helm(&["uninstall", RELEASE, "-n", NS, "--wait", "--timeout=3m"]);
     let mut install = vec!["install", RELEASE, chart, "-n", NS];
     install.extend(values);
     let (ok, text) = c.helm(&install);
