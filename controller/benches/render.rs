@@ -121,6 +121,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         fast_path: false,
         worker_dir: None,
         log_to_stdio: false,
+        resolvers: Vec::new(),
         metrics: None,
     };
     let pem = ferrule::tls::self_signed_default().expect("default certificate");

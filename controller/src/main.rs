@@ -326,6 +326,7 @@ impl NginxFlags {
             fast_path: false,
             worker_dir: None,
             log_to_stdio: self.nginx_log_stdio,
+            resolvers: ferrule::nginx::render::system_resolvers(),
             metrics: self.metrics.render()?,
         })
     }

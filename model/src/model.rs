@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::annotations::{
     Affinity, BackendProtocol, BackendTls, BasicAuth, Buffering, Canary, Cors, ExternalAuth,
-    Forwarding, GlobalSourceRanges, LoadBalance, RateLimits, Redirect, Snippet, SourceRanges,
+    Forwarding, GlobalSourceRanges, LoadBalance, Mirror, RateLimits, Redirect, Snippet,
+    SourceRanges,
 };
 
 /// Identifies a Kubernetes object that contributed to the model.
@@ -259,6 +260,9 @@ pub struct LocationSettings {
     /// `proxy-ssl-*`: TLS to the backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend_tls: Option<BackendTls>,
+    /// `mirror-target`: a copy of each request goes there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<Mirror>,
     /// Protocol used to talk to the backend.
     pub backend_protocol: BackendProtocol,
     /// `client_max_body_size`, as a validated NGINX size (e.g. `1m`, `0`).

@@ -11,7 +11,7 @@ use super::{emit, process};
 use locations::{LocationView, default_location, location_view, regex_escape};
 pub use options::{
     Balancer, MetricsRender, MetricsSource, NJS_DEFAULT_CERT, NJS_DEFAULT_KEY, NJS_DIR,
-    NJS_STATE_DIR, NJS_TOKEN_FILE, RenderOptions,
+    NJS_STATE_DIR, NJS_TOKEN_FILE, RenderOptions, system_resolvers,
 };
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");
@@ -323,6 +323,7 @@ impl Renderer {
             config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),
+            resolvers: self.opts.resolvers.clone(),
             limits: rate_limits::zones(model),
             auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
             metrics: self.metrics_view(),
@@ -459,6 +460,12 @@ impl Renderer {
                 l.client_certificate = Some(client_certificates::location(c));
             }
         }
+        let mut mirror_locations: Vec<mirror::MirrorView> = Vec::new();
+        for m in locations.iter().filter_map(|l| l.mirror_location.as_ref()) {
+            if !mirror_locations.contains(m) {
+                mirror_locations.push(m.clone());
+            }
+        }
         let mut auth_locations: Vec<external_auth::ExternalAuthView> = Vec::new();
         for a in locations.iter().filter_map(|l| l.external_auth.as_ref()) {
             if !auth_locations.contains(a) {
@@ -535,6 +542,7 @@ impl Renderer {
             cert,
             server_snippet: s.server_snippet.as_ref().map(|s| s.0.clone()),
             auth_locations,
+            mirror_locations,
             client_certificates: s
                 .client_certificates
                 .as_ref()
@@ -776,6 +784,8 @@ struct MainView {
     config_version: String,
     configmap: String,
     server_names_bucket: usize,
+    /// `resolver` (none when empty).
+    resolvers: Vec<String>,
     /// Per-request metrics, when collected.
     metrics: Option<MetricsMainView>,
 }
@@ -806,6 +816,8 @@ struct ServerView {
     locations: Vec<LocationView>,
     /// The external-auth subrequests of its locations, each once.
     auth_locations: Vec<external_auth::ExternalAuthView>,
+    /// The mirrors of its locations, each once.
+    mirror_locations: Vec<mirror::MirrorView>,
     /// `auth-tls-*` of its owner.
     client_certificates: Option<client_certificates::ServerCertView>,
 }
@@ -815,6 +827,7 @@ pub mod client_certificates;
 mod cors;
 mod external_auth;
 mod locations;
+mod mirror;
 mod options;
 mod proxying;
 mod rate_limits;

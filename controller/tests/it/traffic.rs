@@ -1,5 +1,6 @@
 //! The traffic annotations of ingress-nginx through real NGINX, as a client sees
-//! them: redirects (status and `Location`), CORS headers and preflights.
+//! them: redirects (status and `Location`), CORS headers and preflights, what the
+//! backend receives and how its answer is rewritten, retries, mirrors.
 
 use crate::support::*;
 
@@ -480,4 +481,135 @@ async fn retries_and_access_log_follow_their_annotations() {
         "the other location is logged"
     );
     assert!(!logged("/quiet-1"), "enable-access-log: false");
+}
+
+/// A backend that keeps what it receives: "METHOD URI HOST BODY-BYTES" per request.
+struct Recorder {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Recorder {
+    async fn start(ip: &str) -> Recorder {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let log = log.clone();
+            async move {
+                let host = req
+                    .headers()
+                    .get("host")
+                    .and_then(|h| h.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                let line = format!("{} {} {host}", req.method(), req.uri());
+                let body = axum::body::to_bytes(req.into_body(), usize::MAX)
+                    .await
+                    .map(|b| b.len())
+                    .unwrap_or_default();
+                log.lock().unwrap().push(format!("{line} {body}"));
+                "recorded"
+            }
+        });
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Recorder { addr, seen, task }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `mirror-target`: each request of the location is copied to the URL (with its
+/// URI, the Host of `mirror-host`, the body unless `mirror-request-body: off`),
+/// while the client gets the backend's answer; a URL reading a client's header is
+/// refused.
+#[tokio::test]
+async fn mirror_copies_each_request_and_the_client_gets_the_backend() {
+    let echo = Echo::start("127.0.0.2").await;
+    let copies = Recorder::start("127.0.0.4").await;
+    let target = format!("http://{}$request_uri", copies.addr);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "mirrored.yaml",
+        &demo_ingress(
+            "mirrored",
+            "mirrored.test",
+            &[("mirror-target", &target), ("mirror-host", "shadow.test")],
+        ),
+    );
+    m.write(
+        "nobody.yaml",
+        &demo_ingress(
+            "nobody",
+            "nobody.test",
+            &[("mirror-target", &target), ("mirror-request-body", "off")],
+        ),
+    );
+    m.write(
+        "bad.yaml",
+        &demo_ingress(
+            "bad",
+            "bad.test",
+            &[("mirror-target", "http://m.example/$http_x_target")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    let post = |host: &'static str, path: &'static str| {
+        let f = &f;
+        async move {
+            let r = client()
+                .post(format!("http://127.0.0.1:{}{path}", f.http))
+                .header("Host", host)
+                .body("hello")
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let v: serde_json::Value = r.json().await.unwrap_or_default();
+            (status, v["backend"].as_str().unwrap_or_default().to_owned())
+        }
+    };
+    assert_eq!(
+        post("mirrored.test", "/a?b=1").await,
+        (200, echo.addr.to_string()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(post("nobody.test", "/c").await.0, 200);
+    let arrived = wait_until(std::time::Duration::from_secs(5), || async {
+        copies.seen().len() >= 2
+    })
+    .await;
+    assert!(arrived, "{:?}\n{}", copies.seen(), f.logs());
+    let seen = copies.seen();
+    assert!(
+        seen.contains(&"POST /a?b=1 shadow.test 5".to_owned()),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&format!("POST /c {} 0", copies.addr)),
+        "without the body, the URL's host: {seen:?}"
+    );
+    let (s, _) = f.get("plain.test", "/").await;
+    assert_eq!(s, 404, "no Ingress for plain.test");
+    assert_eq!(copies.seen().len(), 2, "other hosts are not mirrored");
+
+    let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
+    assert_eq!(bad["state"], "rejected", "{bad}");
+    let message = bad["message"].as_str().unwrap_or_default();
+    assert!(message.contains("mirror-target"), "{bad}");
 }

@@ -174,27 +174,6 @@ fn next_upstream(v: &str) -> Result<Vec<String>, String> {
     Ok(conditions)
 }
 
-/// A host name with an optional port: the labels of a DNS name, no variables.
-fn vhost(v: &str) -> Result<String, String> {
-    let (host, port) = match v.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (v, None),
-    };
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if host.len() > 253 || !host.split('.').all(label) {
-        return Err("expected a host name such as app.internal (no variables)".to_owned());
-    }
-    if let Some(p) = port {
-        value::integer(p, 1, 65535).map_err(|_| "invalid port".to_owned())?;
-    }
-    Ok(v.to_owned())
-}
-
 /// A Connection header value: letters, digits and `-` (`keep-alive`, `close`).
 fn connection(v: &str) -> Result<String, String> {
     if v.is_empty() || v.len() > 64 || !v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
@@ -253,7 +232,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
             .unwrap_or_default(),
         next_upstream_tries: r.parse("proxy-next-upstream-tries", |v| value::integer(v, 0, 100))?,
         next_upstream_timeout: r.parse("proxy-next-upstream-timeout", value::seconds)?,
-        upstream_vhost: r.parse("upstream-vhost", vhost)?,
+        upstream_vhost: r.parse("upstream-vhost", value::host_port)?,
         connection: r.parse("connection-proxy-header", connection)?,
         forwarded_prefix: r.parse("x-forwarded-prefix", literal)?,
         redirect,
@@ -284,10 +263,13 @@ mod tests {
         assert!(next_upstream("error;").is_err());
         assert!(next_upstream("off error").is_err());
         assert!(next_upstream("").is_err());
-        assert_eq!(vhost("app.internal:8080"), Ok("app.internal:8080".into()));
-        assert!(vhost("$http_x").is_err());
-        assert!(vhost("a b").is_err());
-        assert!(vhost("a.test:0").is_err());
+        assert_eq!(
+            value::host_port("app.internal:8080"),
+            Ok("app.internal:8080".into())
+        );
+        assert!(value::host_port("$http_x").is_err());
+        assert!(value::host_port("a b").is_err());
+        assert!(value::host_port("a.test:0").is_err());
         assert_eq!(
             rewrite_pair(".internal .example.com"),
             Ok(vec![".internal".into(), ".example.com".into()])

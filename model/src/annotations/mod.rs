@@ -15,6 +15,7 @@ pub mod client_certificates;
 pub mod cors;
 pub mod external_auth;
 pub mod forwarding;
+pub mod mirror;
 mod proxy;
 pub mod rate_limits;
 mod redirect;
@@ -37,6 +38,7 @@ pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
 pub use cors::{Cors, Origin};
 pub use external_auth::{ExternalAuth, GlobalAuth};
 pub use forwarding::Forwarding;
+pub use mirror::Mirror;
 pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
 pub use redirect::Redirect;
@@ -96,6 +98,8 @@ pub struct IngressAnnotations {
     pub forwarding: Forwarding,
     /// `proxy-ssl-*`.
     pub backend_tls: Option<BackendTlsAnnotations>,
+    /// `mirror-target` and its companions.
+    pub mirror: Option<Mirror>,
     /// `backend-protocol`.
     pub backend_protocol: Option<BackendProtocol>,
     /// `proxy-body-size`.
@@ -228,6 +232,7 @@ pub fn parse(
     buffering::parse(&r, &mut out)?;
     forwarding::parse(&r, &mut out)?;
     backend_tls::parse(&r, &mut out)?;
+    mirror::parse(&r, &mut out)?;
     rewrite::parse(&r, &mut out)?;
     balancing::parse(&r, &mut out)?;
     canary::parse(&r, &mut out)?;

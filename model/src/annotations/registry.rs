@@ -76,6 +76,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::buffering::FAMILY,
     &super::forwarding::FAMILY,
     &super::backend_tls::FAMILY,
+    &super::mirror::FAMILY,
     &super::rewrite::FAMILY,
     &super::balancing::FAMILY,
     &super::canary::FAMILY,
@@ -95,7 +96,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::unsupported::SERVER_TLS,
     &super::unsupported::ERRORS,
     &super::unsupported::SERVER,
-    &super::unsupported::MIRROR,
     &super::unsupported::AFFINITY,
     &super::unsupported::TRACING,
 ];

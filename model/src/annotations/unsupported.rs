@@ -281,34 +281,6 @@ pub(super) const SERVER: Family = Family {
     ],
 };
 
-/// Request mirroring.
-pub(super) const MIRROR: Family = Family {
-    name: "mirror",
-    keys: &[
-        todo(
-            "mirror-target",
-            Location,
-            High,
-            false,
-            "URL requests are copied to",
-        ),
-        todo(
-            "mirror-host",
-            Location,
-            High,
-            false,
-            "Host header of the copies",
-        ),
-        todo(
-            "mirror-request-body",
-            Location,
-            Low,
-            false,
-            "whether copies carry the body",
-        ),
-    ],
-};
-
 /// Affinity settings beyond the implemented cookie affinity.
 pub(super) const AFFINITY: Family = Family {
     name: "affinity (more)",

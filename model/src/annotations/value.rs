@@ -98,3 +98,24 @@ pub(crate) fn secret_ref(v: &str) -> Result<String, String> {
         _ => Err("expected a Secret name, or namespace/name".to_owned()),
     }
 }
+
+/// A host name with an optional port: the labels of a DNS name, no variables.
+pub(crate) fn host_port(v: &str) -> Result<String, String> {
+    let (host, port) = match v.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (v, None),
+    };
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    };
+    if host.len() > 253 || !host.split('.').all(label) {
+        return Err("expected a host name such as app.internal (no variables)".to_owned());
+    }
+    if let Some(p) = port {
+        integer(p, 1, 65535).map_err(|_| "invalid port".to_owned())?;
+    }
+    Ok(v.to_owned())
+}

@@ -421,6 +421,7 @@ impl Builder<'_> {
             buffering: a.buffering.clone(),
             forwarding: a.forwarding.clone(),
             backend_tls,
+            mirror: a.mirror.clone(),
             backend_protocol: a.backend_protocol.unwrap_or_default(),
             proxy_body_size: a.proxy_body_size.clone(),
             proxy_connect_timeout: a.proxy_connect_timeout,

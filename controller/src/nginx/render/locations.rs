@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{
     backend_tls, basic_auth_file, client_certificates, cors, external_auth, literal_in_variables,
-    proxying, rate_limits, source,
+    mirror, proxying, rate_limits, source,
 };
 
 /// `auth_basic` of a location: the realm and the users' file.
@@ -32,6 +32,7 @@ pub(super) fn location_view(
         st.backend_tls.is_some(),
     );
     let ewma = feeds_ewma(model, &l.target);
+    let mirror_views = st.mirror.as_ref().map(mirror::view);
     LocationView {
         source: source(&l.owner),
         modifier: modifier.to_owned(),
@@ -90,6 +91,8 @@ pub(super) fn location_view(
         external_auth: st.external_auth.as_ref().map(external_auth::view),
         cors: st.cors.as_ref().map(cors::view),
         proxying: proxying::view(&st.buffering, &st.forwarding),
+        mirror: mirror_views.as_ref().map(|(_, l)| l.clone()),
+        mirror_location: mirror_views.map(|(s, _)| s),
         backend_tls: st.backend_tls.as_ref().map(|t| {
             let service = match &l.target {
                 Target::Backend(b) => model
@@ -246,6 +249,11 @@ pub(super) struct LocationView {
     pub(super) proxying: Option<proxying::ProxyingView>,
     /// `proxy-ssl-*`.
     pub(super) backend_tls: Option<backend_tls::BackendTlsView>,
+    /// `mirror-target`: the location's half (the server has the other).
+    pub(super) mirror: Option<mirror::MirrorLocationView>,
+    /// The server's half, collected by the server view.
+    #[serde(skip)]
+    pub(super) mirror_location: Option<mirror::MirrorView>,
     /// Whether the location has `add_header`s of its own: the server's (HSTS) are
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,

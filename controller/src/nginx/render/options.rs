@@ -81,6 +81,9 @@ pub struct RenderOptions {
     /// NGINX's error log to stderr and its access log to stdout, which the master
     /// inherits from Ferrule (a container's logs), instead of `PREFIX/logs/`.
     pub log_to_stdio: bool,
+    /// NGINX's `resolver`: for the URLs it resolves per request (a `mirror-target`
+    /// with variables). [`system_resolvers`] at start; empty: none.
+    pub resolvers: Vec<String>,
     /// Per-request metrics (`--enable-metrics`), collected in NGINX's shared memory
     /// by the C module's log phase when `fast_path` (else by a Lua log phase into a
     /// shared dict; with njs not at all): `None` collects nothing.
@@ -141,5 +144,33 @@ impl RenderOptions {
     /// `rel` below the directory the worker processes reach (see `worker_dir`).
     pub fn worker_path(&self, rel: &str) -> PathBuf {
         self.worker_dir.as_ref().unwrap_or(&self.prefix).join(rel)
+    }
+}
+
+/// The nameservers of `/etc/resolv.conf` (a pod's cluster DNS), as NGINX's
+/// `resolver` takes them (IPv6 in brackets).
+pub fn system_resolvers() -> Vec<String> {
+    let text = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    nameservers(&text)
+}
+
+fn nameservers(resolv_conf: &str) -> Vec<String> {
+    resolv_conf
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse::<std::net::IpAddr>().ok())
+        .map(|ip| match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nameservers_as_nginx_takes_them() {
+        let conf = "search a.svc\nnameserver 10.96.0.10\nnameserver ::1\nnameserver x;y\n";
+        assert_eq!(super::nameservers(conf), ["10.96.0.10", "[::1]"]);
     }
 }

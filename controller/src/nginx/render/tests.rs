@@ -66,6 +66,7 @@ fn opts(prefix: &str) -> RenderOptions {
         fast_path: false,
         worker_dir: None,
         log_to_stdio: false,
+        resolvers: vec!["10.96.0.10".to_owned()],
         metrics: None,
     }
 }
@@ -305,7 +306,7 @@ data: { location-snippet: "auth_basic on;" }
 
 /// A TLS host proxying over HTTPS with proxy, buffering and forwarding settings and
 /// CORS for listed origins,
-/// a gRPC host with CORS for any origin, a forced redirect.
+/// a gRPC host with CORS for any origin, a forced redirect with a mirror.
 fn tls_and_protocols() -> String {
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
@@ -375,6 +376,8 @@ metadata:
   creationTimestamp: "2026-01-01T00:00:00Z"
   annotations:
     nginx.ingress.kubernetes.io/force-ssl-redirect: "true"
+    nginx.ingress.kubernetes.io/mirror-target: https://shadow.example$request_uri
+    nginx.ingress.kubernetes.io/mirror-request-body: "off"
 spec:
   rules:
   - host: forced.example.com
@@ -854,6 +857,9 @@ fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
         ("proxy-ssl-name", "a.test; return 200"),
         ("proxy-ssl-ciphers", "HIGH\"}"),
         ("proxy-ssl-protocols", "TLSv1.2;"),
+        ("mirror-target", "https://m.example/$http_x"),
+        ("mirror-target", "https://m.example/;return 200"),
+        ("mirror-host", "m.example\"; return 200"),
     ];
     for (key, value) in cases {
         let ing = json!({
