@@ -115,12 +115,14 @@ fn same_but_tls(a: &Server, b: &Server) -> bool {
         server_snippet,
         client_certificates,
         locations,
+        redirect_to,
     } = a;
     *host == b.host
         && *owner == b.owner
         && *server_snippet == b.server_snippet
         && *client_certificates == b.client_certificates
         && *locations == b.locations
+        && *redirect_to == b.redirect_to
 }
 
 /// The default certificate's name and contents.

@@ -188,6 +188,10 @@ pub struct Server {
     pub client_certificates: Option<crate::annotations::ClientCertificates>,
     /// Locations, sorted by path then match kind.
     pub locations: Vec<Location>,
+    /// `from-to-www-redirect`: a server without locations of its own that redirects
+    /// (308) every request to this host (its `www.` twin, or the host without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_to: Option<String>,
 }
 
 /// TLS settings of a server.

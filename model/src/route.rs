@@ -244,6 +244,7 @@ mod tests {
             owner: None,
             server_snippet: None,
             client_certificates: None,
+            redirect_to: None,
             locations: vec![
                 loc("/", Prefix),
                 loc("/foo", Prefix),

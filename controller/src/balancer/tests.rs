@@ -129,6 +129,7 @@ fn tls_model(pem: &str) -> Model {
         server_snippet: None,
         client_certificates: None,
         locations: Vec::new(),
+        redirect_to: None,
     };
     m.servers = Arc::new(vec![server("a.test"), server("b.test")]);
     m
@@ -585,6 +586,7 @@ fn hosts_model(hosts: &[(&str, &str)]) -> Model {
             server_snippet: None,
             client_certificates: None,
             locations: Vec::new(),
+            redirect_to: None,
         });
     }
     m.certificates = Arc::new(certs);

@@ -222,6 +222,7 @@ impl Renderer {
                 server_snippet: None,
                 client_certificates: None,
                 locations: Vec::new(),
+                redirect_to: None,
             };
             servers.push(&implicit_default);
         }
@@ -451,6 +452,20 @@ impl Renderer {
         locations.extend(twins);
         if !has_root {
             locations.push(default_location(model));
+        }
+        // from-to-www-redirect's twin: one location, the redirect. `$host` is not
+        // used: the target is the other host, a typed DNS name (no `$`).
+        if let Some(to) = &s.redirect_to {
+            locations = vec![LocationView {
+                source: s.owner.as_ref().map(source).unwrap_or_default(),
+                path: "/".to_owned(),
+                redirect: Some(ferrule_model::annotations::Redirect {
+                    code: 308,
+                    url: format!("$ferrule_scheme://{to}$request_uri"),
+                }),
+                status: 308,
+                ..LocationView::default()
+            }];
         }
         // Client certificates: never served over plain HTTP (redirected first), and
         // every location tells the backend what was verified.

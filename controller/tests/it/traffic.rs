@@ -613,3 +613,38 @@ async fn mirror_copies_each_request_and_the_client_gets_the_backend() {
     let message = bad["message"].as_str().unwrap_or_default();
     assert!(message.contains("mirror-target"), "{bad}");
 }
+
+/// `from-to-www-redirect`: the `www.` twin of a host (or the host without `www.`)
+/// redirects with 308 and the URI kept, unless an Ingress serves the twin itself.
+#[tokio::test]
+async fn from_to_www_redirect_sends_the_twin_host_to_the_ingress_host() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let on = [("from-to-www-redirect", "true")];
+    m.write("www.yaml", &demo_ingress("www", "www.site.test", &on));
+    m.write("bare.yaml", &demo_ingress("bare", "bare.test", &on));
+    m.write("taken.yaml", &demo_ingress("taken", "taken.test", &on));
+    m.write("theirs.yaml", &demo_ingress("theirs", "www.taken.test", &[]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    assert_eq!(
+        location_of(&f, "site.test", "/a/b?c=1").await,
+        (308, "http://www.site.test/a/b?c=1".to_owned()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(
+        location_of(&f, "www.bare.test", "/").await,
+        (308, "http://bare.test/".to_owned())
+    );
+    assert_eq!(f.get("www.site.test", "/x").await.0, 200);
+    assert_eq!(f.get("bare.test", "/x").await.0, 200);
+    assert_eq!(
+        f.backend("www.taken.test", "/").await,
+        (200, echo.addr.to_string()),
+        "a host an Ingress serves is never redirected"
+    );
+    assert_eq!(f.get("www.plain.test", "/").await.0, 404);
+}

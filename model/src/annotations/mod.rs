@@ -90,6 +90,8 @@ pub struct IngressAnnotations {
     pub redirect: Option<Redirect>,
     /// `app-root`: where a request for `/` is redirected.
     pub app_root: Option<String>,
+    /// `from-to-www-redirect`.
+    pub from_to_www_redirect: bool,
     /// `enable-cors` and its `cors-*` settings.
     pub cors: Option<Cors>,
     /// `proxy-buffering`, the buffers, `proxy-request-buffering`, ...

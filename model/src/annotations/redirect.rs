@@ -46,6 +46,12 @@ pub(super) const FAMILY: Family = Family {
             "status of temporal-redirect, 300 to 308",
         ),
         key(
+            "from-to-www-redirect",
+            Server,
+            Low,
+            "redirect (308) www.host to host, or host to www.host, when no Ingress serves the other",
+        ),
+        key(
             "app-root",
             Server,
             Medium,
@@ -96,6 +102,9 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     let temporal = r.parse("temporal-redirect", url)?;
     let temporal_code = r.parse("temporal-redirect-code", code)?;
     out.app_root = r.parse("app-root", app_root)?;
+    out.from_to_www_redirect = r
+        .parse("from-to-www-redirect", value::boolean)?
+        .unwrap_or(false);
     // As ingress-nginx: the temporal redirect wins when both are set.
     out.redirect = match (temporal, permanent) {
         (Some(url), _) => Some(Redirect {

@@ -166,13 +166,6 @@ pub(super) const REDIRECTS: Family = Family {
     name: "redirects",
     keys: &[
         todo(
-            "from-to-www-redirect",
-            Server,
-            Low,
-            false,
-            "redirect between www.host and host",
-        ),
-        todo(
             "preserve-trailing-slash",
             Location,
             Low,

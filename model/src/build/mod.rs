@@ -165,6 +165,8 @@ struct TlsClaim {
 
 struct ServerAcc {
     owner: ResourceRef,
+    /// The owner's `from-to-www-redirect`.
+    from_to_www: bool,
     server_snippet: Option<annotations::Snippet>,
     client_certificates: Option<annotations::ClientCertificates>,
     locations: HashMap<(String, PathMatch), Location>,
@@ -312,6 +314,7 @@ impl Builder<'_> {
                 if !self.servers.contains_key(&host) {
                     let acc = ServerAcc {
                         owner: r.clone(),
+                        from_to_www: a.from_to_www_redirect,
                         server_snippet: server_snippet.clone(),
                         client_certificates: client_certificates.clone(),
                         locations: HashMap::new(),
@@ -740,6 +743,7 @@ impl Builder<'_> {
         let mut servers = Vec::with_capacity(self.servers.len());
         let server_acc = std::mem::take(&mut self.servers);
         let claims = std::mem::take(&mut self.tls_claims);
+        let twins = redirect_twins(&server_acc);
         for (host, acc) in server_acc {
             let tls = claims.get(&host).map(|claim| {
                 let tls = self.server_tls(&host, claim, &mut certificates);
@@ -762,6 +766,34 @@ impl Builder<'_> {
                 server_snippet: acc.server_snippet,
                 client_certificates: acc.client_certificates,
                 locations,
+                redirect_to: None,
+            });
+        }
+        // from-to-www-redirect: the twin host redirects; over TLS with the host's
+        // certificate when that covers the twin too.
+        for (twin, to) in twins {
+            let tls = servers
+                .iter()
+                .find(|s| s.host == to)
+                .and_then(|s| s.tls.clone())
+                .filter(|t| {
+                    t.certificate
+                        .as_ref()
+                        .and_then(|c| certificates.get(c))
+                        .is_some_and(|c: &crate::model::Certificate| tls::covers(&c.names, &twin))
+                });
+            let owner = servers
+                .iter()
+                .find(|s| s.host == to)
+                .and_then(|s| s.owner.clone());
+            servers.push(Server {
+                host: twin,
+                tls,
+                owner,
+                server_snippet: None,
+                client_certificates: None,
+                locations: Vec::new(),
+                redirect_to: Some(to),
             });
         }
         servers.sort_by(|a, b| a.host.cmp(&b.host));
@@ -994,6 +1026,30 @@ pub fn owned_ingresses(snap: &Snapshot) -> Vec<ResourceRef> {
         .filter(|i| filter.is_ours(i))
         .map(|i| ingress_ref(i))
         .collect();
+    out.sort();
+    out
+}
+
+/// The `(twin, host)` pairs of `from-to-www-redirect`: `www.host` for `host` and
+/// `host` for `www.host`, where the host's owner asks for it and no Ingress serves
+/// the twin (a real host is never taken over). Wildcard hosts have no twin.
+fn redirect_twins(servers: &HashMap<String, ServerAcc>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = servers
+        .iter()
+        .filter(|(host, acc)| {
+            acc.from_to_www && !host.starts_with('*') && host.as_str() != DEFAULT_SERVER
+        })
+        .filter_map(|(host, _)| {
+            let twin = match host.strip_prefix("www.") {
+                Some(bare) if bare.contains('.') => bare.to_owned(),
+                Some(_) => return None,
+                None => format!("www.{host}"),
+            };
+            (!servers.contains_key(&twin)).then(|| (twin, host.clone()))
+        })
+        .collect();
+    // Both www.a and a cannot be twins here (both are served); two hosts cannot
+    // share a twin either. Sorted: the model does not depend on the map's order.
     out.sort();
     out
 }
