@@ -91,6 +91,22 @@ struct ModelFlags {
     /// `NAMESPACE/NAME` of the controller ConfigMap.
     #[arg(long)]
     configmap: Option<String>,
+    /// The most bytes Ferrule reads of one Ingress (annotations, hosts, paths,
+    /// Service names); a larger Ingress is rejected alone.
+    #[arg(long, default_value_t = ferrule_model::Limits::default().ingress_bytes)]
+    max_ingress_bytes: usize,
+    /// The most bytes of one annotation value.
+    #[arg(long, default_value_t = ferrule_model::Limits::default().annotation_value_bytes)]
+    max_annotation_value_bytes: usize,
+    /// The most path rules of one Ingress.
+    #[arg(long, default_value_t = ferrule_model::Limits::default().paths_per_ingress)]
+    max_paths_per_ingress: usize,
+    /// The most path rules of one Ingress whose paths are regular expressions.
+    #[arg(long, default_value_t = ferrule_model::Limits::default().regex_paths_per_ingress)]
+    max_regex_paths_per_ingress: usize,
+    /// The most hosts (rules and TLS entries) of one Ingress.
+    #[arg(long, default_value_t = ferrule_model::Limits::default().hosts_per_ingress)]
+    max_hosts_per_ingress: usize,
     /// Prefix of the annotations Ferrule reads, as ingress-nginx's flag.
     #[arg(long, default_value = ferrule_model::snapshot::DEFAULT_ANNOTATIONS_PREFIX, value_parser = annotations_prefix)]
     annotations_prefix: String,
@@ -128,6 +144,13 @@ impl ModelFlags {
             allow_snippet_annotations: self.allow_snippet_annotations,
             annotations_prefix: self.annotations_prefix.clone(),
             allow_local_endpoints: self.allow_local_endpoints,
+            limits: ferrule_model::Limits {
+                ingress_bytes: self.max_ingress_bytes,
+                annotation_value_bytes: self.max_annotation_value_bytes,
+                paths_per_ingress: self.max_paths_per_ingress,
+                regex_paths_per_ingress: self.max_regex_paths_per_ingress,
+                hosts_per_ingress: self.max_hosts_per_ingress,
+            },
             now,
         }
     }

@@ -16,4 +16,4 @@ pub mod snapshot;
 pub use build::{build, build_endpoint_change, owned_ingresses};
 pub use diff::{Diff, diff};
 pub use model::*;
-pub use snapshot::{Settings, Snapshot};
+pub use snapshot::{Limits, Settings, Snapshot};

@@ -34,6 +34,8 @@ pub struct Settings {
     /// (`--allow-local-endpoints`, default false: they are left out, with a problem
     /// on the Ingresses that route to them).
     pub allow_local_endpoints: bool,
+    /// The most one Ingress may hold (see [`Limits`]).
+    pub limits: Limits,
     /// "Now" as seconds since the Unix epoch, for certificate expiry (kept as an
     /// input so that model building stays pure and deterministic).
     pub now: i64,
@@ -50,7 +52,39 @@ impl Default for Settings {
             allow_snippet_annotations: false,
             annotations_prefix: DEFAULT_ANNOTATIONS_PREFIX.to_owned(),
             allow_local_endpoints: false,
+            limits: Limits::default(),
             now: 0,
+        }
+    }
+}
+
+/// Bounds on what one Ingress may hold, so that no tenant's object can make the
+/// model, the files or a reload cost more than its share. An Ingress beyond one is
+/// rejected alone, with a problem naming the limit and its flag; the rest is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of what Ferrule reads of an Ingress: annotation keys and values, hosts,
+    /// paths, Service names (`--max-ingress-bytes`).
+    pub ingress_bytes: usize,
+    /// Bytes of one annotation value (`--max-annotation-value-bytes`).
+    pub annotation_value_bytes: usize,
+    /// Path rules of one Ingress (`--max-paths-per-ingress`).
+    pub paths_per_ingress: usize,
+    /// Regex path rules of one Ingress (`--max-regex-paths-per-ingress`): each is
+    /// compiled by NGINX and tried in turn for every request to its host.
+    pub regex_paths_per_ingress: usize,
+    /// Hosts of one Ingress, its rules' and its TLS entries' (`--max-hosts-per-ingress`).
+    pub hosts_per_ingress: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            ingress_bytes: 512 * 1024,
+            annotation_value_bytes: 64 * 1024,
+            paths_per_ingress: 2000,
+            regex_paths_per_ingress: 200,
+            hosts_per_ingress: 1000,
         }
     }
 }

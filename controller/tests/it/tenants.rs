@@ -497,3 +497,88 @@ async fn an_endpoint_change_does_not_wait_for_a_full_build() {
         assert_eq!(f.backend("victim.test", "/").await.1, new.addr.to_string());
     }
 }
+
+/// Limits per Ingress: one that holds more paths, regex paths, hosts or bytes
+/// than the flags allow is rejected alone, with a message naming the flag; the
+/// other namespace's Ingress is served all the while.
+#[tokio::test]
+async fn an_ingress_beyond_a_limit_is_rejected_alone() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    for ns in ["victim", "evil"] {
+        m.write(&format!("{ns}-svc.yaml"), &service(ns, "app", &[echo.addr]));
+    }
+    m.write(
+        "victim.yaml",
+        &Ing::new("victim", "web", T0)
+            .rule("victim.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    let paths: Vec<String> = (0..6).map(|i| format!("/p{i}")).collect();
+    let rules: Vec<PathRule> = paths
+        .iter()
+        .map(|p| (p.as_str(), "Prefix", "app"))
+        .collect();
+    m.write(
+        "many.yaml",
+        &Ing::new("evil", "many", T0)
+            .rule("many.test", &rules)
+            .yaml(),
+    );
+    m.write(
+        "regex.yaml",
+        &Ing::new("evil", "regex", T0)
+            .nginx("use-regex", "true")
+            .rule("regex.test", &rules[..4])
+            .yaml(),
+    );
+    let mut hosts = Ing::new("evil", "hosts", T0);
+    for i in 0..4 {
+        hosts = hosts.rule(&format!("h{i}.test"), &[("/", "Prefix", "app")]);
+    }
+    m.write("hosts.yaml", &hosts.yaml());
+    m.write(
+        "big.yaml",
+        &Ing::new("evil", "big", T0)
+            .annotation("example.com/note", &"x".repeat(70 * 1024))
+            .rule("big.test", &[("/", "Prefix", "app")])
+            .yaml(),
+    );
+    m.write(
+        "fits.yaml",
+        &Ing::new("evil", "fits", T0)
+            .rule("fits.test", &rules[..3])
+            .yaml(),
+    );
+    let f = Ferrule::start(
+        m.path(),
+        &[
+            "--max-paths-per-ingress",
+            "5",
+            "--max-regex-paths-per-ingress",
+            "3",
+            "--max-hosts-per-ingress",
+            "3",
+        ],
+    )
+    .await;
+
+    assert_eq!(f.backend("victim.test", "/").await.1, echo.addr.to_string());
+    assert_eq!(f.get("fits.test", "/p0").await.0, 200, "{}", f.logs());
+    for (name, host, flag) in [
+        ("many", "many.test", "--max-paths-per-ingress (5)"),
+        ("regex", "regex.test", "--max-regex-paths-per-ingress (3)"),
+        ("hosts", "h0.test", "--max-hosts-per-ingress (3)"),
+        ("big", "big.test", "--max-annotation-value-bytes (65536)"),
+    ] {
+        let r = f.resource("Ingress", "evil", name).await.unwrap();
+        assert_eq!(r["state"], "rejected", "{r}");
+        let message = r["message"].as_str().unwrap_or_default();
+        assert!(message.contains(flag), "{name}: {message}");
+        assert_eq!(f.get(host, "/p0").await.0, 404, "{name} is not served");
+    }
+    let victim = f.resource("Ingress", "victim", "web").await.unwrap();
+    assert_eq!(victim["state"], "applied", "{victim}");
+    let (status, _) = f.get_status("/readyz").await;
+    assert_eq!(status, 200, "still Ready");
+}

@@ -625,7 +625,10 @@ async fn from_to_www_redirect_sends_the_twin_host_to_the_ingress_host() {
     m.write("www.yaml", &demo_ingress("www", "www.site.test", &on));
     m.write("bare.yaml", &demo_ingress("bare", "bare.test", &on));
     m.write("taken.yaml", &demo_ingress("taken", "taken.test", &on));
-    m.write("theirs.yaml", &demo_ingress("theirs", "www.taken.test", &[]));
+    m.write(
+        "theirs.yaml",
+        &demo_ingress("theirs", "www.taken.test", &[]),
+    );
     m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
     let f = Ferrule::start(m.path(), &[]).await;
 

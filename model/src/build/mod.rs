@@ -11,6 +11,7 @@ pub(crate) mod classes;
 mod config;
 mod endpoints;
 pub(crate) mod hosts;
+mod limits;
 mod path_regex;
 pub mod real_ip;
 mod tls;
@@ -77,6 +78,16 @@ pub fn build(snap: &Snapshot) -> Model {
     let prefix = format!("{}/", snap.settings.annotations_prefix);
     for ing in ours {
         let r = ingress_ref(ing);
+        // Bounded before anything of it is read further.
+        if let Err(e) = limits::check(ing, &snap.settings.limits, &prefix) {
+            b.problem(
+                &r,
+                Severity::Error,
+                ProblemKind::Invalid,
+                format!("{e}; the Ingress is not served"),
+            );
+            continue;
+        }
         let empty = BTreeMap::new();
         let parsed =
             annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty), &prefix);
