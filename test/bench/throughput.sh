@@ -95,7 +95,9 @@ events { worker_connections 16384; }
 http {
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
-    access_log $d/logs/access.log combined buffer=32k flush=1s;  # as Ferrule by default
+    # as Ferrule by default: ingress-nginx's upstreaminfo format, buffered
+    log_format upstreaminfo '\$remote_addr - \$remote_user [\$time_local] "\$request" \$status \$body_bytes_sent "\$http_referer" "\$http_user_agent" \$request_length \$request_time [\$proxy_host] [] \$upstream_addr \$upstream_response_length \$upstream_response_time \$upstream_status \$request_id';
+    access_log $d/logs/access.log upstreaminfo buffer=32k flush=1s;
     client_body_temp_path $d/tmp/cb; proxy_temp_path $d/tmp/px;
     fastcgi_temp_path $d/tmp/fc; uwsgi_temp_path $d/tmp/uw; scgi_temp_path $d/tmp/sc;
     server_tokens off;

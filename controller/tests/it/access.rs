@@ -28,16 +28,6 @@ async fn get_from(f: &Ferrule, from: &str, host: &str) -> (u16, Value) {
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
-fn configmap(data: &[(&str, &str)]) -> String {
-    let data: String = data
-        .iter()
-        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule, namespace: demo }}\ndata:\n{data}"
-    )
-}
-
 #[tokio::test]
 async fn allow_and_deny_lists_answer_403_to_other_clients() {
     let echo = Echo::start("127.0.0.2").await;

@@ -291,3 +291,74 @@ async fn configmap_tuning_keys_reach_nginx() {
     .await;
     assert!(reported, "{:?}", f.resources().await);
 }
+
+/// The access log is ingress-nginx's `upstreaminfo` by default (the backend in
+/// brackets, the request id last); `log-format-upstream` with
+/// `log-format-escape-json` writes the administrator's JSON lines instead.
+#[tokio::test]
+async fn the_access_log_format_is_upstreaminfo_or_the_configmap_s() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("ing.yaml", &demo_ingress("logged", "logged.test", &[]));
+    let lines = |f: &Ferrule, marker: &str| -> Vec<String> {
+        std::fs::read_to_string(f.prefix.path().join("nginx/logs/access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(marker))
+            .map(str::to_owned)
+            .collect()
+    };
+    let get = |f: &Ferrule, path: &'static str| {
+        let url = format!("http://127.0.0.1:{}{path}", f.http);
+        async move {
+            client()
+                .get(url)
+                .header("Host", "logged.test")
+                .header("X-Request-ID", "req-42")
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(get(&f, "/upstreaminfo").await, 200);
+    let written = wait_until(Duration::from_secs(5), || async {
+        !lines(&f, "/upstreaminfo").is_empty()
+    })
+    .await;
+    assert!(written, "{}", f.logs());
+    let line = &lines(&f, "/upstreaminfo")[0];
+    assert!(
+        line.contains("\"GET /upstreaminfo HTTP/1.1\" 200 "),
+        "{line}"
+    );
+    assert!(line.contains(" [demo_echo_80] [] "), "{line}");
+    assert!(line.contains(&format!(" {} ", echo.addr)), "{line}");
+    assert!(line.ends_with(" 200 req-42"), "{line}");
+    drop(f);
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            (
+                "log-format-upstream",
+                r#"{"uri": "$uri", "status": $status, "agent": "$http_user_agent"}"#,
+            ),
+            ("log-format-escape-json", "true"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(get(&f, "/json").await, 200);
+    let written = wait_until(Duration::from_secs(5), || async {
+        !lines(&f, "/json").is_empty()
+    })
+    .await;
+    assert!(written, "{}", f.logs());
+    let line: serde_json::Value = serde_json::from_str(&lines(&f, "/json")[0]).unwrap();
+    assert_eq!(line["uri"], "/json");
+    assert_eq!(line["status"], 200);
+}

@@ -29,17 +29,6 @@ fn ing(name: &str, created: &str, host: &str, annotations: &[(&str, &str)]) -> S
     )
 }
 
-/// The controller ConfigMap `demo/ferrule` with `data`.
-fn configmap(data: &[(&str, &str)]) -> String {
-    let data: String = data
-        .iter()
-        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule, namespace: demo }}\ndata:\n{data}"
-    )
-}
-
 /// Manifests with the Service `echo` backed by `echo`.
 fn manifests(echo: &Echo) -> Manifests {
     let m = Manifests::new();

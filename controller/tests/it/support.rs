@@ -243,6 +243,17 @@ metadata:
     )
 }
 
+/// The controller ConfigMap `demo/ferrule` with `data`.
+pub fn configmap(data: &[(&str, &str)]) -> String {
+    let data: String = data
+        .iter()
+        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule, namespace: demo }}\ndata:\n{data}"
+    )
+}
+
 /// An Ingress in `demo` created at the start of 2026, routing `/` of `host` to the
 /// Service `echo`, with the ssl-redirect off and `annotations` (without prefix).
 pub fn demo_ingress(name: &str, host: &str, annotations: &[(&str, &str)]) -> String {

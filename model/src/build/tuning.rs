@@ -70,7 +70,21 @@ pub struct Tuning {
     /// Buffered by default, unlike ingress-nginx (none): one `write()` per request
     /// was most of what the access log cost. An empty value writes every line at once.
     pub access_log_params: Vec<String>,
+    /// `log-format-upstream`: the access log's format (NGINX's `log_format` text,
+    /// variables and all: the ConfigMap is the administrator's). The default is
+    /// ingress-nginx's `upstreaminfo` with Ferrule's variables.
+    pub log_format: String,
+    /// `log-format-escape-json` (`escape=json`) or `log-format-escape-none`.
+    pub log_escape: Option<String>,
 }
+
+/// ingress-nginx's `upstreaminfo` format: `[$proxy_upstream_name]` is the backend
+/// (`namespace_service_port`), the alternative (canary) upstream is left empty, and
+/// the request id is the one sent to the backend.
+pub const UPSTREAMINFO: &str = "$remote_addr - $remote_user [$time_local] \"$request\" \
+    $status $body_bytes_sent \"$http_referer\" \"$http_user_agent\" $request_length \
+    $request_time [$ferrule_backend] [] $upstream_addr $upstream_response_length \
+    $upstream_response_time $upstream_status $ferrule_request_id";
 
 impl Default for Tuning {
     /// ingress-nginx's defaults (its `config.go`).
@@ -100,6 +114,8 @@ impl Default for Tuning {
             enable_aio_write: true,
             enable_access_log_for_default_backend: false,
             access_log_params: vec!["buffer=32k".to_owned(), "flush=1s".to_owned()],
+            log_format: UPSTREAMINFO.to_owned(),
+            log_escape: None,
         }
     }
 }
@@ -129,6 +145,9 @@ pub(crate) const KEYS: &[&str] = &[
     "enable-aio-write",
     "enable-access-log-for-default-backend",
     "access-log-params",
+    "log-format-upstream",
+    "log-format-escape-json",
+    "log-format-escape-none",
 ];
 
 impl Tuning {
@@ -170,6 +189,17 @@ impl Tuning {
             "enable-multi-accept" => self.multi_accept = value::boolean(v)?,
             "disable-ipv6" => self.disable_ipv6 = value::boolean(v)?,
             "access-log-params" => self.access_log_params = access_log_params(v)?,
+            "log-format-upstream" => self.log_format = log_format(v)?,
+            "log-format-escape-json" => {
+                if value::boolean(v)? {
+                    self.log_escape = Some("json".to_owned());
+                }
+            }
+            "log-format-escape-none" => {
+                if value::boolean(v)? && self.log_escape.is_none() {
+                    self.log_escape = Some("none".to_owned());
+                }
+            }
             "reuse-port" => self.reuse_port = value::boolean(v)?,
             "max-worker-open-files" => {
                 let n = value::integer(v, 0, 1 << 24)?;
@@ -222,6 +252,18 @@ fn time(v: &str) -> Result<String, String> {
     } else {
         Err("expected a time such as \"10m\", \"600s\" or \"1h\"".to_owned())
     }
+}
+
+/// `log-format-upstream`: one line of printable text (NGINX checks the variables;
+/// an unknown one holds the ConfigMap back, as any shared input).
+fn log_format(v: &str) -> Result<String, String> {
+    if v.is_empty() || v.len() > 8192 {
+        return Err("expected a format of 1 to 8192 bytes".to_owned());
+    }
+    if let Some(c) = v.chars().find(|c| c.is_control()) {
+        return Err(format!("character {c:?} is not allowed"));
+    }
+    Ok(v.to_owned())
 }
 
 /// `access-log-params`: `buffer=SIZE`, `flush=TIME`, `gzip` or `gzip=1..9`,
@@ -281,6 +323,9 @@ mod tests {
                 let field = key
                     .replace("enable-multi-accept", "multi_accept")
                     .replace("max-worker-connections", "worker_connections")
+                    .replace("log-format-upstream", "log_format")
+                    .replace("log-format-escape-json", "log_escape")
+                    .replace("log-format-escape-none", "log_escape")
                     .replace('-', "_");
                 let text = |f: &str| match &json[f] {
                     serde_json::Value::String(s) => s.clone(),
@@ -335,6 +380,17 @@ mod tests {
             ("enable-multi-accept", "false", Ok("false")),
             ("disable-ipv6", "true", Ok("true")),
             ("max-worker-connections", "0", Ok("16384")),
+            (
+                "log-format-upstream",
+                "$remote_addr \"$request\"",
+                Ok("$remote_addr \"$request\""),
+            ),
+            ("log-format-upstream", "a\nb", Err("not allowed")),
+            ("log-format-upstream", "", Err("1 to 8192")),
+            ("log-format-escape-json", "true", Ok("json")),
+            ("log-format-escape-none", "true", Ok("none")),
+            ("log-format-escape-json", "false", Ok("null")),
+            ("log-format-escape-json", "yes", Err("true")),
             ("max-worker-connections", "4096", Ok("4096")),
             ("reuse-port", "true", Ok("true")),
             ("reuse-port", "yes", Err("expected \"true\"")),

@@ -1201,14 +1201,15 @@ fn logs_go_to_the_prefix_or_to_stdio() {
         "{files}"
     );
     assert!(
-        files
-            .contains(r#"access_log "/ferrule/logs/access.log" combined "buffer=32k" "flush=1s";"#),
+        files.contains(
+            r#"access_log "/ferrule/logs/access.log" upstreaminfo "buffer=32k" "flush=1s";"#
+        ),
         "{files}"
     );
     let stdio = main(true);
     assert!(stdio.contains(r#"error_log "stderr" notice;"#), "{stdio}");
     assert!(
-        stdio.contains(r#"access_log "/dev/stdout" combined "buffer=32k" "flush=1s";"#),
+        stdio.contains(r#"access_log "/dev/stdout" upstreaminfo "buffer=32k" "flush=1s";"#),
         "{stdio}"
     );
     assert!(!stdio.contains("/ferrule/logs/"), "{stdio}");
