@@ -360,17 +360,6 @@ async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
     );
 }
 
-/// A Secret `name` in `demo` with `data` in `stringData`.
-fn secret(name: &str, data: &[(&str, &str)]) -> String {
-    let data: String = data
-        .iter()
-        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{ name: {name}, namespace: demo }}\nstringData:\n{data}"
-    )
-}
-
 /// Hashes of "s3cret" in every format this NGINX's auth_basic verifies
 /// (openssl passwd -apr1/-1/-5/-6, crypt(3) bcrypt and yescrypt, {SHA}, {SSHA}).
 const HASHES: &[(&str, &str)] = &[

@@ -11,35 +11,25 @@ use crate::support::*;
 const T0: &str = "2026-01-01T00:00:00Z";
 const NJS: &[&str] = &["--balancer", "njs"];
 
-/// A private NGINX with three listeners on one address: TLS (HTTP/1.1), cleartext
-/// HTTP/2 and TLS + HTTP/2. Every answer is "$scheme $server_protocol $request_uri
-/// $http_content_type".
-pub struct ProtocolBackend {
+/// A private NGINX serving the TLS fixtures `files` from its own directory; `server`
+/// is the body of its one `server` block, given that directory.
+struct PrivateNginx {
     child: std::process::Child,
     _dir: tempfile::TempDir,
-    /// TLS, HTTP/1.1 (backend-protocol HTTPS).
-    pub https: u16,
-    /// Cleartext HTTP/2 (GRPC).
-    pub h2c: u16,
-    /// TLS and HTTP/2 (GRPCS).
-    pub h2s: u16,
 }
 
-impl ProtocolBackend {
-    pub fn start(ip: &str) -> ProtocolBackend {
+impl PrivateNginx {
+    fn start(files: &[&str], server: impl FnOnce(&str) -> String) -> PrivateNginx {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display();
+        let d = dir.path().display().to_string();
         std::fs::create_dir(dir.path().join("logs")).unwrap();
-        std::fs::write(dir.path().join("a.crt"), tls_fixture("a.crt")).unwrap();
-        std::fs::write(dir.path().join("a.key"), tls_fixture("a.key")).unwrap();
-        let (https, h2c, h2s) = (free_port(), free_port(), free_port());
+        for f in files {
+            std::fs::write(dir.path().join(f), tls_fixture(f)).unwrap();
+        }
         let conf = format!(
             "pid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\nworker_processes 1;\nevents {{}}\n\
-             http {{\n  access_log off;\n  server {{\n    listen {ip}:{https} ssl;\n    \
-             listen {ip}:{h2c} http2;\n    listen {ip}:{h2s} ssl http2;\n    \
-             ssl_certificate {d}/a.crt;\n    ssl_certificate_key {d}/a.key;\n    \
-             location / {{\n      default_type text/plain;\n      \
-             return 200 \"$scheme $server_protocol $request_uri $http_content_type\";\n    }}\n  }}\n}}\n"
+             http {{\n  access_log off;\n  server {{\n{}\n  }}\n}}\n",
+            server(&d)
         );
         std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
         let child = std::process::Command::new("nginx")
@@ -52,23 +42,51 @@ impl ProtocolBackend {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("nginx");
-        ProtocolBackend {
-            child,
-            _dir: dir,
-            https,
-            h2c,
-            h2s,
-        }
+        PrivateNginx { child, _dir: dir }
     }
 }
 
-impl Drop for ProtocolBackend {
+impl Drop for PrivateNginx {
     /// SIGTERM, not SIGKILL: a killed master would leave its worker behind.
     fn drop(&mut self) {
         let _ = std::process::Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
+    }
+}
+
+/// A private NGINX with three listeners on one address: TLS (HTTP/1.1), cleartext
+/// HTTP/2 and TLS + HTTP/2. Every answer is "$scheme $server_protocol $request_uri
+/// $http_content_type".
+pub struct ProtocolBackend {
+    _nginx: PrivateNginx,
+    /// TLS, HTTP/1.1 (backend-protocol HTTPS).
+    pub https: u16,
+    /// Cleartext HTTP/2 (GRPC).
+    pub h2c: u16,
+    /// TLS and HTTP/2 (GRPCS).
+    pub h2s: u16,
+}
+
+impl ProtocolBackend {
+    pub fn start(ip: &str) -> ProtocolBackend {
+        let (https, h2c, h2s) = (free_port(), free_port(), free_port());
+        let nginx = PrivateNginx::start(&["a.crt", "a.key"], |d| {
+            format!(
+                "    listen {ip}:{https} ssl;\n    listen {ip}:{h2c} http2;\n    \
+                 listen {ip}:{h2s} ssl http2;\n    \
+                 ssl_certificate {d}/a.crt;\n    ssl_certificate_key {d}/a.key;\n    \
+                 location / {{\n      default_type text/plain;\n      \
+                 return 200 \"$scheme $server_protocol $request_uri $http_content_type\";\n    }}"
+            )
+        });
+        ProtocolBackend {
+            _nginx: nginx,
+            https,
+            h2c,
+            h2s,
+        }
     }
 }
 
@@ -270,65 +288,16 @@ async fn answers_stream_at_the_clients_pace_unless_the_configmap_buffers() {
 /// A private NGINX serving a.example.com's certificate (signed by the test CA) that
 /// asks for a client certificate of the same CA and answers "$ssl_client_verify
 /// $ssl_client_s_dn $ssl_server_name".
-struct TlsBackend {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl TlsBackend {
-    fn start(ip: &str) -> TlsBackend {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().display();
-        std::fs::create_dir(dir.path().join("logs")).unwrap();
-        for f in ["a.crt", "a.key", "ca.crt"] {
-            std::fs::write(dir.path().join(f), tls_fixture(f)).unwrap();
-        }
-        let port = free_port();
-        let conf = format!(
-            "pid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\nworker_processes 1;\nevents {{}}\n\
-             http {{\n  access_log off;\n  server {{\n    listen {ip}:{port} ssl;\n    \
+fn tls_backend(ip: &str, port: u16) -> PrivateNginx {
+    PrivateNginx::start(&["a.crt", "a.key", "ca.crt"], |d| {
+        format!(
+            "    listen {ip}:{port} ssl;\n    \
              ssl_certificate {d}/a.crt;\n    ssl_certificate_key {d}/a.key;\n    \
              ssl_client_certificate {d}/ca.crt;\n    ssl_verify_client optional;\n    \
              location / {{\n      default_type text/plain;\n      \
-             return 200 \"$ssl_client_verify $ssl_client_s_dn $ssl_server_name\";\n    }}\n  }}\n}}\n"
-        );
-        std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
-        let child = std::process::Command::new("nginx")
-            .arg("-p")
-            .arg(dir.path())
-            .arg("-c")
-            .arg(dir.path().join("nginx.conf"))
-            .args(["-g", "daemon off;"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("nginx");
-        TlsBackend {
-            child,
-            _dir: dir,
-            port,
-        }
-    }
-}
-
-impl Drop for TlsBackend {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-    }
-}
-
-fn opaque_secret(name: &str, data: &[(&str, &str)]) -> String {
-    let data: String = data
-        .iter()
-        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{ name: {name}, namespace: demo }}\nstringData:\n{data}"
-    )
+             return 200 \"$ssl_client_verify $ssl_client_s_dn $ssl_server_name\";\n    }}"
+        )
+    })
 }
 
 /// `proxy-ssl-*`: the backend's certificate verified against the Secret's CA for
@@ -337,12 +306,12 @@ fn opaque_secret(name: &str, data: &[(&str, &str)]) -> String {
 /// is rejected, not served unverified.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backend_tls_verifies_the_backend_and_presents_a_client_certificate() {
-    let ip = "127.0.0.48";
-    let b = TlsBackend::start(ip);
+    let (ip, port) = ("127.0.0.48", free_port());
+    let _backend = tls_backend(ip, port);
     let m = Manifests::new();
     m.write(
         "svc.yaml",
-        &service_endpoints("demo", "tls", b.port, &[(ip, true)]),
+        &service_endpoints("demo", "tls", port, &[(ip, true)]),
     );
     let (ca, crt, key) = (
         tls_fixture("ca.crt"),
@@ -352,13 +321,13 @@ async fn backend_tls_verifies_the_backend_and_presents_a_client_certificate() {
     m.write(
         "secrets.yaml",
         &[
-            opaque_secret(
+            secret(
                 "full",
                 &[("ca.crt", &ca), ("tls.crt", &crt), ("tls.key", &key)],
             ),
-            opaque_secret("ca-only", &[("ca.crt", &ca)]),
-            opaque_secret("other-ca", &[("ca.crt", &tls_fixture("ec.crt"))]),
-            opaque_secret("no-ca", &[("tls.crt", &crt), ("tls.key", &key)]),
+            secret("ca-only", &[("ca.crt", &ca)]),
+            secret("other-ca", &[("ca.crt", &tls_fixture("ec.crt"))]),
+            secret("no-ca", &[("tls.crt", &crt), ("tls.key", &key)]),
         ]
         .join("---\n"),
     );

@@ -243,6 +243,17 @@ metadata:
     )
 }
 
+/// A Secret `name` in `demo` with `data` in `stringData`.
+pub fn secret(name: &str, data: &[(&str, &str)]) -> String {
+    let data: String = data
+        .iter()
+        .map(|(k, v)| format!("  {k}: {}\n", serde_json::to_string(v).unwrap()))
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{ name: {name}, namespace: demo }}\nstringData:\n{data}"
+    )
+}
+
 /// The controller ConfigMap `demo/ferrule` with `data`.
 pub fn configmap(data: &[(&str, &str)]) -> String {
     let data: String = data

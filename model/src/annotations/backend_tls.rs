@@ -137,13 +137,7 @@ fn ciphers(v: &str) -> Result<String, String> {
 
 /// A DNS name (no variables).
 fn name(v: &str) -> Result<String, String> {
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 63
-            && l.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    };
-    if v.len() <= 253 && v.split('.').all(label) {
+    if value::is_dns_name(v) {
         Ok(v.to_ascii_lowercase())
     } else {
         Err("expected a DNS name such as app.demo.svc".to_owned())

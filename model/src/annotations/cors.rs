@@ -118,10 +118,7 @@ fn origin(e: &str) -> Result<Origin, String> {
         None => (rest, None),
     };
     let labels = host.strip_prefix("*.").unwrap_or(host);
-    let valid_label = |l: &str| {
-        !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    };
-    if host.len() > 253 || !labels.split('.').all(valid_label) {
+    if !value::is_dns_name(labels) || labels.contains('_') {
         return Err(format!(
             "origin {e:?}: expected [scheme://][*.]host[:port], e.g. https://*.example.com"
         ));

@@ -99,19 +99,25 @@ pub(crate) fn secret_ref(v: &str) -> Result<String, String> {
     }
 }
 
-/// A host name with an optional port: the labels of a DNS name, no variables.
-pub(crate) fn host_port(v: &str) -> Result<String, String> {
-    let (host, port) = match v.rsplit_once(':') {
-        Some((h, p)) => (h, Some(p)),
-        None => (v, None),
-    };
+/// Whether `v` is a DNS name: labels of letters, digits, `-` and `_` (no variables,
+/// no metacharacters).
+pub(crate) fn is_dns_name(v: &str) -> bool {
     let label = |l: &str| {
         !l.is_empty()
             && l.len() <= 63
             && l.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     };
-    if host.len() > 253 || !host.split('.').all(label) {
+    v.len() <= 253 && v.split('.').all(label)
+}
+
+/// A host name with an optional port: the labels of a DNS name, no variables.
+pub(crate) fn host_port(v: &str) -> Result<String, String> {
+    let (host, port) = match v.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (v, None),
+    };
+    if !is_dns_name(host) {
         return Err("expected a host name such as app.internal (no variables)".to_owned());
     }
     if let Some(p) = port {

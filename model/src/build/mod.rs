@@ -78,19 +78,12 @@ pub fn build(snap: &Snapshot) -> Model {
     let prefix = format!("{}/", snap.settings.annotations_prefix);
     for ing in ours {
         let r = ingress_ref(ing);
-        // Bounded before anything of it is read further.
-        if let Err(e) = limits::check(ing, &snap.settings.limits, &prefix) {
-            b.problem(
-                &r,
-                Severity::Error,
-                ProblemKind::Invalid,
-                format!("{e}; the Ingress is not served"),
-            );
-            continue;
-        }
         let empty = BTreeMap::new();
-        let parsed =
-            annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty), &prefix);
+        // Bounded before anything of it is read further.
+        let parsed = limits::check(ing, &snap.settings.limits, &prefix).and_then(|()| {
+            annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty), &prefix)
+                .map_err(|e| e.to_string())
+        });
         let a = match parsed {
             Err(e) => {
                 b.problem(
