@@ -542,7 +542,7 @@ fn annotations_prefix_selects_the_annotations_read() {
         "custom",
         "custom.example.com",
         &[
-            ("custom.example/auth-snippet", "return 200;"),
+            ("custom.example/global-rate-limit", "10"),
             ("nginx.ingress.kubernetes.io/proxy-body-size", "not a size"),
         ],
     ));
@@ -566,7 +566,7 @@ fn annotations_prefix_selects_the_annotations_read() {
     assert!(!o.status.success(), "{out}");
     assert!(
         out.contains(
-            "Ingress web/custom: error: annotation custom.example/auth-snippet (external auth (more))"
+            "Ingress web/custom: error: annotation custom.example/global-rate-limit (global rate limits)"
         ),
         "{out}"
     );

@@ -1862,7 +1862,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
             )
             .rule("basic.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/auth", 1)
-            .ann("nginx.ingress.kubernetes.io/auth-snippet", "return 200;")
+            .ann("nginx.ingress.kubernetes.io/global-rate-limit", "10")
             .rule("auth.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/traced", 1)
             .ann("nginx.ingress.kubernetes.io/enable-opentelemetry", "true")
@@ -1891,7 +1891,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
             ),
             (
                 "Ingress default/auth",
-                "nginx.ingress.kubernetes.io/auth-snippet (external auth (more))",
+                "nginx.ingress.kubernetes.io/global-rate-limit (global rate limits)",
             ),
             (
                 "Ingress default/traced",
@@ -1917,7 +1917,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
 fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
         ("block-cidrs", "10.0.0.0/8"),
-        ("global-auth-snippet", "proxy_set_header X-Team a;"),
+        ("global-rate-limit-memcached-host", "memcached:11211"),
         ("use-gzip", "true"),
         ("proxy-body-size", "2m"),
     ])]));
@@ -1932,7 +1932,7 @@ fn configmap_unimplemented_keys_are_reported() {
         std::collections::BTreeSet::from([
             (
                 Severity::Error,
-                "key global-auth-snippet restricts access and Ferrule does not implement it yet; the hosts are served without it"
+                "key global-rate-limit-memcached-host restricts access and Ferrule does not implement it yet; the hosts are served without it"
             ),
             (
                 Severity::Warning,
@@ -2038,16 +2038,15 @@ fn configmap_global_auth_covers_every_location_that_does_not_opt_out() {
         assert!(!location(&m, "out.test", "/").source_ranges.closed);
         assert!(!location(&m, "own.test", "/").source_ranges.closed);
     }
-    // The rest of the global-auth keys are not implemented yet: refused.
+    // global-auth-snippet is the administrator's: honoured without the snippet switch.
     let m = with(&[
         ("global-auth-url", "http://global.auth/check"),
         ("global-auth-snippet", "proxy_set_header X-Team a;"),
     ]);
-    expect_problems(
-        &m,
-        &[(
-            "ConfigMap ingress-nginx/ferrule",
-            "key global-auth-snippet restricts access",
-        )],
+    expect_problems(&m, &[]);
+    let global = location(&m, "plain.test", "/").external_auth.unwrap();
+    assert_eq!(
+        global.snippet.map(|s| s.0).as_deref(),
+        Some("proxy_set_header X-Team a;")
     );
 }

@@ -650,6 +650,7 @@ async fn auth_answer(
         "method": parts.method.as_str(),
         "path": parts.uri.to_string(),
         "original_url": h("x-original-url"),
+        "team": h("x-team"),
         "original_method": h("x-original-method"),
         "redirect": h("x-auth-request-redirect"),
     });
@@ -1335,4 +1336,50 @@ async fn client_certificates_are_checked_against_the_ca_and_the_names() {
         r["message"].as_str().unwrap().contains("oldest Ingress"),
         "{r}"
     );
+}
+
+/// `auth-snippet` reaches the auth subrequest where snippets are allowed; without
+/// them the Ingress is rejected (served without the snippet, it could be open).
+/// The ConfigMap's `global-auth-snippet` is the administrator's: always honoured.
+#[tokio::test]
+async fn auth_snippets_reach_the_auth_service_only_where_allowed() {
+    let echo = Echo::start("127.0.0.2").await;
+    let auth = AuthService::start().await;
+    let url = format!("http://{}/check", auth.addr);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let snippet = [
+        ("auth-url", url.as_str()),
+        ("auth-snippet", "proxy_set_header X-Team blue;"),
+    ];
+    m.write("team.yaml", &demo_ingress("team", "team.test", &snippet));
+    let f = Ferrule::start(m.path(), &[]).await;
+    let r = f.resource("Ingress", "demo", "team").await.unwrap();
+    assert_eq!(r["state"], "rejected", "{r}");
+    assert!(
+        r["message"].as_str().unwrap().contains("auth-snippet"),
+        "{r}"
+    );
+    assert_eq!(f.get("team.test", "/").await.0, 404);
+    drop(f);
+
+    let f = Ferrule::start(m.path(), &["--allow-snippet-annotations"]).await;
+    let (s, _, _) = get_with_verdict(&f, "team.test", "/", "ok").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(auth.last()["team"], "blue");
+    drop(f);
+
+    m.remove("team.yaml");
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("global-auth-url", &url),
+            ("global-auth-snippet", "proxy_set_header X-Team red;"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let (s, _, _) = get_with_verdict(&f, "plain.test", "/", "ok").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(auth.last()["team"], "red");
 }

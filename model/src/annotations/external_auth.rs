@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::registry::{Family, Key, Risk, Scope::*};
-use super::{AnnotationError, IngressAnnotations, Reader, value};
+use super::{AnnotationError, IngressAnnotations, Reader, Snippet, snippets, value};
 
 /// The family's implemented keys (the rest of ingress-nginx's external-auth keys
 /// are in `unsupported.rs`, and reject their Ingress).
@@ -68,6 +68,11 @@ pub(super) const FAMILY: Family = Family {
             "the auth service's Set-Cookie also on error answers",
         ),
         security(
+            "auth-snippet",
+            Risk::Critical,
+            "raw NGINX text in the auth subrequest's location (administrator-enabled: without allow-snippet-annotations the Ingress is rejected)",
+        ),
+        security(
             "enable-global-auth",
             Risk::Low,
             "false: the ConfigMap's global-auth-url does not apply",
@@ -106,6 +111,11 @@ pub struct ExternalAuth {
     /// The auth service's `Set-Cookie` reaches the client on every answer, errors
     /// included (`auth-always-set-cookie`); by default only on successful ones.
     pub always_set_cookie: bool,
+    /// `auth-snippet`: raw text in the auth subrequest's location (the build
+    /// honours it only where snippets are allowed; the ConfigMap's is the
+    /// administrator's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snippet: Option<Snippet>,
 }
 
 /// `auth-cache-key` and `auth-cache-duration`: NGINX caches the auth service's
@@ -130,7 +140,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
 }
 
 /// The keys [`read`] reads, by their annotation names.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 10] = [
     "auth-url",
     "auth-method",
     "auth-signin",
@@ -140,6 +150,7 @@ const KEYS: [&str; 9] = [
     "auth-cache-key",
     "auth-cache-duration",
     "auth-always-set-cookie",
+    "auth-snippet",
 ];
 
 /// The external auth that `get` describes (`None` without `auth-url`), by the
@@ -157,6 +168,7 @@ fn read<'v>(
         cache_key,
         duration_key,
         cookie_key,
+        snippet_key,
     ] = KEYS;
     let service = field(&get, url_key, |v| url(v, &[]))?;
     let method = field(&get, method_key, method)?;
@@ -167,6 +179,7 @@ fn read<'v>(
     let key = field(&get, cache_key, cache_key_value)?;
     let valid = field(&get, duration_key, cache_durations)?;
     let always_set_cookie = field(&get, cookie_key, value::boolean)?;
+    let snippet = field(&get, snippet_key, snippets::snippet)?;
     let Some(url) = service else {
         // A companion without auth-url would leave the location open.
         return match KEYS[1..].iter().find(|k| get(k).is_some()) {
@@ -187,6 +200,7 @@ fn read<'v>(
             valid: valid.unwrap_or_else(|| vec![words(&["200", "202", "401", "5m"])]),
         }),
         always_set_cookie: always_set_cookie.unwrap_or(false),
+        snippet,
     }))
 }
 
@@ -308,7 +322,7 @@ impl Default for GlobalAuth {
 }
 
 /// The ConfigMap keys [`GlobalAuth::read`] reads.
-pub const GLOBAL_KEYS: [&str; 10] = [
+pub const GLOBAL_KEYS: [&str; 11] = [
     "global-auth-url",
     "global-auth-method",
     "global-auth-signin",
@@ -318,6 +332,7 @@ pub const GLOBAL_KEYS: [&str; 10] = [
     "global-auth-cache-key",
     "global-auth-cache-duration",
     "global-auth-always-set-cookie",
+    "global-auth-snippet",
     "no-auth-locations",
 ];
 

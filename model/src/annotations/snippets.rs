@@ -31,7 +31,7 @@ pub(super) const FAMILY: Family = Family {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Snippet(pub String);
 
-fn snippet(v: &str) -> Result<Snippet, String> {
+pub(super) fn snippet(v: &str) -> Result<Snippet, String> {
     if v.contains('\0') {
         return Err("NUL bytes are not allowed".to_owned());
     }

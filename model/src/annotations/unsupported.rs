@@ -41,13 +41,6 @@ pub(super) const EXTERNAL_AUTH: Family = Family {
             "ConfigMap of headers sent to the auth service",
         ),
         todo(
-            "auth-snippet",
-            Location,
-            Critical,
-            true,
-            "raw NGINX text in the auth location",
-        ),
-        todo(
             "auth-keepalive",
             Location,
             Low,

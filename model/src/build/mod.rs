@@ -106,7 +106,19 @@ pub fn build(snap: &Snapshot) -> Model {
             continue;
         }
         // A restriction that cannot be set up rejects the Ingress.
+        // An auth snippet may restrict access: without snippets, not served at all.
+        let auth_snippet = a
+            .external_auth
+            .as_ref()
+            .is_some_and(|e| e.snippet.is_some());
         let resolved = b.basic_auth(&r, &a).and_then(|auth| {
+            if auth_snippet && !b.global.allow_snippet_annotations {
+                return Err(format!(
+                    "annotation {prefix}auth-snippet: snippets are not allowed \
+                     (allow-snippet-annotations), and serving the Ingress without it \
+                     could leave it open"
+                ));
+            }
             let certs = b.client_certificates(ing, &r, &a)?;
             let backend_tls = b.backend_tls(&r, &a)?;
             Ok((auth, certs, backend_tls))

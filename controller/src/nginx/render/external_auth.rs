@@ -34,6 +34,8 @@ pub struct ExternalAuthView {
     pub cache: Option<CacheView>,
     /// `add_header Set-Cookie ... always` (`auth-always-set-cookie`).
     pub always_set_cookie: bool,
+    /// `auth-snippet` (raw, administrator-enabled) in the subrequest's location.
+    pub snippet: Option<String>,
 }
 
 /// The `keys_zone` of the auth answers' cache (one for the whole configuration:
@@ -124,6 +126,7 @@ pub fn view(a: &ExternalAuth) -> ExternalAuthView {
     ExternalAuthView {
         cache,
         always_set_cookie: a.always_set_cookie,
+        snippet: a.snippet.as_ref().map(|s| s.0.clone()),
         location,
         url: a.url.clone(),
         method: a.method.clone(),
