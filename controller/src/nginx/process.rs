@@ -331,10 +331,15 @@ impl Nginx {
     }
 
     /// Waits until new connections are answered by workers serving `version`.
-    pub async fn wait_for_version(&self, version: &str, timeout: Duration) -> bool {
+    pub async fn wait_for_version(&mut self, version: &str, timeout: Duration) -> bool {
         let socket = self.prefix.join(API_SOCKET);
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
+            // A master that died meanwhile will never confirm: supervision restarts
+            // it now rather than after the timeout.
+            if !self.is_running() {
+                return false;
+            }
             if let Ok(resp) =
                 api::request(&socket, "GET", "/ferrule/config-version", None, None).await
                 && resp.status == 200
