@@ -651,3 +651,47 @@ async fn from_to_www_redirect_sends_the_twin_host_to_the_ingress_host() {
     );
     assert_eq!(f.get("www.plain.test", "/").await.0, 404);
 }
+
+/// The redirects NGINX makes itself (here a snippet's `return 302 /moved`): no port
+/// by default, as ingress-nginx; the port with `use-port-in-redirects`; a relative
+/// Location with `relative-redirects`.
+#[tokio::test]
+async fn nginx_s_own_redirects_follow_the_port_and_relative_keys() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let moved = ("configuration-snippet", "return 302 /moved;");
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[moved]));
+    m.write(
+        "port.yaml",
+        &demo_ingress(
+            "port",
+            "port.test",
+            &[moved, ("use-port-in-redirects", "true")],
+        ),
+    );
+    m.write(
+        "relative.yaml",
+        &demo_ingress(
+            "relative",
+            "relative.test",
+            &[moved, ("relative-redirects", "true")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--allow-snippet-annotations"]).await;
+
+    assert_eq!(
+        location_of(&f, "plain.test", "/").await,
+        (302, "http://plain.test/moved".to_owned()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(
+        location_of(&f, "port.test", "/").await,
+        (302, format!("http://port.test:{}/moved", f.http))
+    );
+    assert_eq!(
+        location_of(&f, "relative.test", "/").await,
+        (302, "/moved".to_owned())
+    );
+}

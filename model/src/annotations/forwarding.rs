@@ -1,6 +1,7 @@
 //! How a request is forwarded and its answer rewritten: `proxy-http-version`,
 //! `proxy-next-upstream*`, `upstream-vhost`, `connection-proxy-header`,
 //! `x-forwarded-prefix`, `proxy-redirect-from/-to`, `proxy-cookie-domain/-path`;
+//! the redirects NGINX makes itself (`use-port-in-redirects`, `relative-redirects`);
 //! and the location's logs: `enable-access-log`, `enable-rewrite-log`.
 
 use serde::{Deserialize, Serialize};
@@ -73,6 +74,18 @@ pub(super) const FAMILY: Family = Family {
             "Set-Cookie path rewriting: \"from to\" or off",
         ),
         key(
+            "use-port-in-redirects",
+            Location,
+            Low,
+            "true: the port in the redirects NGINX makes itself (default false)",
+        ),
+        key(
+            "relative-redirects",
+            Location,
+            Low,
+            "true: NGINX's own redirects carry a relative Location (default false)",
+        ),
+        key(
             "enable-access-log",
             Location,
             Low,
@@ -120,6 +133,12 @@ pub struct Forwarding {
     /// `proxy_cookie_path`: `["off"]` or `[from, to]`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cookie_path: Vec<String>,
+    /// `port_in_redirect on` (the http block has it off, as ingress-nginx).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub port_in_redirect: bool,
+    /// `absolute_redirect off`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub relative_redirects: bool,
     /// `access_log off` when false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_log: Option<bool>,
@@ -242,6 +261,12 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         cookie_path: r
             .parse("proxy-cookie-path", rewrite_pair)?
             .unwrap_or_default(),
+        port_in_redirect: r
+            .parse("use-port-in-redirects", value::boolean)?
+            .unwrap_or(false),
+        relative_redirects: r
+            .parse("relative-redirects", value::boolean)?
+            .unwrap_or(false),
         access_log: r.parse("enable-access-log", value::boolean)?,
         rewrite_log: r
             .parse("enable-rewrite-log", value::boolean)?

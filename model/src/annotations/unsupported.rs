@@ -157,29 +157,13 @@ pub(super) const MODSECURITY: Family = Family {
 /// (`redirect.rs`).
 pub(super) const REDIRECTS: Family = Family {
     name: "redirects",
-    keys: &[
-        todo(
-            "preserve-trailing-slash",
-            Location,
-            Low,
-            false,
-            "keep the trailing slash in the ssl-redirect",
-        ),
-        todo(
-            "relative-redirects",
-            Location,
-            Low,
-            false,
-            "relative Location headers",
-        ),
-        todo(
-            "use-port-in-redirects",
-            Location,
-            Low,
-            false,
-            "the port in redirects NGINX makes",
-        ),
-    ],
+    keys: &[todo(
+        "preserve-trailing-slash",
+        Location,
+        Low,
+        false,
+        "keep the trailing slash in the ssl-redirect",
+    )],
 };
 
 /// Proxying settings not implemented yet.

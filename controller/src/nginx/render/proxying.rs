@@ -27,6 +27,8 @@ pub(super) struct ProxyingView {
     redirect: Vec<String>,
     cookie_domain: Vec<String>,
     cookie_path: Vec<String>,
+    port_in_redirect: bool,
+    relative_redirects: bool,
     access_log_off: bool,
     rewrite_log: bool,
 }
@@ -62,6 +64,8 @@ pub(super) fn view(b: &Buffering, f: &Forwarding) -> Option<ProxyingView> {
         redirect: f.redirect.clone(),
         cookie_domain: f.cookie_domain.clone(),
         cookie_path: f.cookie_path.clone(),
+        port_in_redirect: f.port_in_redirect,
+        relative_redirects: f.relative_redirects,
         access_log_off: f.access_log == Some(false),
         rewrite_log: f.rewrite_log,
     })
