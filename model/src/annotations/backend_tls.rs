@@ -100,14 +100,6 @@ pub struct BackendTls {
 
 const PROTOCOLS: &[&str] = &["TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"];
 
-fn on_off(v: &str) -> Result<bool, String> {
-    match v {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err("expected on or off".to_owned()),
-    }
-}
-
 fn protocols(v: &str) -> Result<Vec<String>, String> {
     let list: Vec<String> = v.split_whitespace().map(str::to_owned).collect();
     if list.is_empty() {
@@ -146,10 +138,10 @@ fn name(v: &str) -> Result<String, String> {
 
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     let secret = r.parse("proxy-ssl-secret", value::secret_ref)?;
-    let verify = r.parse("proxy-ssl-verify", on_off)?;
+    let verify = r.parse("proxy-ssl-verify", value::on_off)?;
     let depth = r.parse("proxy-ssl-verify-depth", |v| value::integer(v, 1, 16))?;
     let ssl_name = r.parse("proxy-ssl-name", name)?;
-    let server_name = r.parse("proxy-ssl-server-name", on_off)?;
+    let server_name = r.parse("proxy-ssl-server-name", value::on_off)?;
     let protocols = r.parse("proxy-ssl-protocols", protocols)?;
     let ciphers = r.parse("proxy-ssl-ciphers", ciphers)?;
     let any = secret.is_some()

@@ -99,28 +99,6 @@ pub struct Buffers {
     pub number: u32,
 }
 
-/// An NGINX size (`value::size`) in bytes.
-fn bytes(size: &str) -> u64 {
-    let (digits, unit) = match size.as_bytes().last() {
-        Some(b'k') => (&size[..size.len() - 1], 1 << 10),
-        Some(b'm') => (&size[..size.len() - 1], 1 << 20),
-        Some(b'g') => (&size[..size.len() - 1], 1 << 30),
-        _ => (size, 1),
-    };
-    digits
-        .parse::<u64>()
-        .unwrap_or(u64::MAX)
-        .saturating_mul(unit)
-}
-
-fn on_off(v: &str) -> Result<bool, String> {
-    match v.to_ascii_lowercase().as_str() {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err("expected \"on\" or \"off\"".to_owned()),
-    }
-}
-
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     let size = r.parse("proxy-buffer-size", value::size)?;
     let number = r.parse("proxy-buffers-number", |v| value::integer(v, 2, 1024))?;
@@ -134,14 +112,16 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     // so that the error names the annotation.
     let one = buffers
         .as_ref()
-        .map_or(DEFAULT_BUFFER_SIZE, |b| bytes(&b.size));
-    if bytes(size.as_deref().unwrap_or("4k")) == 0 {
+        .map_or(DEFAULT_BUFFER_SIZE, |b| value::size_bytes(&b.size));
+    if value::size_bytes(size.as_deref().unwrap_or("4k")) == 0 {
         return Err(r.invalid("proxy-buffer-size", "must not be 0"));
     }
     if let Some(b) = &buffers {
         let all_but_one = one * u64::from(b.number - 1);
         match &busy {
-            Some(busy) if bytes(busy) < one || bytes(busy) > all_but_one => {
+            Some(busy)
+                if value::size_bytes(busy) < one || value::size_bytes(busy) > all_but_one =>
+            {
                 return Err(r.invalid(
                     "proxy-busy-buffers-size",
                     "must be at least proxy-buffer-size and at most the size of all \
@@ -165,8 +145,8 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         ));
     }
     if let Some(m) = &max_temp
-        && bytes(m) != 0
-        && bytes(m) < 2 * one
+        && value::size_bytes(m) != 0
+        && value::size_bytes(m) < 2 * one
     {
         return Err(r.invalid(
             "proxy-max-temp-file-size",
@@ -174,11 +154,11 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         ));
     }
     out.buffering = Buffering {
-        responses: r.parse("proxy-buffering", on_off)?,
+        responses: r.parse("proxy-buffering", value::on_off)?,
         buffers,
         busy_size: busy,
         max_temp_file_size: max_temp,
-        requests: r.parse("proxy-request-buffering", on_off)?,
+        requests: r.parse("proxy-request-buffering", value::on_off)?,
         client_body_buffer_size: r.parse("client-body-buffer-size", value::size)?,
     };
     Ok(())
@@ -190,9 +170,9 @@ mod tests {
 
     #[test]
     fn sizes_in_bytes() {
-        assert_eq!(bytes("4k"), 4096);
-        assert_eq!(bytes("1m"), 1 << 20);
-        assert_eq!(bytes("512"), 512);
-        assert_eq!(bytes("0"), 0);
+        assert_eq!(value::size_bytes("4k"), 4096);
+        assert_eq!(value::size_bytes("1m"), 1 << 20);
+        assert_eq!(value::size_bytes("512"), 512);
+        assert_eq!(value::size_bytes("0"), 0);
     }
 }

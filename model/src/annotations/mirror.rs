@@ -49,11 +49,7 @@ pub struct Mirror {
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     let target = r.parse("mirror-target", |v| external_auth::url(v, URL_VARIABLES))?;
     let host = r.parse("mirror-host", value::host_port)?;
-    let body = r.parse("mirror-request-body", |v| match v {
-        "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err("expected on or off".to_owned()),
-    })?;
+    let body = r.parse("mirror-request-body", value::on_off)?;
     let Some(target) = target else {
         for key in ["mirror-host", "mirror-request-body"] {
             if r.get(key).is_some() {

@@ -44,6 +44,29 @@ pub(crate) fn size(v: &str) -> Result<String, String> {
     Ok(v.to_ascii_lowercase())
 }
 
+/// The bytes of a size [`size`] accepted (lowercase suffix); saturates.
+pub(crate) fn size_bytes(size: &str) -> u64 {
+    let (digits, unit) = match size.as_bytes().last() {
+        Some(b'k') => (&size[..size.len() - 1], 1 << 10),
+        Some(b'm') => (&size[..size.len() - 1], 1 << 20),
+        Some(b'g') => (&size[..size.len() - 1], 1 << 30),
+        _ => (size, 1),
+    };
+    digits
+        .parse::<u64>()
+        .unwrap_or(u64::MAX)
+        .saturating_mul(unit)
+}
+
+/// `on` / `off`, case-insensitive as NGINX's own flags.
+pub(crate) fn on_off(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("expected \"on\" or \"off\"".to_owned()),
+    }
+}
+
 /// An HTTP token (header or cookie name): RFC 7230 `tchar`s only.
 pub(crate) fn token(v: &str) -> Result<String, String> {
     let ok = !v.is_empty()

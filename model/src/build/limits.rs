@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::networking::v1::Ingress;
 
+use crate::annotations::value;
 use crate::snapshot::Limits;
 
 /// The first limit `ing` exceeds, as a message naming it, its flag and the count;
@@ -25,7 +26,7 @@ pub(super) fn check(ing: &Ingress, limits: &Limits, prefix: &str) -> Result<(), 
             .annotations
             .as_ref()
             .and_then(|a| a.get(&format!("{prefix}{key}")))
-            .is_some_and(|v| *key == "rewrite-target" || v.trim().eq_ignore_ascii_case("true"))
+            .is_some_and(|v| *key == "rewrite-target" || value::boolean(v.trim()) == Ok(true))
     });
     let spec = ing.spec.as_ref();
     let rules = spec.and_then(|s| s.rules.as_ref()).into_iter().flatten();

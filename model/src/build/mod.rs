@@ -788,20 +788,14 @@ impl Builder<'_> {
         // from-to-www-redirect: the twin host redirects; over TLS with the host's
         // certificate when that covers the twin too.
         for (twin, to) in twins {
-            let tls = servers
-                .iter()
-                .find(|s| s.host == to)
-                .and_then(|s| s.tls.clone())
-                .filter(|t| {
-                    t.certificate
-                        .as_ref()
-                        .and_then(|c| certificates.get(c))
-                        .is_some_and(|c: &crate::model::Certificate| tls::covers(&c.names, &twin))
-                });
-            let owner = servers
-                .iter()
-                .find(|s| s.host == to)
-                .and_then(|s| s.owner.clone());
+            let host = servers.iter().find(|s| s.host == to);
+            let owner = host.and_then(|s| s.owner.clone());
+            let tls = host.and_then(|s| s.tls.clone()).filter(|t| {
+                t.certificate
+                    .as_ref()
+                    .and_then(|c| certificates.get(c))
+                    .is_some_and(|c: &crate::model::Certificate| tls::covers(&c.names, &twin))
+            });
             servers.push(Server {
                 host: twin,
                 tls,

@@ -223,16 +223,7 @@ impl Tuning {
 /// A buffer size: a positive NGINX size (`8k`, `1m`), at most 1 GiB.
 fn buffer(v: &str) -> Result<String, String> {
     let s = value::size(v)?;
-    let (digits, unit) = s.split_at(s.trim_end_matches(['k', 'm', 'g']).len());
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "expected a size such as \"8k\"")?;
-    let bytes = n.saturating_mul(match unit {
-        "k" => 1 << 10,
-        "m" => 1 << 20,
-        "g" => 1 << 30,
-        _ => 1,
-    });
+    let bytes = value::size_bytes(&s);
     if bytes == 0 || bytes > 1 << 30 {
         return Err("expected a size between 1 byte and 1g".to_owned());
     }
