@@ -685,6 +685,11 @@ fn server_name(host: &str) -> String {
     }
 }
 
+/// An NGINX flag's value.
+fn on_off(v: bool) -> &'static str {
+    if v { "on" } else { "off" }
+}
+
 fn source(r: &ResourceRef) -> String {
     format!("{}/{}/{}", r.kind, r.namespace, r.name)
 }

@@ -4,6 +4,8 @@
 use ferrule_model::annotations::BackendTls;
 use serde::Serialize;
 
+use super::on_off;
+
 /// Location-level directives.
 #[derive(Debug, Clone, Serialize)]
 pub(super) struct BackendTlsView {
@@ -34,10 +36,6 @@ pub(super) fn ca_file(secret: &str) -> String {
 /// The client certificate and key of Secret `secret`, relative to the prefix.
 pub(super) fn client_file(secret: &str) -> String {
     format!("conf/certs/backend-client-{}.pem", digest(secret))
-}
-
-fn on_off(v: bool) -> &'static str {
-    if v { "on" } else { "off" }
 }
 
 /// The view, with files relative to the prefix (see [`BackendTlsView::absolute`]);

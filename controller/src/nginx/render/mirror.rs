@@ -41,7 +41,7 @@ pub(super) fn view(m: &Mirror) -> (MirrorView, MirrorLocationView) {
         },
         MirrorLocationView {
             location,
-            request_body: if m.request_body { "on" } else { "off" },
+            request_body: super::on_off(m.request_body),
         },
     )
 }

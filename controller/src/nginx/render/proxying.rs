@@ -4,6 +4,8 @@
 use ferrule_model::annotations::{Buffering, Forwarding};
 use serde::Serialize;
 
+use super::on_off;
+
 /// Each field one directive's parameters; `None` or empty: not written.
 #[derive(Debug, Clone, Default, Serialize)]
 pub(super) struct ProxyingView {
@@ -31,10 +33,6 @@ pub(super) struct ProxyingView {
     relative_redirects: bool,
     access_log_off: bool,
     rewrite_log: bool,
-}
-
-fn on_off(v: bool) -> &'static str {
-    if v { "on" } else { "off" }
 }
 
 /// `None` when the location sets nothing of these families.
