@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod annotations;
 mod build;
+pub mod configmap;
 pub mod diff;
 pub mod model;
 pub mod objects;

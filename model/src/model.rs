@@ -404,6 +404,11 @@ pub struct Global {
     pub proxy_buffering: bool,
     /// ConfigMap tuning keys (connections, buffers, TLS sessions, keepalive).
     pub tuning: crate::build::tuning::Tuning,
+    /// ConfigMap keys that are `http` and main directives (headers, timeouts,
+    /// TLS protocols, gzip, retries, workers).
+    pub http: crate::build::http_keys::HttpKeys,
+    /// ConfigMap `block-cidrs`, `block-user-agents`, `block-referers`.
+    pub blocking: crate::build::blocking::Blocking,
 }
 
 /// The backends `servers`' locations and `default_backend` route to, with repeats

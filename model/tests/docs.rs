@@ -24,3 +24,24 @@ fn the_annotation_table_is_the_registry_s() {
         "docs/annotations.md is not the registry's table: run FERRULE_BLESS=1 cargo test -p ferrule-model --test docs"
     );
 }
+
+const CONFIGMAP_DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configmap.md");
+const CONFIGMAP_BEGIN: &str = "<!-- generated from model/src/configmap.rs: begin -->\n";
+
+#[test]
+fn the_configmap_table_is_the_registry_s() {
+    let text =
+        std::fs::read_to_string(CONFIGMAP_DOC).unwrap_or_else(|e| panic!("{CONFIGMAP_DOC}: {e}"));
+    let (head, rest) = text.split_once(CONFIGMAP_BEGIN).expect("begin marker");
+    let (_, tail) = rest.split_once(END).expect("end marker");
+    let table = ferrule_model::configmap::markdown_table();
+    let want = format!("{head}{CONFIGMAP_BEGIN}{table}{END}{tail}");
+    if std::env::var_os("FERRULE_BLESS").is_some() {
+        std::fs::write(CONFIGMAP_DOC, &want).unwrap();
+        return;
+    }
+    assert!(
+        text == want,
+        "docs/configmap.md is not the registry's table: run FERRULE_BLESS=1 cargo test -p ferrule-model --test docs"
+    );
+}

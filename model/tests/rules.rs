@@ -1916,9 +1916,12 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
 #[test]
 fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
-        ("block-cidrs", "10.0.0.0/8"),
+        ("enable-modsecurity", "true"),
         ("global-rate-limit-memcached-host", "memcached:11211"),
-        ("use-gzip", "true"),
+        ("enable-ocsp", "true"),
+        ("enable-brotli", "true"),
+        ("lua-shared-dicts", "a: 10"),
+        ("block-cidrs", "10.0.0.0/8"),
         ("proxy-body-size", "2m"),
     ])]));
     let on_cm: std::collections::BTreeSet<(bool, &str)> = m
@@ -1932,15 +1935,23 @@ fn configmap_unimplemented_keys_are_reported() {
         std::collections::BTreeSet::from([
             (
                 Severity::Error,
-                "key global-rate-limit-memcached-host restricts access and Ferrule does not implement it yet; the hosts are served without it"
-            ),
-            (
-                Severity::Warning,
-                "key use-gzip is not implemented by Ferrule and is ignored"
+                "key enable-modsecurity restricts access and needs the ModSecurity module, which this NGINX lacks; the hosts are served without it"
             ),
             (
                 Severity::Error,
-                "key block-cidrs restricts access and Ferrule does not implement it yet; the hosts are served without it"
+                "key global-rate-limit-memcached-host restricts access and is not an ingress-nginx or Ferrule key; the hosts are served without it"
+            ),
+            (
+                Severity::Warning,
+                "key enable-ocsp is not implemented by Ferrule yet; it is ignored"
+            ),
+            (
+                Severity::Warning,
+                "key enable-brotli needs the Brotli module, which this NGINX lacks; it is ignored"
+            ),
+            (
+                Severity::Warning,
+                "key lua-shared-dicts has no effect in Ferrule (the balancer's shared memory is sized by the controller); it is ignored"
             ),
         ]
         .map(|(s, t)| (s == Severity::Error, t)))

@@ -285,7 +285,9 @@ impl Renderer {
             modules: self.opts.modules.clone(),
             user: self.opts.user.clone(),
             group: self.opts.user.as_ref().map(|_| "nogroup".to_owned()),
-            worker_processes: self.opts.worker_processes.clone(),
+            // ConfigMap worker-processes, else the flag.
+            worker_processes: (model.global.http.worker_processes.clone())
+                .unwrap_or_else(|| self.opts.worker_processes.clone()),
             pid: self.path(process::PID_FILE),
             error_log: if self.opts.log_to_stdio {
                 "stderr".to_owned()
@@ -323,8 +325,26 @@ impl Renderer {
             redirect_peer_lua: lua_quote(&Self::unix(self.worker_path(process::REDIRECT_SOCKET))),
             config_version: VERSION_PLACEHOLDER.to_owned(),
             configmap: configmap_source(self.opts.configmap.as_deref()),
-            server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str())),
+            server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str()))
+                .max(model.global.http.server_names_hash_bucket_size as usize),
+            // Enough for ten thousand hosts; ConfigMap server-name-hash-max-size may raise it.
+            server_names_max: model.global.http.server_names_hash_max_size.max(65_536),
             resolvers: self.opts.resolvers.clone(),
+            blocking: model.global.blocking.active(),
+            blocked_agents: model
+                .global
+                .blocking
+                .user_agents
+                .iter()
+                .map(|p| map_source(p))
+                .collect(),
+            blocked_referers: model
+                .global
+                .blocking
+                .referers
+                .iter()
+                .map(|p| map_source(p))
+                .collect(),
             limits: rate_limits::zones(model),
             auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
             metrics: self.metrics_view(),
@@ -657,6 +677,17 @@ pub fn server_file(host: &str) -> String {
     format!("conf/servers/host+{cut}+{}.conf", &digest[..32])
 }
 
+/// A `map` source matching `pattern`: a regular expression (`~`, `~*`) as it is,
+/// an exact value behind `\\`, which `map` strips, so that no value is read as one of
+/// its keywords (`default`, `include`, `hostnames`, `volatile`).
+fn map_source(pattern: &str) -> String {
+    if pattern.starts_with('~') {
+        pattern.to_owned()
+    } else {
+        format!("\\{pattern}")
+    }
+}
+
 /// `server_names_hash_bucket_size`: NGINX does not start when one exact name does not
 /// fit in a bucket (a pointer, the name and two bytes aligned to a pointer, and the
 /// bucket's end marker), and a DNS name may have 253 bytes. Bigger buckets hold more
@@ -804,6 +835,14 @@ struct MainView {
     config_version: String,
     configmap: String,
     server_names_bucket: usize,
+    /// `server_names_hash_max_size`.
+    server_names_max: u32,
+    /// Whether the ConfigMap's `block-*` keys refuse anyone.
+    blocking: bool,
+    /// ConfigMap `block-user-agents` as `map` sources.
+    blocked_agents: Vec<String>,
+    /// ConfigMap `block-referers` as `map` sources.
+    blocked_referers: Vec<String>,
     /// `resolver` (none when empty).
     resolvers: Vec<String>,
     /// Per-request metrics, when collected.

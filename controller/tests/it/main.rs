@@ -8,6 +8,7 @@ mod access;
 mod affinity;
 mod canary;
 mod chart;
+mod configmap;
 mod conformance;
 mod dataplane;
 mod dynamic;

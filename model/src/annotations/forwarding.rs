@@ -176,7 +176,7 @@ fn http_version(v: &str) -> Result<String, String> {
     }
 }
 
-fn next_upstream(v: &str) -> Result<Vec<String>, String> {
+pub(crate) fn next_upstream(v: &str) -> Result<Vec<String>, String> {
     let conditions: Vec<String> = v.split_whitespace().map(str::to_owned).collect();
     if conditions.is_empty() {
         return Err("expected conditions such as \"error timeout\"".to_owned());

@@ -3,7 +3,8 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::annotations::{GlobalAuth, balancing, external_auth, source_ranges, value};
-use crate::build::{real_ip, tuning};
+use crate::build::{blocking, http_keys, real_ip, tuning};
+use crate::configmap::{self, Status};
 use crate::model::{Global, Problem, ProblemKind, ResourceRef, Severity};
 
 /// Reads the ConfigMap into global settings. Invalid values are reported on the
@@ -68,23 +69,38 @@ impl Hsts {
     }
 }
 
-/// A ConfigMap key Ferrule does not implement: never silently dropped. One that
+/// A ConfigMap key Ferrule does not read: never silently dropped. One that
 /// restricts access for every host is an error (a new pod is then not Ready: see
-/// the controller's readiness), any other a Warning.
+/// the controller's readiness), any other a Warning. What is said comes from the
+/// registry (`configmap.rs`); an unknown key that looks like a restriction is an
+/// error too.
 fn unimplemented_key(r: &ResourceRef, key: &str) -> Problem {
-    let restricts = key.ends_with("-source-range")
-        || key.starts_with("global-auth-")
-        || key.starts_with("global-rate-limit")
-        || key.starts_with("block-")
-        || key.contains("modsecurity")
-        || key.contains("owasp");
+    let listed = configmap::lookup(key);
+    let restricts = listed.map_or_else(
+        || {
+            key.ends_with("-source-range")
+                || key.starts_with("global-auth-")
+                || key.starts_with("global-rate-limit")
+                || key.starts_with("block-")
+                || key.contains("modsecurity")
+                || key.contains("owasp")
+        },
+        |k| k.restricts,
+    );
+    let what = match listed.map(|k| k.status) {
+        Some(Status::NeedsModule(m)) => format!("needs the {m} module, which this NGINX lacks"),
+        Some(Status::NotApplicable(why)) => format!("has no effect in Ferrule ({why})"),
+        Some(Status::NotYet | Status::Supported { .. }) => {
+            "is not implemented by Ferrule yet".to_owned()
+        }
+        None => "is not an ingress-nginx or Ferrule key".to_owned(),
+    };
     if restricts {
         Problem {
             resource: r.clone(),
             severity: Severity::Error,
             message: format!(
-                "key {key} restricts access and Ferrule does not implement it yet; \
-                 the hosts are served without it"
+                "key {key} restricts access and {what}; the hosts are served without it"
             ),
             kind: ProblemKind::Invalid,
         }
@@ -92,7 +108,7 @@ fn unimplemented_key(r: &ResourceRef, key: &str) -> Problem {
         Problem {
             resource: r.clone(),
             severity: Severity::Warning,
-            message: format!("key {key} is not implemented by Ferrule and is ignored"),
+            message: format!("key {key} {what}; it is ignored"),
             kind: ProblemKind::Other,
         }
     }
@@ -117,6 +133,25 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
         })
     };
     let mut unimplemented = Vec::new();
+    let get = |k: &str| data.get(k).map(String::as_str);
+    let mut invalid = Vec::new();
+    g.http = http_keys::read(get, &mut invalid);
+    g.blocking = blocking::read(get, &mut invalid);
+    for (key, v, reason) in invalid {
+        if blocking::KEYS.contains(&key) {
+            unimplemented.push(Problem {
+                resource: r.clone(),
+                severity: Severity::Error,
+                message: format!(
+                    "key {key}: invalid value {v:?}: {reason}; every host answers 403 until \
+                     it is fixed"
+                ),
+                kind: ProblemKind::Invalid,
+            });
+        } else {
+            bad(key, &v, reason);
+        }
+    }
     g.client_address = real_ip::read(&r, |k| data.get(k).map(String::as_str), &mut unimplemented);
     let (global_auth, invalid) = GlobalAuth::read(|k| data.get(k).map(|v| v.trim()));
     g.global_auth = global_auth;
@@ -215,9 +250,65 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                 }
             }
             k if real_ip::KEYS.contains(&k) => {}
+            k if http_keys::reads(k) || blocking::KEYS.contains(&k) => {}
             k if external_auth::GLOBAL_KEYS.contains(&k) => {}
             _ => unimplemented.push(unimplemented_key(&r, key)),
         }
     }
     problems.extend(unimplemented);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problems(key: &str, v: &str) -> Vec<Problem> {
+        let mut data = serde_json::json!({ key: v });
+        // The global auth's keys mean something only with its URL.
+        if key.starts_with("global-auth-") || key == "no-auth-locations" {
+            data["global-auth-url"] = "http://auth.example/check".into();
+        }
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ferrule", "name": "config"},
+            "data": data,
+        }))
+        .unwrap();
+        let mut problems = Vec::new();
+        global(Some(&cm), false, &mut problems);
+        problems
+    }
+
+    /// The registry says what the reader does: a supported key's example is read
+    /// without a problem, every other key is reported, by name.
+    #[test]
+    fn the_registry_is_the_reader_s() {
+        for k in configmap::KEYS {
+            match k.status {
+                Status::Supported { example } => {
+                    // Advice about a valid value (use-proxy-protocol without
+                    // proxy-real-ip-cidr) is fine; a problem with the key is not.
+                    let own = format!("key {}", k.name);
+                    let p = problems(k.name, example);
+                    assert!(
+                        !p.iter().any(|p| p.message.starts_with(&own)),
+                        "{} = {example:?}: {p:?}",
+                        k.name
+                    );
+                }
+                _ => {
+                    let p = problems(k.name, "1");
+                    assert_eq!(p.len(), 1, "{}: {p:?}", k.name);
+                    assert!(p[0].message.contains(k.name), "{}", p[0].message);
+                    let severity = if k.restricts {
+                        Severity::Error
+                    } else {
+                        Severity::Warning
+                    };
+                    assert_eq!(p[0].severity, severity, "{}", k.name);
+                }
+            }
+        }
+        let p = problems("no-such-key", "1");
+        assert!(p[0].message.contains("not an ingress-nginx or Ferrule key"));
+    }
 }

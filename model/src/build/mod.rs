@@ -7,10 +7,12 @@
 
 mod access;
 pub(crate) mod backends;
+pub mod blocking;
 pub(crate) mod classes;
 mod config;
 mod endpoints;
 pub(crate) mod hosts;
+pub mod http_keys;
 mod limits;
 mod path_regex;
 pub mod real_ip;

@@ -1031,6 +1031,84 @@ async fn nginx_test(
         .await
 }
 
+/// Every supported ConfigMap key set at once (the registry's examples, and exact
+/// block values that are `map` keywords): the files say what each asks, and NGINX
+/// accepts them with either balancer.
+#[tokio::test]
+async fn every_supported_configmap_key_renders_and_passes_nginx_t() {
+    use ferrule_model::configmap::{KEYS, Status};
+    let (ns, name) = CONFIGMAP;
+    let mut data = serde_json::Map::new();
+    for k in KEYS {
+        let Status::Supported { example } = k.status else {
+            continue;
+        };
+        // Snippets have their own tests; the global auth resolves its URL.
+        let skip = example.is_empty()
+            || k.name.starts_with("global-auth-")
+            || k.name == "no-auth-locations"
+            || k.name == "log-format-escape-none";
+        if !skip {
+            data.insert(k.name.to_owned(), example.into());
+        }
+    }
+    data.insert("block-user-agents".into(), "~*bot, default, include".into());
+    let cm = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": ns, "name": name},
+        "data": data,
+    });
+    let yaml = format!(
+        "{}\n---\n{}",
+        tls_and_protocols(),
+        serde_yaml::to_string(&cm).unwrap()
+    );
+    let m = model_with(&format!("{SERVICES}\n---\n{yaml}"), Settings::default());
+    let problems: Vec<_> = m
+        .problems
+        .iter()
+        .filter(|p| p.resource.kind == "ConfigMap")
+        .collect();
+    assert!(problems.is_empty(), "{problems:#?}");
+    let conf = Renderer::new(opts("/ferrule")).render(&m).unwrap()["conf/nginx.conf"]
+        .text
+        .clone();
+    for want in [
+        "worker_processes \"2\";",
+        "worker_cpu_affinity \"auto\";",
+        "error_log \"/ferrule/logs/error.log\" \"warn\";",
+        "server_tokens \"on\";",
+        "ssl_protocols \"TLSv1.3\";",
+        "proxy_next_upstream \"error\" \"timeout\" \"http_502\" \"non_idempotent\";",
+        "proxy_hide_header \"X-Powered-By\";",
+        "gzip_types \"application/json\" \"text/css\";",
+        "access_log off;",
+        "\"~*bot\" 1;",
+        "\"\\\\default\" 1;",
+        "\"192.0.2.0/24\" 1;",
+        "server_names_hash_max_size 65536;",
+    ] {
+        assert!(conf.contains(want), "{want} missing from\n{conf}");
+    }
+    let host = Renderer::new(opts("/ferrule")).render(&m).unwrap()[&server_file("a.example.com")]
+        .text
+        .clone();
+    assert!(
+        host.contains("if ($ferrule_blocked) { return 403; }"),
+        "{host}"
+    );
+    assert!(!host.contains("http2"), "use-http2 false: {host}");
+    if which_nginx().is_none() {
+        eprintln!("nginx not installed: skipping nginx -t");
+        return;
+    }
+    for balancer in [Balancer::Lua, Balancer::Njs] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = nginx_test(&m, dir.path(), balancer).await;
+        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
+    }
+}
+
 #[test]
 fn the_longest_dns_names_get_files_and_buckets_nginx_accepts() {
     // 253 bytes, the most a DNS name may have.
@@ -1197,7 +1275,7 @@ fn logs_go_to_the_prefix_or_to_stdio() {
     };
     let files = main(false);
     assert!(
-        files.contains(r#"error_log "/ferrule/logs/error.log" notice;"#),
+        files.contains(r#"error_log "/ferrule/logs/error.log" "notice";"#),
         "{files}"
     );
     assert!(
@@ -1207,7 +1285,7 @@ fn logs_go_to_the_prefix_or_to_stdio() {
         "{files}"
     );
     let stdio = main(true);
-    assert!(stdio.contains(r#"error_log "stderr" notice;"#), "{stdio}");
+    assert!(stdio.contains(r#"error_log "stderr" "notice";"#), "{stdio}");
     assert!(
         stdio.contains(r#"access_log "/dev/stdout" upstreaminfo "buffer=32k" "flush=1s";"#),
         "{stdio}"

@@ -1,0 +1,347 @@
+//! The controller ConfigMap's keys through a real NGINX: what a client sees when an
+//! administrator sets them (statuses, headers, protocols, which requests retry).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// GET `host` / from source address `from` with extra request headers.
+async fn get_as(
+    f: &Ferrule,
+    from: &str,
+    host: &str,
+    headers: &[(&str, &str)],
+) -> reqwest::Response {
+    let c = reqwest::Client::builder()
+        .local_address(from.parse::<std::net::IpAddr>().unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut req = c
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
+async fn status_as(f: &Ferrule, from: &str, host: &str, headers: &[(&str, &str)]) -> u16 {
+    get_as(f, from, host, headers).await.status().as_u16()
+}
+
+#[tokio::test]
+async fn block_lists_refuse_clients_on_every_host_before_any_location() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("block-cidrs", "127.0.0.7"),
+            ("block-user-agents", "~*badbot, default, exact-agent"),
+            ("block-referers", "~*spam\\.example"),
+        ]),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    // Its own allowlist names the blocked client: the block still wins.
+    m.write(
+        "own.yaml",
+        &demo_ingress(
+            "own",
+            "own.test",
+            &[("allowlist-source-range", "127.0.0.7,127.0.0.1")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(
+        status_as(&f, "127.0.0.1", "plain.test", &[]).await,
+        200,
+        "{}",
+        f.logs()
+    );
+    for host in ["plain.test", "own.test", "unknown.test"] {
+        assert_eq!(status_as(&f, "127.0.0.7", host, &[]).await, 403, "{host}");
+    }
+    let ua = |v| [("User-Agent", v)];
+    assert_eq!(
+        status_as(&f, "127.0.0.1", "plain.test", &ua("Mozilla BadBot/2")).await,
+        403
+    );
+    assert_eq!(
+        status_as(&f, "127.0.0.1", "plain.test", &ua("exact-agent")).await,
+        403
+    );
+    // An exact value is exact, and "default" is a value, not map's keyword.
+    assert_eq!(
+        status_as(&f, "127.0.0.1", "plain.test", &ua("exact-agent/2")).await,
+        200
+    );
+    assert_eq!(
+        status_as(&f, "127.0.0.1", "plain.test", &ua("default")).await,
+        403
+    );
+    let referer = [("Referer", "http://www.spam.example/x")];
+    assert_eq!(status_as(&f, "127.0.0.1", "own.test", &referer).await, 403);
+    assert_eq!(status_as(&f, "127.0.0.1", "own.test", &[]).await, 200);
+
+    // An invalid list fails closed: every host answers 403, the ConfigMap says why.
+    m.write("cm.yaml", &configmap(&[("block-cidrs", "127.0.0.7/40")]));
+    let closed = wait_until(Duration::from_secs(20), || async {
+        status_as(&f, "127.0.0.1", "plain.test", &[]).await == 403
+    })
+    .await;
+    assert!(closed, "{}", f.logs());
+    let reported = wait_until(Duration::from_secs(20), || async {
+        f.resource("ConfigMap", "demo", "ferrule")
+            .await
+            .is_some_and(|cm| {
+                cm["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .contains("block-cidrs")
+            })
+    })
+    .await;
+    assert!(reported, "{:?}", f.resources().await);
+}
+
+#[tokio::test]
+async fn header_keys_change_what_clients_and_backends_see() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "cors.yaml",
+        &demo_ingress("cors", "cors.test", &[("enable-cors", "true")]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let secret = [("x-echo-header", "X-Secret=1")];
+    let underscore = [("my_header", "1")];
+
+    // ingress-nginx's defaults: no version, backend headers passed, names with
+    // underscores dropped.
+    let r = get_as(&f, "127.0.0.1", "plain.test", &secret).await;
+    assert_eq!(r.headers()["server"], "nginx", "{}", f.logs());
+    assert!(r.headers().contains_key("x-secret"));
+    let r = get_as(&f, "127.0.0.1", "plain.test", &underscore).await;
+    let seen: Value = r.json().await.unwrap();
+    assert!(seen["headers"].get("my_header").is_none(), "{seen}");
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("server-tokens", "true"),
+            ("hide-headers", "X-Secret"),
+            ("enable-underscores-in-headers", "true"),
+        ]),
+    );
+    let applied = wait_until(Duration::from_secs(20), || async {
+        let r = get_as(&f, "127.0.0.1", "plain.test", &[]).await;
+        r.headers()
+            .get("server")
+            .is_some_and(|v| v.to_str().unwrap().starts_with("nginx/"))
+    })
+    .await;
+    assert!(applied, "{}", f.logs());
+    for host in ["plain.test", "cors.test"] {
+        let r = get_as(&f, "127.0.0.1", host, &secret).await;
+        assert!(
+            !r.headers().contains_key("x-secret"),
+            "{host}: {:?}",
+            r.headers()
+        );
+    }
+    let r = get_as(&f, "127.0.0.1", "plain.test", &underscore).await;
+    let seen: Value = r.json().await.unwrap();
+    assert_eq!(seen["headers"]["my_header"], "1", "{seen}");
+    // The backend's Server header instead of NGINX's.
+    m.write(
+        "cm.yaml",
+        &configmap(&[("allow-backend-server-header", "true")]),
+    );
+    let server = [("x-echo-header", "Server=echo")];
+    let passed = wait_until(Duration::from_secs(20), || async {
+        let r = get_as(&f, "127.0.0.1", "plain.test", &server).await;
+        r.headers().get("server").is_some_and(|v| v == "echo")
+    })
+    .await;
+    assert!(passed, "{}", f.logs());
+}
+
+#[tokio::test]
+async fn gzip_compresses_the_listed_types_when_on() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let gzip = [("Accept-Encoding", "gzip")];
+    let r = get_as(&f, "127.0.0.1", "plain.test", &gzip).await;
+    assert_eq!(r.status(), 200, "{}", f.logs());
+    assert!(
+        !r.headers().contains_key("content-encoding"),
+        "off by default"
+    );
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("use-gzip", "true"),
+            ("gzip-types", "application/json"),
+            ("gzip-min-length", "10"),
+        ]),
+    );
+    let on = wait_until(Duration::from_secs(20), || async {
+        let r = get_as(&f, "127.0.0.1", "plain.test", &gzip).await;
+        r.headers()
+            .get("content-encoding")
+            .is_some_and(|v| v == "gzip")
+    })
+    .await;
+    assert!(on, "{}", f.logs());
+    let r = get_as(&f, "127.0.0.1", "plain.test", &gzip).await;
+    assert_eq!(r.headers()["vary"], "Accept-Encoding");
+    let body = r.bytes().await.unwrap();
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzip stream");
+    // Without Accept-Encoding, plain JSON.
+    let r = get_as(&f, "127.0.0.1", "plain.test", &[]).await;
+    assert!(!r.headers().contains_key("content-encoding"));
+}
+
+#[tokio::test]
+async fn tls_protocols_and_http2_follow_the_configmap() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "a.yaml",
+        &Ing::new("demo", "a", "2026-01-01T00:00:00Z")
+            .rule("a.example.com", &[("/", "Prefix", "echo")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let url = format!("https://a.example.com:{}/", f.https);
+    let tls12 = || {
+        let ca = reqwest::Certificate::from_pem(tls_fixture("ca.crt").as_bytes()).unwrap();
+        reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .use_rustls_tls()
+            .max_tls_version(reqwest::tls::Version::TLS_1_2)
+            .resolve("a.example.com", ([127, 0, 0, 1], f.https).into())
+            .timeout(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    // Defaults: TLS 1.2 and 1.3, HTTP/2 offered.
+    let r = tls_client(&f, &["a.example.com"])
+        .get(&url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.version()),
+        (200, reqwest::Version::HTTP_2)
+    );
+    assert_eq!(tls12().get(&url).send().await.unwrap().status(), 200);
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[("ssl-protocols", "TLSv1.3"), ("use-http2", "false")]),
+    );
+    let applied = wait_until(Duration::from_secs(20), || async {
+        tls12().get(&url).send().await.is_err()
+    })
+    .await;
+    assert!(applied, "TLS 1.2 is refused: {}", f.logs());
+    let r = tls_client(&f, &["a.example.com"])
+        .get(&url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.version()),
+        (200, reqwest::Version::HTTP_11)
+    );
+}
+
+/// A backend endpoint that takes the request and closes without an answer.
+async fn dropping_endpoint(ip: &str, port: u16) {
+    let l = tokio::net::TcpListener::bind((ip, port)).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = l.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf).await;
+            });
+        }
+    });
+}
+
+/// The statuses of `n` POSTs to plain.test.
+async fn posts(f: &Ferrule, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        statuses.push(f.request("POST", "plain.test", "/").await.0);
+    }
+    statuses
+}
+
+#[tokio::test]
+async fn retry_non_idempotent_sends_a_failed_post_to_the_next_endpoint() {
+    let echo = Echo::start("127.0.0.2").await;
+    // Endpoints of a Service share its port: the same port on another address.
+    dropping_endpoint("127.0.0.3", echo.addr.port()).await;
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_endpoints(
+            "demo",
+            "echo",
+            echo.addr.port(),
+            &[("127.0.0.2", true), ("127.0.0.3", true)],
+        ),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write("cm.yaml", &configmap(&[("worker-processes", "3")]));
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    // worker-processes: three workers.
+    assert_eq!(f.worker_pids().len(), 3, "{}", f.logs());
+    // Round robin over two endpoints: some POSTs meet the dropping one, and a POST
+    // is not retried by default (it may have had an effect).
+    let statuses = posts(&f, 6).await;
+    assert!(statuses.contains(&502), "{statuses:?}");
+    assert!(statuses.contains(&200), "{statuses:?}");
+    // A GET is retried.
+    for _ in 0..4 {
+        assert_eq!(f.get("plain.test", "/").await.0, 200);
+    }
+    m.write(
+        "cm.yaml",
+        &configmap(&[("worker-processes", "3"), ("retry-non-idempotent", "true")]),
+    );
+    let applied = wait_until(Duration::from_secs(20), || async {
+        posts(&f, 6).await.iter().all(|s| *s == 200)
+    })
+    .await;
+    assert!(applied, "{}", f.logs());
+}
