@@ -81,6 +81,7 @@ const TRACING: &str = "OpenTelemetry/Jaeger";
 const GEOIP: &str = "GeoIP";
 
 /// Every key, in the order of ingress-nginx's `configmap.md`.
+#[rustfmt::skip]
 pub const KEYS: &[ConfigKey] = &[
     todo("add-headers", "response headers from another ConfigMap"),
     yes(
@@ -375,10 +376,7 @@ pub const KEYS: &[ConfigKey] = &[
         "64",
         "idle connections to backends per worker",
     ),
-    todo(
-        "upstream-keepalive-time",
-        "lifetime of a backend connection",
-    ),
+    yes("upstream-keepalive-time", "30m", "lifetime of a backend connection"),
     yes(
         "upstream-keepalive-timeout",
         "30",
@@ -423,11 +421,8 @@ pub const KEYS: &[ConfigKey] = &[
         "true",
         "append to X-Forwarded-For",
     ),
-    todo(
-        "proxy-add-original-uri-header",
-        "X-Original-Uri to backends",
-    ),
-    todo("generate-request-id", "switch off X-Request-ID generation"),
+    yes("proxy-add-original-uri-header", "true", "X-Original-URI to backends"),
+    yes("generate-request-id", "false", "an X-Request-ID for requests without one"),
     module("jaeger-collector-host", TRACING, "tracing"),
     module("jaeger-collector-port", TRACING, "tracing"),
     module("jaeger-endpoint", TRACING, "tracing"),
@@ -454,7 +449,7 @@ pub const KEYS: &[ConfigKey] = &[
     module("otel-sampler", TRACING, "tracing"),
     module("otel-sampler-parent-based", TRACING, "tracing"),
     module("otel-sampler-ratio", TRACING, "tracing"),
-    todo("main-snippet", "raw NGINX text in the main context"),
+    yes("main-snippet", "worker_priority 0;", "raw NGINX text in the main context"),
     yes(
         "http-snippet",
         "",
@@ -508,7 +503,7 @@ pub const KEYS: &[ConfigKey] = &[
         "10.0.0.0/8",
         "clients allowed everywhere without an own list",
     ),
-    todo("skip-access-log-urls", "paths not logged"),
+    yes("skip-access-log-urls", "/health,/ready", "paths not logged"),
     yes(
         "limit-rate",
         "1048576",
@@ -539,9 +534,9 @@ pub const KEYS: &[ConfigKey] = &[
         "429",
         "status of a connection-limited request",
     ),
-    todo("enable-syslog", "access log to syslog"),
-    todo("syslog-host", "syslog server"),
-    todo("syslog-port", "syslog port"),
+    yes("enable-syslog", "false", "access log to syslog"),
+    yes("syslog-host", "syslog.example", "syslog server"),
+    yes("syslog-port", "1514", "syslog port"),
     todo(
         "no-tls-redirect-locations",
         "paths never redirected to HTTPS",
@@ -618,7 +613,7 @@ pub const KEYS: &[ConfigKey] = &[
         "MIME type of answers without one",
     ),
     todo("service-upstream", "default of the annotation"),
-    todo("ssl-reject-handshake", "refuse TLS for unknown hosts"),
+    yes("ssl-reject-handshake", "true", "refuse TLS for unknown hosts"),
     na("debug-connections", "NGINX is not built with debugging"),
     na(
         "strict-validate-path-type",

@@ -331,6 +331,7 @@ impl Renderer {
             server_names_max: model.global.http.server_names_hash_max_size.max(65_536),
             resolvers: self.opts.resolvers.clone(),
             blocking: model.global.blocking.active(),
+            hidden_headers: hidden_headers(&model.global),
             blocked_agents: model
                 .global
                 .blocking
@@ -677,6 +678,18 @@ pub fn server_file(host: &str) -> String {
     format!("conf/servers/host+{cut}+{}.conf", &digest[..32])
 }
 
+/// The backend response headers never passed on: ConfigMap `hide-headers`, and
+/// `Strict-Transport-Security` where Ferrule sends its own (a client would get two).
+fn hidden_headers(global: &ferrule_model::Global) -> Vec<String> {
+    let mut out = global.http.hide_headers.clone();
+    if global.hsts.is_some() && !out.iter().any(|h| h.eq_ignore_ascii_case(HSTS)) {
+        out.push(HSTS.to_owned());
+    }
+    out
+}
+
+const HSTS: &str = "Strict-Transport-Security";
+
 /// A `map` source matching `pattern`: a regular expression (`~`, `~*`) as it is,
 /// an exact value behind `\\`, which `map` strips, so that no value is read as one of
 /// its keywords (`default`, `include`, `hostnames`, `volatile`).
@@ -837,6 +850,8 @@ struct MainView {
     server_names_bucket: usize,
     /// `server_names_hash_max_size`.
     server_names_max: u32,
+    /// `proxy_hide_header`s of every proxied location.
+    hidden_headers: Vec<String>,
     /// Whether the ConfigMap's `block-*` keys refuse anyone.
     blocking: bool,
     /// ConfigMap `block-user-agents` as `map` sources.

@@ -345,3 +345,118 @@ async fn retry_non_idempotent_sends_a_failed_post_to_the_next_endpoint() {
     .await;
     assert!(applied, "{}", f.logs());
 }
+
+#[tokio::test]
+async fn request_id_original_uri_and_the_access_log_keys() {
+    let echo = Echo::start("127.0.0.2").await;
+    let syslog = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let syslog_port = syslog.local_addr().unwrap().port().to_string();
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("skip-access-log-urls", "/health"),
+            ("proxy-add-original-uri-header", "true"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let (s, seen) = f.get("plain.test", "/logged?a=1").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(seen["headers"]["x-original-uri"], "/logged?a=1", "{seen}");
+    assert!(
+        seen["headers"]["x-request-id"]
+            .as_str()
+            .is_some_and(|v| v.len() == 32)
+    );
+    f.get("plain.test", "/health").await;
+    // The log is buffered for a second at most.
+    let log = f.prefix.path().join("nginx/logs/access.log");
+    let logged = wait_until(Duration::from_secs(10), || async {
+        std::fs::read_to_string(&log).is_ok_and(|t| t.contains("/logged?a=1"))
+    })
+    .await;
+    assert!(logged, "{}", f.logs());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("/health"), "{text}");
+
+    // No generated request id, no original URI; the access log to syslog.
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("generate-request-id", "false"),
+            ("enable-syslog", "true"),
+            ("syslog-host", "127.0.0.1"),
+            ("syslog-port", &syslog_port),
+            ("access-log-params", ""),
+        ]),
+    );
+    let applied = wait_until(Duration::from_secs(20), || async {
+        f.get("plain.test", "/").await.1["headers"]
+            .get("x-request-id")
+            .is_none()
+    })
+    .await;
+    assert!(applied, "{}", f.logs());
+    let (_, seen) = f.get("plain.test", "/to-syslog").await;
+    assert!(seen["headers"].get("x-original-uri").is_none(), "{seen}");
+    let mut buf = vec![0u8; 65536];
+    let line = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let n = syslog.recv(&mut buf).await.unwrap();
+            let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+            if line.contains("/to-syslog") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("an access log line over syslog");
+    assert!(line.contains("nginx:"), "{line}");
+}
+
+#[tokio::test]
+async fn one_hsts_header_and_reject_handshakes_for_unknown_hosts() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "a.yaml",
+        &Ing::new("demo", "a", "2026-01-01T00:00:00Z")
+            .rule("a.example.com", &[("/", "Prefix", "echo")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    m.write("cm.yaml", &configmap(&[("ssl-reject-handshake", "true")]));
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    // The backend sends its own HSTS: the client gets Ferrule's, once.
+    let r = tls_client(&f, &["a.example.com"])
+        .get(format!("https://a.example.com:{}/", f.https))
+        .header("x-echo-header", "Strict-Transport-Security=max-age=1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", f.logs());
+    let hsts: Vec<_> = r
+        .headers()
+        .get_all("strict-transport-security")
+        .iter()
+        .collect();
+    assert_eq!(hsts, ["max-age=31536000; includeSubDomains"]);
+    // A name with no server: no certificate at all, the handshake fails.
+    let unknown = tls_client(&f, &["unknown.example.com"])
+        .get(format!("https://unknown.example.com:{}/", f.https))
+        .send()
+        .await;
+    assert!(unknown.is_err(), "{unknown:?}");
+}

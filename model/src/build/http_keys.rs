@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{forwarding, value};
+use crate::build::tuning::time;
 
 /// One directive and its arguments (each quoted by the renderer's emitter).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -44,6 +45,22 @@ pub struct HttpKeys {
     pub server_names_hash_bucket_size: u32,
     /// `use-gzip` and `gzip-*`; `None` when off.
     pub gzip: Option<Gzip>,
+    /// `generate-request-id`: a request without `X-Request-ID` gets one.
+    pub generate_request_id: bool,
+    /// `proxy-add-original-uri-header`: `X-Original-URI` to backends.
+    pub original_uri_header: bool,
+    /// `upstream-keepalive-time`: the longest a backend connection is kept.
+    pub upstream_keepalive_time: String,
+    /// `ssl-reject-handshake`: TLS for no known host (or no SNI) is refused
+    /// instead of answered with the default certificate.
+    pub ssl_reject_handshake: bool,
+    /// `main-snippet`: raw NGINX text in the main context (administrator-owned).
+    pub main_snippet: Option<String>,
+    /// `skip-access-log-urls`: request paths not logged.
+    pub skip_access_log_urls: Vec<String>,
+    /// `enable-syslog` with `syslog-host` and `syslog-port`: the access log goes
+    /// to that syslog server (`host:port`) instead of the file.
+    pub syslog: Option<String>,
 }
 
 /// `use-gzip` and its keys, as ingress-nginx renders them.
@@ -228,6 +245,15 @@ const FIELDS: &[&str] = &[
     "gzip-disable",
     "proxy-next-upstream",
     "retry-non-idempotent",
+    "generate-request-id",
+    "proxy-add-original-uri-header",
+    "upstream-keepalive-time",
+    "ssl-reject-handshake",
+    "main-snippet",
+    "skip-access-log-urls",
+    "enable-syslog",
+    "syslog-host",
+    "syslog-port",
 ];
 
 /// Whether [`read`] reads `key`.
@@ -284,6 +310,20 @@ pub(crate) fn read<'a>(
     let gzip = keys
         .value("use-gzip", false, value::boolean)
         .then_some(gzip);
+    let syslog_host = keys.value("syslog-host", None, |v| value::host_port(v).map(Some));
+    let syslog_port = keys.value("syslog-port", 514, |v| value::integer(v, 1, 65_535));
+    let syslog = match (
+        keys.value("enable-syslog", false, value::boolean),
+        syslog_host,
+    ) {
+        (true, Some(host)) => Some(format!("{host}:{syslog_port}")),
+        (true, None) => {
+            let e = "needs syslog-host".to_owned();
+            keys.invalid.push(("enable-syslog", "true".to_owned(), e));
+            None
+        }
+        (false, _) => None,
+    };
     HttpKeys {
         main,
         http,
@@ -302,6 +342,13 @@ pub(crate) fn read<'a>(
                 .ok_or("expected a power of two".to_owned())
         }),
         gzip,
+        generate_request_id: keys.value("generate-request-id", true, value::boolean),
+        original_uri_header: keys.value("proxy-add-original-uri-header", false, value::boolean),
+        upstream_keepalive_time: keys.value("upstream-keepalive-time", "1h".to_owned(), time),
+        ssl_reject_handshake: keys.value("ssl-reject-handshake", false, value::boolean),
+        main_snippet: keys.value("main-snippet", None, |v| Ok(Some(v.to_owned()))),
+        skip_access_log_urls: keys.value("skip-access-log-urls", Vec::new(), paths),
+        syslog,
     }
 }
 
@@ -487,6 +534,23 @@ fn cpu_affinity(v: &str) -> Result<Vec<String>, String> {
     } else {
         Err("expected auto or bit masks such as \"0001 0010\"".to_owned())
     }
+}
+
+/// Comma-separated request paths (`/health`), matched exactly.
+fn paths(v: &str) -> Result<Vec<String>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let ok = p.starts_with('/')
+                && p.len() <= 1024
+                && !p
+                    .chars()
+                    .any(|c| c.is_control() || c.is_whitespace() || "\"'`;{}\\".contains(c));
+            ok.then(|| p.to_owned())
+                .ok_or_else(|| format!("{p:?} is not a path such as /health"))
+        })
+        .collect()
 }
 
 /// `auto` or a number of workers.

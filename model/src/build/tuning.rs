@@ -231,7 +231,7 @@ fn buffer(v: &str) -> Result<String, String> {
 }
 
 /// An NGINX time: a whole number with an optional unit `ms`, `s`, `m`, `h` or `d`.
-fn time(v: &str) -> Result<String, String> {
+pub(crate) fn time(v: &str) -> Result<String, String> {
     let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = &v[digits.len()..];
     let ok = !digits.is_empty()
