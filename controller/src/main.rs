@@ -337,11 +337,14 @@ impl NginxFlags {
             https_port: self.https_port,
             worker_processes: self.worker_processes.clone(),
             user: root.then(|| "nobody".to_owned()),
-            modules: self
-                .balancer
-                .modules()
-                .iter()
-                .map(|m| self.nginx_modules.join(m).to_string_lossy().into_owned())
+            modules: (self.balancer.modules().iter())
+                .map(|m| self.nginx_modules.join(m))
+                .chain(
+                    (ferrule::nginx::render::OPTIONAL_MODULES.iter())
+                        .map(|m| self.nginx_modules.join(m))
+                        .filter(|p| p.exists()),
+                )
+                .map(|p| p.to_string_lossy().into_owned())
                 .collect(),
             configmap,
             balancer: self.balancer,

@@ -360,7 +360,8 @@ function _M.rewrite()
     local ctx = ngx.ctx
     ctx.ferrule_routed = true
     if redirects() then
-        return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri, 308)
+        return ngx.redirect("https://" .. ngx_var.host .. ngx_var.request_uri,
+            answers.redirect_code or 308)
     end
     local name = ngx_var.ferrule_backend
     if not name or name == "" then

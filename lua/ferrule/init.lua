@@ -5,8 +5,9 @@ local util = require("ferrule.util")
 local _M = {}
 
 -- opts: { token_file = path }  or  { token = "..." } (tests), and
--- answers = { unavailable = "unix:...", redirect = "unix:..." }: the servers
--- balance() proxies to for a 503 and for the ssl-redirect (nginx.conf);
+-- answers = { unavailable = "unix:...", redirect = "unix:...", redirect_code = 308 }: the
+-- servers balance() proxies to for a 503 and for the ssl-redirect (nginx.conf), and
+-- the status of the ssl-redirect rewrite() answers itself (http-redirect-code);
 -- metrics = nil or { source = "module"|"lua", time, length, size }: per-request
 -- metrics (ferrule.metrics).
 function _M.init(opts)

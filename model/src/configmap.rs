@@ -492,7 +492,7 @@ pub const KEYS: &[ConfigKey] = &[
         "false",
         "default of the ssl-redirect annotation",
     ),
-    todo("force-ssl-redirect", "default of the annotation"),
+    yes("force-ssl-redirect", "true", "default of the force-ssl-redirect annotation"),
     yes(
         "denylist-source-range",
         "192.0.2.0/24",
@@ -518,7 +518,7 @@ pub const KEYS: &[ConfigKey] = &[
         "lua-shared-dicts",
         "the balancer's shared memory is sized by the controller",
     ),
-    todo("http-redirect-code", "status of the ssl-redirect"),
+    yes("http-redirect-code", "301", "status of the redirect to HTTPS (308)"),
     yes(
         "proxy-buffering",
         "on",

@@ -365,6 +365,10 @@ pub struct Global {
     pub allow_snippet_annotations: bool,
     /// Default of the `ssl-redirect` annotation.
     pub ssl_redirect: bool,
+    /// Default of the `force-ssl-redirect` annotation.
+    pub force_ssl_redirect: bool,
+    /// `http-redirect-code`: the status of the redirect to HTTPS (default 308).
+    pub http_redirect_code: u16,
     /// Default of the `load-balance` annotation.
     pub load_balance: LoadBalance,
     /// Default `client_max_body_size`.

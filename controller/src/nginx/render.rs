@@ -11,7 +11,7 @@ use super::{emit, process};
 use locations::{LocationView, default_location, location_view, regex_escape};
 pub use options::{
     Balancer, MetricsRender, MetricsSource, NJS_DEFAULT_CERT, NJS_DEFAULT_KEY, NJS_DIR,
-    NJS_STATE_DIR, NJS_TOKEN_FILE, RenderOptions, system_resolvers,
+    NJS_STATE_DIR, NJS_TOKEN_FILE, OPTIONAL_MODULES, RenderOptions, system_resolvers,
 };
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");

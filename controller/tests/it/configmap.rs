@@ -460,3 +460,96 @@ async fn one_hsts_header_and_reject_handshakes_for_unknown_hosts() {
         .await;
     assert!(unknown.is_err(), "{unknown:?}");
 }
+
+/// Snippets written for ingress-nginx use headers-more: it is loaded, so they work
+/// where snippets are allowed (an Ingress's with the flag, the ConfigMap's always).
+#[tokio::test]
+async fn headers_more_snippets_work_as_in_ingress_nginx() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[("http-snippet", "more_set_headers \"X-Global: on\";")]),
+    );
+    m.write(
+        "snip.yaml",
+        &demo_ingress(
+            "snip",
+            "snip.test",
+            &[(
+                "configuration-snippet",
+                "more_set_headers \"X-Snippet: yes\";\nmore_set_input_headers \"X-In: 1\";\nmore_clear_headers X-Secret;",
+            )],
+        ),
+    );
+    let f = Ferrule::start(
+        m.path(),
+        &["--configmap", "demo/ferrule", "--allow-snippet-annotations"],
+    )
+    .await;
+    let r = get_as(
+        &f,
+        "127.0.0.1",
+        "snip.test",
+        &[("x-echo-header", "X-Secret=1")],
+    )
+    .await;
+    assert_eq!(r.status(), 200, "{}", f.logs());
+    assert_eq!(r.headers()["x-snippet"], "yes");
+    assert_eq!(r.headers()["x-global"], "on");
+    assert!(!r.headers().contains_key("x-secret"));
+    let seen: Value = r.json().await.unwrap();
+    assert_eq!(seen["headers"]["x-in"], "1", "{seen}");
+}
+
+/// ConfigMap `force-ssl-redirect` is the default an Ingress may turn off, and
+/// `http-redirect-code` the status of every redirect to HTTPS.
+#[tokio::test]
+async fn force_ssl_redirect_and_the_redirect_code_come_from_the_configmap() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("force-ssl-redirect", "true"),
+            ("http-redirect-code", "301"),
+        ]),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "off.yaml",
+        &demo_ingress("off", "off.test", &[("force-ssl-redirect", "false")]),
+    );
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "a.yaml",
+        &Ing::new("demo", "a", "2026-01-01T00:00:00Z")
+            .nginx("force-ssl-redirect", "false")
+            .rule("a.example.com", &[("/", "Prefix", "echo")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(
+        location_of(&f, "plain.test", "/x?y=1").await,
+        (301, "https://plain.test/x?y=1".to_owned()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(f.get("off.test", "/").await.0, 200);
+    // The ssl-redirect of a TLS host (decided by the balancer) has the code too.
+    assert_eq!(
+        location_of(&f, "a.example.com", "/").await,
+        (301, "https://a.example.com/".to_owned())
+    );
+}

@@ -17,6 +17,7 @@ pub(crate) fn global(
     let mut g = Global {
         allow_snippet_annotations: allow_snippets,
         ssl_redirect: true,
+        http_redirect_code: 308,
         proxy_body_size: "1m".to_owned(),
         proxy_connect_timeout: 5,
         proxy_read_timeout: 60,
@@ -173,6 +174,14 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
             "ssl-redirect" => match value::boolean(v.trim()) {
                 Ok(b) => g.ssl_redirect = b,
                 Err(e) => bad(key, v, e),
+            },
+            "force-ssl-redirect" => match value::boolean(v.trim()) {
+                Ok(b) => g.force_ssl_redirect = b,
+                Err(e) => bad(key, v, e),
+            },
+            "http-redirect-code" => match v.trim() {
+                c @ ("301" | "302" | "307" | "308") => g.http_redirect_code = c.parse().unwrap(),
+                _ => bad(key, v, "expected 301, 302, 307 or 308".to_owned()),
             },
             "load-balance" => match balancing::load_balance(v.trim()) {
                 Ok(lb) => g.load_balance = lb,

@@ -435,7 +435,9 @@ impl Builder<'_> {
         }
         LocationSettings {
             ssl_redirect: a.ssl_redirect.unwrap_or(self.global.ssl_redirect),
-            force_ssl_redirect: a.force_ssl_redirect.unwrap_or(false),
+            force_ssl_redirect: a
+                .force_ssl_redirect
+                .unwrap_or(self.global.force_ssl_redirect),
             redirect: a.redirect.clone(),
             app_root: a.app_root.clone(),
             cors: a.cors.clone(),

@@ -35,6 +35,11 @@ impl Balancer {
     }
 }
 
+/// Modules loaded when installed, whichever the balancer: headers-more, so that
+/// snippets written for ingress-nginx (`more_set_headers`, `more_clear_headers`,
+/// `more_set_input_headers`) keep working where snippets are allowed.
+pub const OPTIONAL_MODULES: &[&str] = &["ngx_http_headers_more_filter_module.so"];
+
 /// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
 pub const NJS_DIR: &str = "njs";
 /// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
