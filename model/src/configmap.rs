@@ -472,8 +472,8 @@ pub const KEYS: &[ConfigKey] = &[
     todo("proxy-buffers-number", "default of the annotation"),
     todo("proxy-buffer-size", "default of the annotation"),
     todo("proxy-busy-buffers-size", "default of the annotation"),
-    todo("proxy-cookie-path", "default of the annotation"),
-    todo("proxy-cookie-domain", "default of the annotation"),
+    yes("proxy-cookie-path", "/ /app/", "rewrite Set-Cookie paths (off or from to)"),
+    yes("proxy-cookie-domain", "internal.svc example.com", "rewrite Set-Cookie domains (off or from to)"),
     yes(
         "proxy-next-upstream",
         "error timeout http_502",
@@ -481,7 +481,7 @@ pub const KEYS: &[ConfigKey] = &[
     ),
     yes("proxy-next-upstream-timeout", "10", "seconds for all tries"),
     yes("proxy-next-upstream-tries", "2", "tries at most"),
-    todo("proxy-redirect-from", "default of the annotation"),
+    yes("proxy-redirect-from", "off", "proxy_redirect (off, as ingress-nginx)"),
     yes(
         "proxy-request-buffering",
         "off",

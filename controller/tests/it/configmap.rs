@@ -553,3 +553,39 @@ async fn force_ssl_redirect_and_the_redirect_code_come_from_the_configmap() {
         (301, "https://a.example.com/".to_owned())
     );
 }
+
+/// ConfigMap `proxy-cookie-path` and `-domain` rewrite every backend's cookies;
+/// an Ingress's own annotation replaces them.
+#[tokio::test]
+async fn cookie_rewrites_are_the_default_an_ingress_replaces() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("proxy-cookie-path", "/internal/ /"),
+            ("proxy-cookie-domain", "svc.local example.com"),
+        ]),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "own.yaml",
+        &demo_ingress(
+            "own",
+            "own.test",
+            &[("proxy-cookie-path", "/internal/ /own/")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let cookie = [(
+        "x-echo-header",
+        "Set-Cookie=s=1; Domain=svc.local; Path=/internal/",
+    )];
+    let r = get_as(&f, "127.0.0.1", "plain.test", &cookie).await;
+    assert_eq!(r.status(), 200, "{}", f.logs());
+    assert_eq!(r.headers()["set-cookie"], "s=1; Domain=example.com; Path=/");
+    let r = get_as(&f, "127.0.0.1", "own.test", &cookie).await;
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set.contains("Path=/own/"), "{set}");
+}

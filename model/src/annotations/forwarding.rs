@@ -215,7 +215,7 @@ fn literal(v: &str) -> Result<String, String> {
 }
 
 /// `off`, or `from to`.
-fn rewrite_pair(v: &str) -> Result<Vec<String>, String> {
+pub(crate) fn rewrite_pair(v: &str) -> Result<Vec<String>, String> {
     let parts: Vec<&str> = v.split_whitespace().collect();
     match parts.as_slice() {
         ["off"] => Ok(vec!["off".to_owned()]),

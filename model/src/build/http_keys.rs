@@ -211,6 +211,24 @@ const ROWS: &[Row] = &[
     row("grpc-buffer-size-kb", "grpc_buffer_size", kilobytes, None),
     row("relative-redirects", "absolute_redirect", relative, None),
     row(
+        "proxy-cookie-path",
+        "proxy_cookie_path",
+        forwarding::rewrite_pair,
+        None,
+    ),
+    row(
+        "proxy-cookie-domain",
+        "proxy_cookie_domain",
+        forwarding::rewrite_pair,
+        None,
+    ),
+    row(
+        "proxy-redirect-from",
+        "proxy_redirect",
+        redirect_off,
+        Some("off"),
+    ),
+    row(
         "ssl-protocols",
         "ssl_protocols",
         ssl_protocols,
@@ -400,6 +418,16 @@ fn relative(v: &str) -> Result<Vec<String>, String> {
     } else {
         Vec::new()
     })
+}
+
+/// `proxy-redirect-from`: only `off` (ingress-nginx's default) in the ConfigMap:
+/// NGINX's `default` is refused where `proxy_pass` has variables (the njs balancer),
+/// and a prefix needs the annotation's `proxy-redirect-to`.
+fn redirect_off(v: &str) -> Result<Vec<String>, String> {
+    match v {
+        "off" => Ok(vec!["off".to_owned()]),
+        _ => Err("only off in the ConfigMap (an Ingress may set from and to)".to_owned()),
+    }
 }
 
 fn on_off(v: &str) -> Result<Vec<String>, String> {
