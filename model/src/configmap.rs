@@ -461,10 +461,7 @@ pub const KEYS: &[ConfigKey] = &[
         "raw NGINX text in stream (with TCP/UDP services)",
     ),
     yes("location-snippet", "", "raw NGINX text in every location"),
-    todo(
-        "custom-http-errors",
-        "statuses answered by the default backend",
-    ),
+    yes("custom-http-errors", "404,503", "statuses answered by the default backend (the status kept)"),
     yes("proxy-body-size", "8m", "client_max_body_size"),
     yes("proxy-connect-timeout", "10", "proxy_connect_timeout"),
     yes("proxy-read-timeout", "120", "proxy_read_timeout"),

@@ -291,6 +291,21 @@ pub struct LocationSettings {
     pub rate_limits: RateLimits,
     /// How the allowlist and the authentications combine (`satisfy`).
     pub satisfy: Satisfy,
+    /// `custom-http-errors` (or the ConfigMap's) with the backend answering them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_pages: Option<ErrorPages>,
+}
+
+/// A location's custom error pages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorPages {
+    /// The statuses whose page the backend answers (the status is kept).
+    pub codes: Vec<u16>,
+    /// The backend in [`Model::backends`] that answers them.
+    pub backend: String,
+    /// Whether the backend's own errors get the page too (`proxy_intercept_errors`;
+    /// off with `disable-proxy-intercept-errors`).
+    pub intercept: bool,
 }
 
 /// An upstream: one Service port and its ready endpoints.
@@ -367,6 +382,8 @@ pub struct Global {
     pub ssl_redirect: bool,
     /// Default of the `force-ssl-redirect` annotation.
     pub force_ssl_redirect: bool,
+    /// ConfigMap `custom-http-errors`: the default of the annotation.
+    pub custom_http_errors: Vec<u16>,
     /// `http-redirect-code`: the status of the redirect to HTTPS (default 308).
     pub http_redirect_code: u16,
     /// Default of the `load-balance` annotation.
@@ -415,21 +432,23 @@ pub struct Global {
     pub blocking: crate::build::blocking::Blocking,
 }
 
-/// The backends `servers`' locations and `default_backend` route to, with repeats
-/// (canaries not included).
+/// The backends `servers`' locations and `default_backend` route to, and those
+/// answering their error pages, with repeats (canaries not included).
 pub fn routed_backends<'a>(
     servers: &'a [Server],
     default_backend: &'a Target,
 ) -> impl Iterator<Item = &'a String> {
-    servers
-        .iter()
-        .flat_map(|s| &s.locations)
+    let locations = servers.iter().flat_map(|s| &s.locations);
+    let error_pages =
+        (locations.clone()).filter_map(|l| l.settings.error_pages.as_ref().map(|e| &e.backend));
+    locations
         .map(|l| &l.target)
         .chain([default_backend])
         .filter_map(|t| match t {
             Target::Backend(b) => Some(b),
             Target::Status(_) => None,
         })
+        .chain(error_pages)
 }
 
 impl Model {

@@ -2061,3 +2061,73 @@ fn configmap_global_auth_covers_every_location_that_does_not_opt_out() {
         Some("proxy_set_header X-Team a;")
     );
 }
+
+/// custom-http-errors: the Ingress's `default-backend` Service answers them (a
+/// backend of the model, kept though no path routes to it); without one, and
+/// without --default-backend-service, NGINX's own pages with a Warning.
+#[test]
+fn error_pages_are_answered_by_the_default_backend_annotation() {
+    let m = ferrule_model::build(&snapshot(&docs![
+        our_class(),
+        service("default/web", &[("", 80, "8080")]),
+        slice(
+            "default/web-1",
+            "web",
+            &[("", 8080)],
+            &[("10.0.0.1", Some(true))]
+        ),
+        service("default/errors", &[("", 8080, "8080")]),
+        slice(
+            "default/errors-1",
+            "errors",
+            &[("", 8080)],
+            &[("10.0.0.9", Some(true))]
+        ),
+        Ing::new("default/pages", 1)
+            .ann("custom-http-errors", "503,404")
+            .ann("default-backend", "errors")
+            .rule("pages.test", &[("/", "Prefix", "web", "80")]),
+        Ing::new("default/orphan", 2)
+            .ann("custom-http-errors", "404")
+            .rule("orphan.test", &[("/", "Prefix", "web", "80")]),
+    ]));
+    let pages = |host: &str| {
+        m.servers.iter().find(|s| s.host == host).unwrap().locations[0]
+            .settings
+            .error_pages
+            .clone()
+    };
+    let e = pages("pages.test").expect("error pages");
+    assert_eq!(e.codes, [404, 503]);
+    assert!(e.intercept);
+    assert_eq!(m.backends[&e.backend].endpoints[0].address, "10.0.0.9");
+    assert_eq!(pages("orphan.test"), None);
+    assert!(
+        m.problems.iter().any(|p| p.resource.name == "orphan"
+            && p.severity == Severity::Warning
+            && p.message
+                .contains("no nginx.ingress.kubernetes.io/default-backend")),
+        "{:#?}",
+        m.problems
+    );
+}
+
+/// `default-backend` without error pages would only be the fallback of a Service
+/// without endpoints, which Ferrule does not do yet: a Warning says so.
+#[test]
+fn a_default_backend_without_error_pages_is_reported() {
+    let m = ferrule_model::build(&snapshot(&docs![
+        our_class(),
+        service("default/web", &[("", 80, "8080")]),
+        Ing::new("default/fallback", 1)
+            .ann("default-backend", "errors")
+            .rule("fallback.test", &[("/", "Prefix", "web", "80")]),
+    ]));
+    assert!(
+        m.problems.iter().any(|p| p.resource.name == "fallback"
+            && p.severity == Severity::Warning
+            && p.message.contains("not implemented yet")),
+        "{:#?}",
+        m.problems
+    );
+}

@@ -502,6 +502,12 @@ impl Renderer {
                 mirror_locations.push(m.clone());
             }
         }
+        let mut error_locations: Vec<error_pages::ErrorLocationView> = Vec::new();
+        for (e, _) in locations.iter().filter_map(|l| l.error_pages.as_ref()) {
+            if !error_locations.contains(e) {
+                error_locations.push(e.clone());
+            }
+        }
         let mut auth_locations: Vec<external_auth::ExternalAuthView> = Vec::new();
         for a in locations.iter().filter_map(|l| l.external_auth.as_ref()) {
             if !auth_locations.contains(a) {
@@ -579,6 +585,7 @@ impl Renderer {
             server_snippet: s.server_snippet.as_ref().map(|s| s.0.clone()),
             auth_locations,
             mirror_locations,
+            error_locations,
             client_certificates: s
                 .client_certificates
                 .as_ref()
@@ -892,6 +899,8 @@ struct ServerView {
     auth_locations: Vec<external_auth::ExternalAuthView>,
     /// The mirrors of its locations, each once.
     mirror_locations: Vec<mirror::MirrorView>,
+    /// The named locations of its locations' error backends, each once.
+    error_locations: Vec<error_pages::ErrorLocationView>,
     /// `auth-tls-*` of its owner.
     client_certificates: Option<client_certificates::ServerCertView>,
 }
@@ -899,6 +908,7 @@ struct ServerView {
 mod backend_tls;
 pub mod client_certificates;
 mod cors;
+mod error_pages;
 mod external_auth;
 mod locations;
 mod mirror;

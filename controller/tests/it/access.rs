@@ -1383,3 +1383,50 @@ async fn auth_snippets_reach_the_auth_service_only_where_allowed() {
     assert_eq!(s, 200, "{}", f.logs());
     assert_eq!(auth.last()["team"], "red");
 }
+
+/// CVE-2026-24513 was an error page answering for an auth service: a 401 became
+/// the page's 200 and the request went through. Here an error backend that answers
+/// 200 to everything writes the page of the 401 and the 403, whose status stays,
+/// and the protected backend is never reached without the auth service's yes.
+#[tokio::test]
+async fn an_error_page_never_lets_a_request_past_external_auth() {
+    let echo = Echo::start("127.0.0.2").await;
+    let pages = Echo::start("127.0.0.4").await;
+    let auth = AuthService::start().await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("errors.yaml", &service("demo", "errors", &[pages.addr]));
+    let url = format!("http://{}/check", auth.addr);
+    m.write(
+        "secure.yaml",
+        &demo_ingress(
+            "secure",
+            "secure.test",
+            &[
+                ("auth-url", &url),
+                ("custom-http-errors", "401,403,500"),
+                ("default-backend", "errors"),
+            ],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    for (verdict, status) in [("", 401), ("deny", 403)] {
+        let r = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{}/private", f.http))
+            .header("Host", "secure.test")
+            .header("X-Test-Auth", verdict)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{verdict:?}: {}", f.logs());
+        let page: Value = r.json().await.unwrap();
+        assert_eq!(
+            page["backend"],
+            pages.addr.to_string(),
+            "the error page: {page}"
+        );
+        assert_eq!(page["headers"]["x-code"], status.to_string());
+    }
+    let (s, _, _) = get_with_verdict(&f, "secure.test", "/private", "ok").await;
+    assert_eq!(s, 200);
+}

@@ -589,3 +589,105 @@ async fn cookie_rewrites_are_the_default_an_ingress_replaces() {
     let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
     assert!(set.contains("Path=/own/"), "{set}");
 }
+
+/// custom-http-errors through `balancer_flags`: the error backend writes the page
+/// of the listed statuses, told what failed; the client keeps the status.
+async fn error_pages_scenario(balancer_flags: &[&str]) {
+    let echo = Echo::start("127.0.0.2").await;
+    let pages = Echo::start("127.0.0.4").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("errors.yaml", &service("demo", "errors", &[pages.addr]));
+    m.write("cm.yaml", &configmap(&[("custom-http-errors", "404")]));
+    m.write(
+        "own.yaml",
+        &demo_ingress(
+            "own",
+            "own.test",
+            &[
+                ("custom-http-errors", "404,503"),
+                ("default-backend", "errors"),
+            ],
+        ),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "raw.yaml",
+        &demo_ingress(
+            "raw",
+            "raw.test",
+            &[("disable-proxy-intercept-errors", "true")],
+        ),
+    );
+    let mut flags = vec![
+        "--configmap",
+        "demo/ferrule",
+        "--default-backend-service",
+        "demo/errors",
+    ];
+    flags.extend_from_slice(balancer_flags);
+    let f = Ferrule::start(m.path(), &flags).await;
+    let get = |host: &'static str, status: &'static str| {
+        let f = &f;
+        async move {
+            let r = reqwest::Client::new()
+                .get(format!("http://127.0.0.1:{}/missing?q=1", f.http))
+                .header("Host", host)
+                .header("x-echo-status", status)
+                .send()
+                .await
+                .unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let (s, page) = get("own.test", "404").await;
+    assert_eq!(s, 404, "{}", f.logs());
+    assert_eq!(page["backend"], pages.addr.to_string(), "{page}");
+    // As ingress-nginx: the path is /, the query stays.
+    assert_eq!(page["path"], "/?q=1");
+    assert_eq!(page["method"], "GET");
+    let h = &page["headers"];
+    assert_eq!(h["x-code"], "404", "{page}");
+    assert_eq!(h["x-original-uri"], "/missing?q=1");
+    assert_eq!(h["x-namespace"], "demo");
+    assert_eq!(h["x-ingress-name"], "own");
+    assert_eq!(h["x-service-name"], "echo");
+    // The Service port the Ingress names (not the endpoints').
+    assert_eq!(h["x-service-port"], "80");
+    // Not listed: the backend's own answer.
+    let (s, body) = get("own.test", "500").await;
+    assert_eq!(
+        (s, body["backend"].as_str()),
+        (500, Some(echo.addr.to_string().as_str()))
+    );
+    // The ConfigMap's list and --default-backend-service for the others.
+    let (s, page) = get("plain.test", "404").await;
+    assert_eq!(
+        (s, page["backend"].as_str()),
+        (404, Some(pages.addr.to_string().as_str()))
+    );
+    let (s, body) = get("plain.test", "503").await;
+    assert_eq!(
+        (s, body["backend"].as_str()),
+        (503, Some(echo.addr.to_string().as_str()))
+    );
+    // disable-proxy-intercept-errors: the backend's errors pass through.
+    let (s, body) = get("raw.test", "404").await;
+    assert_eq!(
+        (s, body["backend"].as_str()),
+        (404, Some(echo.addr.to_string().as_str()))
+    );
+}
+
+#[tokio::test]
+async fn custom_http_errors_keep_the_status_and_tell_the_error_backend() {
+    error_pages_scenario(&[]).await;
+}
+
+#[tokio::test]
+async fn custom_http_errors_with_the_njs_balancer() {
+    error_pages_scenario(&["--balancer", "njs"]).await;
+}

@@ -13,6 +13,7 @@ pub mod buffering;
 mod canary;
 pub mod client_certificates;
 pub mod cors;
+pub mod errors;
 pub mod external_auth;
 pub mod forwarding;
 pub mod mirror;
@@ -142,6 +143,8 @@ pub struct IngressAnnotations {
     pub rate_limits: RateLimits,
     /// `satisfy`.
     pub satisfy: Satisfy,
+    /// `custom-http-errors`, `default-backend`, `disable-proxy-intercept-errors`.
+    pub error_pages: errors::ErrorPages,
     /// `auth-tls-*` (server-level).
     pub client_certificates: Option<ClientCertificateAnnotations>,
 }
@@ -244,6 +247,7 @@ pub fn parse(
     external_auth::parse(&r, &mut out)?;
     rate_limits::parse(&r, &mut out)?;
     satisfy::parse(&r, &mut out)?;
+    errors::parse(&r, &mut out)?;
     client_certificates::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,

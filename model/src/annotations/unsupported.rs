@@ -202,34 +202,6 @@ pub(super) const SERVER_TLS: Family = Family {
     ],
 };
 
-/// Error pages and fallback backends.
-pub(super) const ERRORS: Family = Family {
-    name: "errors and fallbacks",
-    keys: &[
-        todo(
-            "custom-http-errors",
-            Location,
-            Low,
-            false,
-            "statuses answered by the default backend",
-        ),
-        todo(
-            "default-backend",
-            Location,
-            Low,
-            false,
-            "Service for unmatched paths of the Ingress",
-        ),
-        todo(
-            "disable-proxy-intercept-errors",
-            Location,
-            Low,
-            false,
-            "pass backend errors through",
-        ),
-    ],
-};
-
 /// Host-level additions.
 pub(super) const SERVER: Family = Family {
     name: "server",

@@ -179,6 +179,10 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                 Ok(b) => g.force_ssl_redirect = b,
                 Err(e) => bad(key, v, e),
             },
+            "custom-http-errors" => match crate::annotations::errors::codes(v) {
+                Ok(c) => g.custom_http_errors = c,
+                Err(e) => bad(key, v, e),
+            },
             "http-redirect-code" => match v.trim() {
                 c @ ("301" | "302" | "307" | "308") => g.http_redirect_code = c.parse().unwrap(),
                 _ => bad(key, v, "expected 301, 302, 307 or 308".to_owned()),

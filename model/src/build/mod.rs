@@ -240,7 +240,8 @@ impl Builder<'_> {
             return;
         };
         let ns = r.namespace.as_str();
-        let settings = self.location_settings(r, a, basic_auth, backend_tls);
+        let mut settings = self.location_settings(r, a, basic_auth, backend_tls);
+        settings.error_pages = self.error_pages(r, &a.error_pages);
         let server_snippet = if self.global.allow_snippet_annotations {
             a.server_snippet.clone()
         } else {
@@ -411,6 +412,86 @@ impl Builder<'_> {
         }
     }
 
+    /// The error pages of an Ingress's locations: its `custom-http-errors` (else the
+    /// ConfigMap's), answered by its `default-backend` (else
+    /// `--default-backend-service`). Without a backend to answer them, NGINX's own
+    /// pages are served, with a Warning.
+    fn error_pages(
+        &mut self,
+        r: &ResourceRef,
+        a: &annotations::errors::ErrorPages,
+    ) -> Option<crate::model::ErrorPages> {
+        let codes = a
+            .codes
+            .clone()
+            .unwrap_or_else(|| self.global.custom_http_errors.clone());
+        let prefix = &self.snap.settings.annotations_prefix;
+        if codes.is_empty() {
+            if a.backend.is_some() {
+                let msg = format!(
+                    "annotation {prefix}/default-backend: Ferrule sends it only the pages of \
+                     custom-http-errors, and there are none; as the fallback of a Service \
+                     without endpoints it is not implemented yet (503 is answered)"
+                );
+                self.problem(r, Severity::Warning, ProblemKind::Other, msg);
+            }
+            return None;
+        }
+        let (ns, name, what) = match (&a.backend, &self.snap.settings.default_backend_service) {
+            (Some(svc), _) => (
+                r.namespace.clone(),
+                svc.clone(),
+                format!("annotation {prefix}/default-backend"),
+            ),
+            (None, Some(flag)) => {
+                let (ns, name) = flag.split_once('/').unwrap_or(("default", flag.as_str()));
+                (
+                    ns.to_owned(),
+                    name.to_owned(),
+                    "--default-backend-service".to_owned(),
+                )
+            }
+            (None, None) => {
+                let msg = format!(
+                    "annotation {prefix}/custom-http-errors (or the ConfigMap's): no \
+                     {prefix}/default-backend and no --default-backend-service to answer \
+                     them; NGINX's own error pages are served"
+                );
+                self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
+                return None;
+            }
+        };
+        let port = (self.snap.services.iter())
+            .find(|s| meta_key(&s.metadata) == (ns.as_str(), name.as_str()))
+            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
+        let Some(port) = port else {
+            let msg = format!(
+                "{what}: Service {ns}/{name} not found or has no port; NGINX's own error \
+                 pages are served"
+            );
+            self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
+            return None;
+        };
+        let backend = IngressBackend {
+            service: Some(k8s_openapi::api::networking::v1::IngressServiceBackend {
+                name: name.clone(),
+                port: Some(k8s_openapi::api::networking::v1::ServiceBackendPort {
+                    number: Some(port),
+                    name: None,
+                }),
+            }),
+            resource: None,
+        };
+        match self.target(&ns, r, &backend, (false, false), || what.clone()) {
+            Target::Backend(b) => Some(crate::model::ErrorPages {
+                codes,
+                backend: b,
+                intercept: !a.no_intercept,
+            }),
+            Target::Status(_) => None,
+        }
+    }
+
     fn location_settings(
         &mut self,
         r: &ResourceRef,
@@ -461,6 +542,7 @@ impl Builder<'_> {
             external_auth: a.external_auth.clone(),
             rate_limits: a.rate_limits.clone(),
             satisfy: a.satisfy,
+            error_pages: None,
         }
     }
 

@@ -6,8 +6,8 @@ use ferrule_model::{Location, Model, PathMatch, Target};
 use serde::Serialize;
 
 use super::{
-    backend_tls, basic_auth_file, client_certificates, cors, external_auth, literal_in_variables,
-    mirror, proxying, rate_limits, source,
+    backend_tls, basic_auth_file, client_certificates, cors, error_pages, external_auth,
+    literal_in_variables, mirror, proxying, rate_limits, source,
 };
 
 /// `auth_basic` of a location: the realm and the users' file.
@@ -93,6 +93,9 @@ pub(super) fn location_view(
         proxying: proxying::view(&st.buffering, &st.forwarding),
         mirror: mirror_views.as_ref().map(|(_, l)| l.clone()),
         mirror_location: mirror_views.map(|(s, _)| s),
+        error_pages: (st.error_pages.as_ref())
+            .filter(|_| backend.is_some())
+            .map(|e| error_pages::view(model, l, e)),
         backend_tls: st.backend_tls.as_ref().map(|t| {
             let service = match &l.target {
                 Target::Backend(b) => model
@@ -254,6 +257,9 @@ pub(super) struct LocationView {
     /// The server's half, collected by the server view.
     #[serde(skip)]
     pub(super) mirror_location: Option<mirror::MirrorView>,
+    /// `custom-http-errors`: the location's half, and the server's (collected by
+    /// the server view).
+    pub(super) error_pages: Option<(error_pages::ErrorLocationView, error_pages::ErrorPagesView)>,
     /// Whether the location has `add_header`s of its own: the server's (HSTS) are
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,
