@@ -12,6 +12,7 @@ use ferrule::nginx::render::{Balancer, RenderOptions};
 use ferrule::source;
 
 mod commands;
+mod compat_flags;
 
 #[derive(Parser)]
 #[command(
@@ -621,8 +622,20 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    let cli = Cli::parse();
+    // ingress-nginx's flags (Helm extraArgs of a migrating user): translated,
+    // accepted with a warning, or refused by name before clap sees them.
+    let (args, compat) = match compat_flags::translate(std::env::args().collect()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     init_logging(cli.log_format);
+    for w in compat {
+        tracing::warn!("{w}");
+    }
     match cli.command {
         Command::Run {
             manifests,

@@ -622,3 +622,42 @@ fn run_refuses_an_admission_webhook_it_cannot_serve() {
         "{missing}"
     );
 }
+
+/// ingress-nginx's flags, as a migrating user's Helm `extraArgs` pass them: one that
+/// changes nothing is accepted with a warning naming it, one whose absence would
+/// change what is served is refused by name (never clap's "unexpected argument").
+#[test]
+fn ingress_nginx_flags_are_accepted_with_a_warning_or_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let o = ferrule(&[
+        "validate",
+        "--manifests",
+        d,
+        "--sync-period=10m",
+        "--profiling",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        log.contains("--sync-period (ingress-nginx) has no effect in Ferrule"),
+        "{log}"
+    );
+    assert!(
+        log.contains("--profiling (ingress-nginx) has no effect"),
+        "{log}"
+    );
+    for flag in [
+        "--tcp-services-configmap=ingress/tcp",
+        "--enable-ssl-passthrough",
+    ] {
+        let o = ferrule(&["validate", "--manifests", d, flag]);
+        assert_eq!(o.status.code(), Some(2), "{flag}");
+        let name = flag.split('=').next().unwrap();
+        assert!(
+            stderr(&o).contains(&format!("{name} (ingress-nginx) is refused")),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
