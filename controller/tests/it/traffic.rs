@@ -695,3 +695,50 @@ async fn nginx_s_own_redirects_follow_the_port_and_relative_keys() {
         (302, "/moved".to_owned())
     );
 }
+
+/// server-alias: more names for the host's server, never one another Ingress
+/// serves (even a newer one: an alias does not steal a host), with a Warning.
+#[tokio::test]
+async fn server_aliases_serve_the_host_but_never_take_another_ingress_s() {
+    let echo = Echo::start("127.0.0.2").await;
+    let other = Echo::start("127.0.0.3").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("other-svc.yaml", &service("demo", "other", &[other.addr]));
+    m.write(
+        "main.yaml",
+        &demo_ingress(
+            "main",
+            "main.test",
+            &[("server-alias", "alias.test, taken.test")],
+        ),
+    );
+    m.write(
+        "taken.yaml",
+        &Ing::new("demo", "taken", "2026-06-01T00:00:00Z")
+            .nginx("ssl-redirect", "false")
+            .rule("taken.test", &[("/", "Prefix", "other")])
+            .yaml(),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(
+        f.backend("alias.test", "/x").await,
+        (200, echo.addr.to_string()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(
+        f.backend("main.test", "/x").await,
+        (200, echo.addr.to_string())
+    );
+    assert_eq!(
+        f.backend("taken.test", "/x").await,
+        (200, other.addr.to_string())
+    );
+    let main = f.resource("Ingress", "demo", "main").await.unwrap();
+    let message = main["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("server-alias: alias taken.test is left out"),
+        "{main}"
+    );
+}

@@ -23,6 +23,7 @@ mod redirect;
 pub mod registry;
 mod rewrite;
 pub mod satisfy;
+mod server_alias;
 mod snippets;
 pub mod source_ranges;
 mod unsupported;
@@ -93,6 +94,8 @@ pub struct IngressAnnotations {
     pub app_root: Option<String>,
     /// `from-to-www-redirect`.
     pub from_to_www_redirect: bool,
+    /// `server-alias`.
+    pub server_aliases: Vec<String>,
     /// `enable-cors` and its `cors-*` settings.
     pub cors: Option<Cors>,
     /// `proxy-buffering`, the buffers, `proxy-request-buffering`, ...
@@ -248,6 +251,7 @@ pub fn parse(
     rate_limits::parse(&r, &mut out)?;
     satisfy::parse(&r, &mut out)?;
     errors::parse(&r, &mut out)?;
+    server_alias::parse(&r, &mut out)?;
     client_certificates::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,

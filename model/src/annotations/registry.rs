@@ -90,6 +90,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::unsupported::GLOBAL_RATE_LIMITS,
     &super::satisfy::FAMILY,
     &super::errors::FAMILY,
+    &super::server_alias::FAMILY,
     &super::unsupported::PASSTHROUGH,
     &super::unsupported::MODSECURITY,
     &super::unsupported::REDIRECTS,

@@ -205,22 +205,13 @@ pub(super) const SERVER_TLS: Family = Family {
 /// Host-level additions.
 pub(super) const SERVER: Family = Family {
     name: "server",
-    keys: &[
-        todo(
-            "server-alias",
-            Server,
-            Medium,
-            false,
-            "more host names for the server",
-        ),
-        todo(
-            "stream-snippet",
-            Server,
-            Critical,
-            false,
-            "raw NGINX text in the stream block",
-        ),
-    ],
+    keys: &[todo(
+        "stream-snippet",
+        Server,
+        Critical,
+        false,
+        "raw NGINX text in the stream block",
+    )],
 };
 
 /// Affinity settings beyond the implemented cookie affinity.

@@ -185,6 +185,10 @@ struct ServerAcc {
     owner: ResourceRef,
     /// The owner's `from-to-www-redirect`.
     from_to_www: bool,
+    /// The owner's `server-alias`.
+    aliases: Vec<String>,
+    /// When it was created: owners are visited oldest first.
+    order: usize,
     server_snippet: Option<annotations::Snippet>,
     client_certificates: Option<annotations::ClientCertificates>,
     locations: HashMap<(String, PathMatch), Location>,
@@ -334,6 +338,8 @@ impl Builder<'_> {
                     let acc = ServerAcc {
                         owner: r.clone(),
                         from_to_www: a.from_to_www_redirect,
+                        aliases: a.server_aliases.clone(),
+                        order: self.servers.len(),
                         server_snippet: server_snippet.clone(),
                         client_certificates: client_certificates.clone(),
                         locations: HashMap::new(),
@@ -839,6 +845,46 @@ impl Builder<'_> {
         }
     }
 
+    /// The `(alias, host)` pairs of `server-alias`, in the order the hosts' owners
+    /// were visited (oldest first): an alias that another Ingress serves, that a
+    /// from-to-www-redirect twin or an older alias took, is left out with a Warning.
+    fn server_aliases(
+        &mut self,
+        servers: &HashMap<String, ServerAcc>,
+        twins: &[(String, String)],
+    ) -> Vec<(String, String)> {
+        let mut claims: Vec<(&String, &ServerAcc)> = servers
+            .iter()
+            .filter(|(h, acc)| !acc.aliases.is_empty() && h.as_str() != DEFAULT_SERVER)
+            .collect();
+        claims.sort_by_key(|(_, acc)| acc.order);
+        let mut out: Vec<(String, String)> = Vec::new();
+        for (host, acc) in claims {
+            for alias in &acc.aliases {
+                let taken = if let Some(other) = servers.get(alias) {
+                    Some(format!("it is a host of {}", other.owner))
+                } else if twins.iter().any(|(t, _)| t == alias) {
+                    Some("it is the from-to-www-redirect twin of another host".to_owned())
+                } else if let Some((_, h)) = out.iter().find(|(a, _)| a == alias) {
+                    Some(format!("host {h} has it as an alias already"))
+                } else {
+                    None
+                };
+                match taken {
+                    Some(why) => {
+                        let msg = format!(
+                            "annotation {}/server-alias: alias {alias} is left out: {why}",
+                            self.snap.settings.annotations_prefix
+                        );
+                        self.problem(&acc.owner, Severity::Warning, ProblemKind::Conflict, msg);
+                    }
+                    None => out.push((alias.clone(), host.clone())),
+                }
+            }
+        }
+        out
+    }
+
     fn finish(mut self) -> Model {
         let mut certificates = BTreeMap::new();
         let default_certificate = self.default_certificate_flag(&mut certificates);
@@ -846,6 +892,7 @@ impl Builder<'_> {
         let server_acc = std::mem::take(&mut self.servers);
         let claims = std::mem::take(&mut self.tls_claims);
         let twins = redirect_twins(&server_acc);
+        let aliases = self.server_aliases(&server_acc, &twins);
         for (host, acc) in server_acc {
             let tls = claims.get(&host).map(|claim| {
                 let tls = self.server_tls(&host, claim, &mut certificates);
@@ -891,6 +938,16 @@ impl Builder<'_> {
                 locations: Vec::new(),
                 redirect_to: Some(to),
             });
+        }
+        // server-alias: the host's server again under each name it may take.
+        for (alias, host) in aliases {
+            if let Some(s) = servers.iter().find(|s| s.host == host) {
+                let twin = Server {
+                    host: alias,
+                    ..s.clone()
+                };
+                servers.push(twin);
+            }
         }
         servers.sort_by(|a, b| a.host.cmp(&b.host));
 
