@@ -8,7 +8,10 @@
 # request. Both count every request for /metrics (the defaults: the C module's log
 # phase into shared memory, a Lua log phase without the module); `ferrule-nometrics`
 # is `ferrule` with --enable-metrics=false, and the summary gives ferrule against it
-# (the cost of the request metrics, goal >= 0.98).
+# (the cost of the request metrics, goal >= 0.98). `ferrule-cors` is the same
+# Ferrule on a host with enable-cors (requests with an allowed Origin), and
+# `ferrule-gzip` a Ferrule whose ConfigMap turns use-gzip on (requests that accept
+# gzip): what those features cost against static.
 #
 #   test/bench/throughput.sh            # builds ferrule --release first
 #   SKIP_BUILD=1 DURATION=10s ROUNDS=3 CONNS=32 THREADS=2 PROXY_WORKERS=1 test/bench/throughput.sh
@@ -60,6 +63,7 @@ cleanup() {
     stop_ferrule "$WORK/ferrule"
     stop_ferrule "$WORK/ferrule-lua"
     stop_ferrule "$WORK/ferrule-nometrics"
+    stop_ferrule "$WORK/ferrule-gzip"
     stop_nginx "$WORK/static"
     stop_nginx "$WORK/floor"
     stop_nginx "$WORK/bare"
@@ -110,6 +114,7 @@ http {
     map \$http_host \$ferrule_host { "" \$host; default \$http_host; }
     map \$ferrule_host \$ferrule_upstream_host { default \$ferrule_host; }
     map \$http_x_request_id \$ferrule_request_id { "" \$request_id; default \$http_x_request_id; }
+    map "" \$ferrule_original_uri { default ""; }
     map \$https \$ferrule_hsts { on "max-age=31536000; includeSubDomains"; default ""; }
     # as nginx.conf.tera without use-forwarded-headers (the defaults)
     map "" \$ferrule_scheme { default \$scheme; }
@@ -148,10 +153,12 @@ write_baseline bare "$BAREPORT" 'access_log off; proxy_pass http://backend; prox
 F=$WORK/ferrule
 FL=$WORK/ferrule-lua
 FN=$WORK/ferrule-nometrics
-mkdir -p "$F/manifests" "$FL" "$FN"
+FG=$WORK/ferrule-gzip
+mkdir -p "$F/manifests" "$FL" "$FN" "$FG/manifests"
 FHTTP=$(free_port); FHTTPS=$(free_port); FSTATUS=$(free_port)
 LHTTP=$(free_port); LHTTPS=$(free_port); LSTATUS=$(free_port)
 NHTTP=$(free_port); NHTTPS=$(free_port); NSTATUS=$(free_port)
+GHTTP=$(free_port); GHTTPS=$(free_port); GSTATUS=$(free_port)
 cat > "$F/manifests/bench.yaml" <<YAML
 apiVersion: networking.k8s.io/v1
 kind: IngressClass
@@ -189,19 +196,52 @@ spec:
       - path: /
         pathType: Prefix
         backend: { service: { name: echo, port: { number: 80 } } }
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: cors
+  namespace: bench
+  annotations:
+    nginx.ingress.kubernetes.io/enable-cors: "true"
+    nginx.ingress.kubernetes.io/cors-allow-origin: "https://app.example"
+spec:
+  rules:
+  - host: cors.test
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend: { service: { name: echo, port: { number: 80 } } }
+YAML
+cp "$F/manifests/bench.yaml" "$FG/manifests/"
+cat > "$FG/manifests/config.yaml" <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: ferrule, namespace: bench }
+data: { use-gzip: "true", gzip-types: "*", gzip-min-length: "0" }
 YAML
 start_ferrule "$F" "$F/manifests" "$FHTTP" "$FHTTPS" "$FSTATUS" --worker-processes "$PROXY_WORKERS"
 start_ferrule "$FL" "$F/manifests" "$LHTTP" "$LHTTPS" "$LSTATUS" --worker-processes "$PROXY_WORKERS" \
     --no-fast-path
 start_ferrule "$FN" "$F/manifests" "$NHTTP" "$NHTTPS" "$NSTATUS" --worker-processes "$PROXY_WORKERS" \
     --enable-metrics=false
+start_ferrule "$FG" "$FG/manifests" "$GHTTP" "$GHTTPS" "$GSTATUS" --worker-processes "$PROXY_WORKERS" \
+    --configmap bench/ferrule
 wait_ready "$FSTATUS"
+wait_ready "$GSTATUS"
 wait_ready "$LSTATUS"
 wait_ready "$NSTATUS"
 
-for port in "$FHTTP" "$LHTTP" "$NHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
+for port in "$FHTTP" "$LHTTP" "$NHTTP" "$GHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
     wait_http "http://127.0.0.1:$port/" bench.test "$BACKEND_IP:$BPORT ferrule-bench-body"
 done
+wait_http "http://127.0.0.1:$FHTTP/" cors.test "$BACKEND_IP:$BPORT ferrule-bench-body"
+# The features are on: an allowed Origin gets CORS headers, gzip is served.
+curl -s -D - -o /dev/null -H 'Host: cors.test' -H 'Origin: https://app.example' "http://127.0.0.1:$FHTTP/" |
+    grep -qi '^access-control-allow-origin: https://app.example' || { echo "ferrule-cors: no CORS headers" >&2; exit 1; }
+curl -s -D - -o /dev/null -H 'Host: bench.test' -H 'Accept-Encoding: gzip' "http://127.0.0.1:$GHTTP/" |
+    grep -qi '^content-encoding: gzip' || { echo "ferrule-gzip: not gzipped" >&2; exit 1; }
 # What each Ferrule target measures: the backend on the C fast path, or not.
 fast_path_of() { # NGINX_PREFIX
     curl -s --unix-socket "$1/run/balancer.sock" -H "Authorization: Bearer $(cat "$1/conf/balancer.token")" \
@@ -237,14 +277,17 @@ if [ "$PIN" = 1 ]; then
     pin_workers "$F/nginx/run/nginx.pid" 0
     pin_workers "$FL/nginx/run/nginx.pid" 0
     pin_workers "$FN/nginx/run/nginx.pid" 0
+    pin_workers "$FG/nginx/run/nginx.pid" 0
     for b in static floor balfloor bare; do pin_workers "$WORK/$b/logs/nginx.pid" 0; done
     pin_workers "$WORK/backend/logs/nginx.pid" "$CLIENT_CPUS"
     WRK=(taskset -c "$CLIENT_CPUS" wrk)
 fi
 
-TARGETS=(ferrule ferrule-nometrics ferrule-lua static lua-floor balancer-floor static-bare)
-declare -A PORT=([ferrule]=$FHTTP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
-declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
+TARGETS=(ferrule ferrule-nometrics ferrule-lua ferrule-cors ferrule-gzip static lua-floor balancer-floor static-bare)
+declare -A PORT=([ferrule]=$FHTTP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [ferrule-cors]=$FHTTP [ferrule-gzip]=$GHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
+# What each target's requests carry besides Host: bench.test.
+declare -A HEADERS=([ferrule-cors]="Host: cors.test|Origin: https://app.example" [ferrule-gzip]="Host: bench.test|Accept-Encoding: gzip")
+declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [ferrule-cors]="$F/nginx/run/nginx.pid" [ferrule-gzip]="$FG/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
     [static-bare]="$WORK/bare/logs/nginx.pid" [lua-floor]="$WORK/floor/logs/nginx.pid"
     [balancer-floor]="$WORK/balfloor/logs/nginx.pid")
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
@@ -277,7 +320,11 @@ measure() {
         done
     fi
     for name; do
-        "${WRK[@]}" -t"$THREADS" -c"$CONNS" -d"${RUN_FOR:-$DURATION}" -H 'Host: bench.test' \
+        local hs=() h
+        IFS='|' read -ra hs <<< "${HEADERS[$name]:-Host: bench.test}"
+        local args=()
+        for h in "${hs[@]}"; do args+=(-H "$h"); done
+        "${WRK[@]}" -t"$THREADS" -c"$CONNS" -d"${RUN_FOR:-$DURATION}" "${args[@]}" \
             "http://127.0.0.1:${PORT[$name]}/" > "$WORK/wrk.$name" &
         pids+=($!)
     done
@@ -324,7 +371,7 @@ def ratio(name, d, inverse=False):
     v = [(d["static"][r] / d[name][r]) if inverse else (d[name][r] / d["static"][r]) for r in d[name]]
     return statistics.median(v)
 print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
-for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "static", "lua-floor", "balancer-floor", "static-bare"]:
+for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "ferrule-cors", "ferrule-gzip", "static", "lua-floor", "balancer-floor", "static-bare"]:
     print(f"  {name:<15} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
@@ -336,6 +383,8 @@ mr = ratio("ferrule", rps) / ratio("ferrule-nometrics", rps)
 mc = ratio("ferrule", us, True) / ratio("ferrule-nometrics", us, True)
 verdict = "goal met" if min(mr, mc) >= 0.98 else ("GOAL MISSED" if max(mr, mc) < 0.98 else "borderline")
 print(f"  metrics on / off (ferrule / ferrule-nometrics): req/s x{mr:.3f}, by CPU per request x{mc:.3f} ({verdict}, goal >= 0.98)")
+for name, what in [("ferrule-cors", "CORS on"), ("ferrule-gzip", "gzip on")]:
+    print(f"  {what} / static: req/s x{ratio(name, rps):.3f}, by CPU per request x{ratio(name, us, True):.3f}")
 PY
 )
 if [ "${PERF:-0}" = 1 ]; then
