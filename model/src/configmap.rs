@@ -466,9 +466,9 @@ pub const KEYS: &[ConfigKey] = &[
     yes("proxy-connect-timeout", "10", "proxy_connect_timeout"),
     yes("proxy-read-timeout", "120", "proxy_read_timeout"),
     yes("proxy-send-timeout", "120", "proxy_send_timeout"),
-    todo("proxy-buffers-number", "default of the annotation"),
-    todo("proxy-buffer-size", "default of the annotation"),
-    todo("proxy-busy-buffers-size", "default of the annotation"),
+    yes("proxy-buffers-number", "8", "number of response buffers (default of the annotation)"),
+    yes("proxy-buffer-size", "8k", "size of each response buffer (default of the annotation)"),
+    yes("proxy-busy-buffers-size", "16k", "busy response buffers (default of the annotation)"),
     yes("proxy-cookie-path", "/ /app/", "rewrite Set-Cookie paths (off or from to)"),
     yes("proxy-cookie-domain", "internal.svc example.com", "rewrite Set-Cookie domains (off or from to)"),
     yes(

@@ -691,3 +691,48 @@ async fn custom_http_errors_keep_the_status_and_tell_the_error_backend() {
 async fn custom_http_errors_with_the_njs_balancer() {
     error_pages_scenario(&["--balancer", "njs"]).await;
 }
+
+/// ConfigMap `proxy-buffer-size` and friends are the defaults of every location: a
+/// backend's 6 KB header needs more than NGINX's 4k buffer. An Ingress with buffers
+/// of its own keeps them, and the ConfigMap's larger busy size does not break it.
+#[tokio::test]
+async fn proxy_buffer_keys_are_the_defaults_of_every_location() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "own.yaml",
+        &demo_ingress("own", "own.test", &[("proxy-buffer-size", "4k")]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let big = format!("X-Big={}", "b".repeat(6000));
+    let header = [("x-echo-header", big.as_str())];
+    assert_eq!(
+        status_as(&f, "127.0.0.1", "plain.test", &header).await,
+        502,
+        "{}",
+        f.logs()
+    );
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("proxy-buffer-size", "16k"),
+            ("proxy-buffers-number", "4"),
+            ("proxy-busy-buffers-size", "32k"),
+        ]),
+    );
+    let applied = wait_until(Duration::from_secs(20), || async {
+        status_as(&f, "127.0.0.1", "plain.test", &header).await == 200
+    })
+    .await;
+    assert!(applied, "{}", f.logs());
+    assert_eq!(status_as(&f, "127.0.0.1", "own.test", &[]).await, 200);
+    assert_eq!(status_as(&f, "127.0.0.1", "own.test", &header).await, 502);
+    let cm = f.resource("ConfigMap", "demo", "ferrule").await;
+    assert!(
+        cm.as_ref().is_none_or(|c| c["state"] != "rejected"),
+        "{cm:?}"
+    );
+}

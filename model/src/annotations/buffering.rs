@@ -99,51 +99,67 @@ pub struct Buffers {
     pub number: u32,
 }
 
+impl Buffers {
+    /// NGINX's `proxy_busy_buffers_size` when none is set (twice a buffer), in
+    /// bytes: written where the buffers are, so that a larger inherited value
+    /// (the ConfigMap's) never breaks them.
+    pub fn default_busy(&self) -> String {
+        (2 * value::size_bytes(&self.size)).to_string()
+    }
+}
+
+/// The response buffers of `proxy-buffer-size`, `proxy-buffers-number` and
+/// `proxy-busy-buffers-size` (4k and 4 where one is missing), checked against
+/// NGINX's rules (`nginx -t` refuses the configuration otherwise) so that the error
+/// names the key: `Err((key, reason))`. `None` when neither is set.
+pub(crate) fn checked_buffers(
+    size: Option<String>,
+    number: Option<u32>,
+    busy: Option<&str>,
+) -> Result<Option<Buffers>, (&'static str, &'static str)> {
+    if size.as_deref().is_some_and(|s| value::size_bytes(s) == 0) {
+        return Err(("proxy-buffer-size", "must not be 0"));
+    }
+    let Some(b) = (size.is_some() || number.is_some()).then(|| Buffers {
+        size: size.unwrap_or_else(|| "4k".to_owned()),
+        number: number.unwrap_or(DEFAULT_BUFFERS),
+    }) else {
+        return match busy {
+            Some(_) => Err((
+                "proxy-busy-buffers-size",
+                "needs proxy-buffer-size or proxy-buffers-number (NGINX's default \
+                 buffers depend on the platform)",
+            )),
+            None => Ok(None),
+        };
+    };
+    let one = value::size_bytes(&b.size);
+    let all_but_one = one * u64::from(b.number - 1);
+    match busy.map(value::size_bytes) {
+        Some(busy) if busy < one || busy > all_but_one => Err((
+            "proxy-busy-buffers-size",
+            "must be at least proxy-buffer-size and at most the size of all proxy \
+             buffers but one",
+        )),
+        None if 2 * one > all_but_one => Err((
+            "proxy-buffers-number",
+            "at least 3 buffers are needed (the busy buffers, twice the buffer size by \
+             default, must leave one free)",
+        )),
+        _ => Ok(Some(b)),
+    }
+}
+
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     let size = r.parse("proxy-buffer-size", value::size)?;
     let number = r.parse("proxy-buffers-number", |v| value::integer(v, 2, 1024))?;
     let busy = r.parse("proxy-busy-buffers-size", value::size)?;
     let max_temp = r.parse("proxy-max-temp-file-size", value::size)?;
-    let buffers = (size.is_some() || number.is_some()).then(|| Buffers {
-        size: size.clone().unwrap_or_else(|| "4k".to_owned()),
-        number: number.unwrap_or(DEFAULT_BUFFERS),
-    });
-    // NGINX's rules (`nginx -t` refuses the configuration otherwise), checked here
-    // so that the error names the annotation.
+    let buffers =
+        checked_buffers(size, number, busy.as_deref()).map_err(|(k, e)| r.invalid(k, e))?;
     let one = buffers
         .as_ref()
         .map_or(DEFAULT_BUFFER_SIZE, |b| value::size_bytes(&b.size));
-    if value::size_bytes(size.as_deref().unwrap_or("4k")) == 0 {
-        return Err(r.invalid("proxy-buffer-size", "must not be 0"));
-    }
-    if let Some(b) = &buffers {
-        let all_but_one = one * u64::from(b.number - 1);
-        match &busy {
-            Some(busy)
-                if value::size_bytes(busy) < one || value::size_bytes(busy) > all_but_one =>
-            {
-                return Err(r.invalid(
-                    "proxy-busy-buffers-size",
-                    "must be at least proxy-buffer-size and at most the size of all \
-                     proxy buffers but one",
-                ));
-            }
-            None if 2 * one > all_but_one => {
-                return Err(r.invalid(
-                    "proxy-buffers-number",
-                    "at least 3 buffers are needed (the busy buffers, twice the \
-                     buffer size by default, must leave one free)",
-                ));
-            }
-            _ => {}
-        }
-    } else if busy.is_some() {
-        return Err(r.invalid(
-            "proxy-busy-buffers-size",
-            "needs proxy-buffer-size or proxy-buffers-number (NGINX's default \
-             buffers depend on the platform)",
-        ));
-    }
     if let Some(m) = &max_temp
         && value::size_bytes(m) != 0
         && value::size_bytes(m) < 2 * one

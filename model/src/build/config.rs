@@ -281,6 +281,10 @@ mod tests {
         if key.starts_with("global-auth-") || key == "no-auth-locations" {
             data["global-auth-url"] = "http://auth.example/check".into();
         }
+        // The busy buffers mean something only with the buffers.
+        if key == "proxy-busy-buffers-size" {
+            data["proxy-buffer-size"] = "8k".into();
+        }
         let cm: ConfigMap = serde_json::from_value(serde_json::json!({
             "metadata": {"namespace": "ferrule", "name": "config"},
             "data": data,

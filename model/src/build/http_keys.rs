@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::annotations::{forwarding, value};
+use crate::annotations::{buffering, forwarding, value};
 use crate::build::tuning::time;
 
 /// One directive and its arguments (each quoted by the renderer's emitter).
@@ -58,6 +58,11 @@ pub struct HttpKeys {
     pub main_snippet: Option<String>,
     /// `skip-access-log-urls`: request paths not logged.
     pub skip_access_log_urls: Vec<String>,
+    /// `proxy-buffer-size` and `proxy-buffers-number` (`proxy_buffers`), the
+    /// defaults of the annotations.
+    pub proxy_buffers: Option<crate::annotations::buffering::Buffers>,
+    /// `proxy-busy-buffers-size`.
+    pub proxy_busy_buffers_size: Option<String>,
     /// `enable-syslog` with `syslog-host` and `syslog-port`: the access log goes
     /// to that syslog server (`host:port`) instead of the file.
     pub syslog: Option<String>,
@@ -272,6 +277,9 @@ const FIELDS: &[&str] = &[
     "enable-syslog",
     "syslog-host",
     "syslog-port",
+    "proxy-buffer-size",
+    "proxy-buffers-number",
+    "proxy-busy-buffers-size",
 ];
 
 /// Whether [`read`] reads `key`.
@@ -328,6 +336,26 @@ pub(crate) fn read<'a>(
     let gzip = keys
         .value("use-gzip", false, value::boolean)
         .then_some(gzip);
+    let size = keys.value("proxy-buffer-size", None, |v| value::size(v).map(Some));
+    let number = keys.value("proxy-buffers-number", None, |v| {
+        value::integer(v, 2, 1024).map(Some)
+    });
+    let busy = keys.value("proxy-busy-buffers-size", None, |v| {
+        value::size(v).map(Some)
+    });
+    let (proxy_buffers, proxy_busy_buffers_size) =
+        match buffering::checked_buffers(size.clone(), number, busy.as_deref()) {
+            Ok(b) => (b, busy),
+            Err((key, e)) => {
+                let v = match key {
+                    "proxy-buffer-size" => size.unwrap_or_default(),
+                    "proxy-buffers-number" => number.map(|n| n.to_string()).unwrap_or_default(),
+                    _ => busy.unwrap_or_default(),
+                };
+                keys.invalid.push((key, v, e.to_owned()));
+                (None, None)
+            }
+        };
     let syslog_host = keys.value("syslog-host", None, |v| value::host_port(v).map(Some));
     let syslog_port = keys.value("syslog-port", 514, |v| value::integer(v, 1, 65_535));
     let syslog = match (
@@ -367,6 +395,8 @@ pub(crate) fn read<'a>(
         main_snippet: keys.value("main-snippet", None, |v| Ok(Some(v.to_owned()))),
         skip_access_log_urls: keys.value("skip-access-log-urls", Vec::new(), paths),
         syslog,
+        proxy_buffers,
+        proxy_busy_buffers_size,
     }
 }
 

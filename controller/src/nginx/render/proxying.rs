@@ -48,7 +48,8 @@ pub(super) fn view(b: &Buffering, f: &Forwarding) -> Option<ProxyingView> {
             .as_ref()
             .map(|x| vec![x.number.to_string(), x.size.clone()])
             .unwrap_or_default(),
-        busy_buffers_size: b.busy_size.clone(),
+        busy_buffers_size: (b.busy_size.clone())
+            .or_else(|| b.buffers.as_ref().map(|x| x.default_busy())),
         max_temp_file_size: b.max_temp_file_size.clone(),
         request_buffering: b.requests.map(on_off),
         client_body_buffer_size: b.client_body_buffer_size.clone(),
