@@ -396,7 +396,7 @@ pub const KEYS: &[ConfigKey] = &[
     ),
     todo("proxy-stream-next-upstream-tries", "with TCP/UDP services"),
     todo("proxy-stream-responses", "with TCP/UDP services"),
-    todo("bind-address", "addresses to listen on"),
+    yes("bind-address", "127.0.0.1,::1", "addresses the proxy ports listen on (instead of --listen-address)"),
     yes(
         "use-forwarded-headers",
         "true",

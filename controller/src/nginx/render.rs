@@ -564,7 +564,12 @@ impl Renderer {
         // Every address: IPv4, and IPv6 too (as ingress-nginx) unless the ConfigMap's
         // disable-ipv6 says otherwise or this kernel has no IPv6.
         let dual = !model.global.tuning.disable_ipv6 && ipv6_enabled();
+        // ConfigMap bind-address: those addresses instead of --listen-address.
+        let bind = &model.global.http.bind_addresses;
         let listen = |port: u16| match self.opts.listen_address.as_str() {
+            _ if !bind.is_empty() => (bind.iter())
+                .map(|a| std::net::SocketAddr::new(*a, port).to_string())
+                .collect(),
             "*" | "" if dual => vec![port.to_string(), format!("[::]:{port}")],
             "*" | "" => vec![port.to_string()],
             a if a.contains(':') => vec![format!("[{a}]:{port}")],

@@ -29,6 +29,24 @@ async fn get_as(
     req.send().await.unwrap()
 }
 
+/// `a.example.com` over TLS (the `a-tls` Secret of the fixtures) through `ing`,
+/// routed to the Service `echo`.
+fn write_tls_host(m: &Manifests, ing: Ing) {
+    m.write(
+        "secret.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    let ing = ing
+        .rule("a.example.com", &[("/", "Prefix", "echo")])
+        .tls(&["a.example.com"], "a-tls");
+    m.write("a.yaml", &ing.yaml());
+}
+
 async fn status_as(f: &Ferrule, from: &str, host: &str, headers: &[(&str, &str)]) -> u16 {
     get_as(f, from, host, headers).await.status().as_u16()
 }
@@ -218,22 +236,7 @@ async fn tls_protocols_and_http2_follow_the_configmap() {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
-    m.write(
-        "a.yaml",
-        &Ing::new("demo", "a", "2026-01-01T00:00:00Z")
-            .rule("a.example.com", &[("/", "Prefix", "echo")])
-            .tls(&["a.example.com"], "a-tls")
-            .yaml(),
-    );
+    write_tls_host(&m, Ing::new("demo", "a", "2026-01-01T00:00:00Z"));
     let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
     let url = format!("https://a.example.com:{}/", f.https);
     let tls12 = || {
@@ -421,22 +424,7 @@ async fn one_hsts_header_and_reject_handshakes_for_unknown_hosts() {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
-    m.write(
-        "a.yaml",
-        &Ing::new("demo", "a", "2026-01-01T00:00:00Z")
-            .rule("a.example.com", &[("/", "Prefix", "echo")])
-            .tls(&["a.example.com"], "a-tls")
-            .yaml(),
-    );
+    write_tls_host(&m, Ing::new("demo", "a", "2026-01-01T00:00:00Z"));
     m.write("cm.yaml", &configmap(&[("ssl-reject-handshake", "true")]));
     let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
     // The backend sends its own HSTS: the client gets Ferrule's, once.
@@ -522,22 +510,9 @@ async fn force_ssl_redirect_and_the_redirect_code_come_from_the_configmap() {
         "off.yaml",
         &demo_ingress("off", "off.test", &[("force-ssl-redirect", "false")]),
     );
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
-    m.write(
-        "a.yaml",
-        &Ing::new("demo", "a", "2026-01-01T00:00:00Z")
-            .nginx("force-ssl-redirect", "false")
-            .rule("a.example.com", &[("/", "Prefix", "echo")])
-            .tls(&["a.example.com"], "a-tls")
-            .yaml(),
+    write_tls_host(
+        &m,
+        Ing::new("demo", "a", "2026-01-01T00:00:00Z").nginx("force-ssl-redirect", "false"),
     );
     let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
     assert_eq!(
@@ -734,5 +709,33 @@ async fn proxy_buffer_keys_are_the_defaults_of_every_location() {
     assert!(
         cm.as_ref().is_none_or(|c| c["state"] != "rejected"),
         "{cm:?}"
+    );
+}
+
+/// ConfigMap `bind-address`: the proxy ports listen on those addresses only.
+#[tokio::test]
+async fn bind_address_chooses_where_the_proxy_ports_listen() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write("cm.yaml", &configmap(&[("bind-address", "127.0.0.5")]));
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let get = |ip: &str| {
+        reqwest::Client::new()
+            .get(format!("http://{ip}:{}/", f.http))
+            .header("Host", "plain.test")
+            .timeout(Duration::from_secs(5))
+            .send()
+    };
+    assert_eq!(
+        get("127.0.0.5").await.unwrap().status(),
+        200,
+        "{}",
+        f.logs()
+    );
+    assert!(
+        get("127.0.0.1").await.is_err(),
+        "nothing listens on 127.0.0.1"
     );
 }

@@ -63,6 +63,9 @@ pub struct HttpKeys {
     pub proxy_buffers: Option<crate::annotations::buffering::Buffers>,
     /// `proxy-busy-buffers-size`.
     pub proxy_busy_buffers_size: Option<String>,
+    /// `bind-address`: the addresses the proxy ports listen on instead of the
+    /// controller's `--listen-address`.
+    pub bind_addresses: Vec<std::net::IpAddr>,
     /// `enable-syslog` with `syslog-host` and `syslog-port`: the access log goes
     /// to that syslog server (`host:port`) instead of the file.
     pub syslog: Option<String>,
@@ -280,6 +283,7 @@ const FIELDS: &[&str] = &[
     "proxy-buffer-size",
     "proxy-buffers-number",
     "proxy-busy-buffers-size",
+    "bind-address",
 ];
 
 /// Whether [`read`] reads `key`.
@@ -397,6 +401,7 @@ pub(crate) fn read<'a>(
         syslog,
         proxy_buffers,
         proxy_busy_buffers_size,
+        bind_addresses: keys.value("bind-address", Vec::new(), addresses),
     }
 }
 
@@ -592,6 +597,20 @@ fn cpu_affinity(v: &str) -> Result<Vec<String>, String> {
     } else {
         Err("expected auto or bit masks such as \"0001 0010\"".to_owned())
     }
+}
+
+/// Comma-separated IPv4 and IPv6 addresses, without repeats.
+fn addresses(v: &str) -> Result<Vec<std::net::IpAddr>, String> {
+    let mut out = Vec::new();
+    for a in v.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        let ip: std::net::IpAddr = a
+            .parse()
+            .map_err(|_| format!("{a:?} is not an IP address"))?;
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    Ok(out)
 }
 
 /// Comma-separated request paths (`/health`), matched exactly.
