@@ -534,10 +534,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("enable-syslog", "false", "access log to syslog"),
     yes("syslog-host", "syslog.example", "syslog server"),
     yes("syslog-port", "1514", "syslog port"),
-    todo(
-        "no-tls-redirect-locations",
-        "paths never redirected to HTTPS",
-    ),
+    yes("no-tls-redirect-locations", "/.well-known/acme-challenge,/public", "paths whose locations never redirect to HTTPS"),
     todo(
         "global-allowed-response-headers",
         "headers custom-headers may set",

@@ -510,6 +510,15 @@ async fn force_ssl_redirect_and_the_redirect_code_come_from_the_configmap() {
         "off.yaml",
         &demo_ingress("off", "off.test", &[("force-ssl-redirect", "false")]),
     );
+    m.write(
+        "acme.yaml",
+        &Ing::new("demo", "acme", "2026-01-02T00:00:00Z")
+            .rule(
+                "plain.test",
+                &[("/.well-known/acme-challenge", "Prefix", "echo")],
+            )
+            .yaml(),
+    );
     write_tls_host(
         &m,
         Ing::new("demo", "a", "2026-01-01T00:00:00Z").nginx("force-ssl-redirect", "false"),
@@ -522,6 +531,14 @@ async fn force_ssl_redirect_and_the_redirect_code_come_from_the_configmap() {
         f.logs()
     );
     assert_eq!(f.get("off.test", "/").await.0, 200);
+    // no-tls-redirect-locations: ACME's challenge path by default, as ingress-nginx
+    // (an HTTP-01 solver must be reachable over plain HTTP).
+    assert_eq!(
+        f.get("plain.test", "/.well-known/acme-challenge/token")
+            .await
+            .0,
+        200
+    );
     // The ssl-redirect of a TLS host (decided by the balancer) has the code too.
     assert_eq!(
         location_of(&f, "a.example.com", "/").await,

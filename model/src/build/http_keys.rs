@@ -63,6 +63,8 @@ pub struct HttpKeys {
     pub proxy_buffers: Option<crate::annotations::buffering::Buffers>,
     /// `proxy-busy-buffers-size`.
     pub proxy_busy_buffers_size: Option<String>,
+    /// `no-tls-redirect-locations`: paths whose locations never redirect to HTTPS.
+    pub no_tls_redirect_locations: Vec<String>,
     /// `bind-address`: the addresses the proxy ports listen on instead of the
     /// controller's `--listen-address`.
     pub bind_addresses: Vec<std::net::IpAddr>,
@@ -284,6 +286,7 @@ const FIELDS: &[&str] = &[
     "proxy-buffers-number",
     "proxy-busy-buffers-size",
     "bind-address",
+    "no-tls-redirect-locations",
 ];
 
 /// Whether [`read`] reads `key`.
@@ -402,6 +405,11 @@ pub(crate) fn read<'a>(
         proxy_buffers,
         proxy_busy_buffers_size,
         bind_addresses: keys.value("bind-address", Vec::new(), addresses),
+        no_tls_redirect_locations: keys.value(
+            "no-tls-redirect-locations",
+            vec!["/.well-known/acme-challenge".to_owned()],
+            paths,
+        ),
     }
 }
 

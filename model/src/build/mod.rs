@@ -358,6 +358,15 @@ impl Builder<'_> {
                         None => settings.source_ranges.closed = true,
                     }
                 }
+                // no-tls-redirect-locations (ACME's challenge path by default): as
+                // ingress-nginx, a location whose path starts with one never
+                // redirects to HTTPS.
+                if (self.global.http.no_tls_redirect_locations.iter())
+                    .any(|p| path.starts_with(p.as_str()))
+                {
+                    settings.ssl_redirect = false;
+                    settings.force_ssl_redirect = false;
+                }
                 let location = Location {
                     path,
                     path_match,
