@@ -606,7 +606,7 @@ pub const KEYS: &[ConfigKey] = &[
         "application/octet-stream",
         "MIME type of answers without one",
     ),
-    todo("service-upstream", "default of the annotation"),
+    yes("service-upstream", "true", "default of the service-upstream annotation"),
     yes("ssl-reject-handshake", "true", "refuse TLS for unknown hosts"),
     na("debug-connections", "NGINX is not built with debugging"),
     na(

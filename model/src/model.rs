@@ -382,6 +382,8 @@ pub struct Global {
     pub ssl_redirect: bool,
     /// Default of the `force-ssl-redirect` annotation.
     pub force_ssl_redirect: bool,
+    /// ConfigMap `service-upstream`: the default of the annotation.
+    pub service_upstream: bool,
     /// ConfigMap `custom-http-errors`: the default of the annotation.
     pub custom_http_errors: Vec<u16>,
     /// `http-redirect-code`: the status of the redirect to HTTPS (default 308).

@@ -756,3 +756,49 @@ async fn bind_address_chooses_where_the_proxy_ports_listen() {
         "nothing listens on 127.0.0.1"
     );
 }
+
+/// ConfigMap `service-upstream`: every Ingress proxies to its Service's ClusterIP,
+/// unless its own annotation says otherwise.
+#[tokio::test]
+async fn service_upstream_is_the_default_an_ingress_replaces() {
+    let cluster = Echo::start("127.0.0.74").await;
+    let port = cluster.addr.port();
+    let endpoint = Echo::serve(
+        tokio::net::TcpListener::bind(("127.0.0.75", port))
+            .await
+            .unwrap(),
+    );
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_endpoints("demo", "echo", port, &[("127.0.0.75", true)])
+            .replace("spec:\n", "spec:\n  clusterIP: 127.0.0.74\n")
+            // The ClusterIP answers on the Service port: the echo's.
+            .replace("port: 80,", &format!("port: {port},")),
+    );
+    m.write("cm.yaml", &configmap(&[("service-upstream", "true")]));
+    let on_port = |ing: String| ing.replace("number: 80", &format!("number: {port}"));
+    m.write(
+        "plain.yaml",
+        &on_port(demo_ingress("plain", "plain.test", &[])),
+    );
+    m.write(
+        "own.yaml",
+        &on_port(demo_ingress(
+            "own",
+            "own.test",
+            &[("service-upstream", "false")],
+        )),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    assert_eq!(
+        f.backend("plain.test", "/").await,
+        (200, cluster.addr.to_string()),
+        "{}",
+        f.logs()
+    );
+    assert_eq!(
+        f.backend("own.test", "/").await,
+        (200, endpoint.addr.to_string())
+    );
+}

@@ -117,7 +117,7 @@ pub struct IngressAnnotations {
     /// `proxy-send-timeout` (seconds).
     pub proxy_send_timeout: Option<u32>,
     /// `service-upstream`: proxy to the Service's ClusterIP, not its endpoints.
-    pub service_upstream: bool,
+    pub service_upstream: Option<bool>,
     /// `rewrite-target`.
     pub rewrite_target: Option<String>,
     /// `use-regex`.

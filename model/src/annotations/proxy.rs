@@ -79,8 +79,6 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     out.proxy_connect_timeout = r.parse("proxy-connect-timeout", value::seconds)?;
     out.proxy_read_timeout = r.parse("proxy-read-timeout", value::seconds)?;
     out.proxy_send_timeout = r.parse("proxy-send-timeout", value::seconds)?;
-    out.service_upstream = r
-        .parse("service-upstream", value::boolean)?
-        .unwrap_or(false);
+    out.service_upstream = r.parse("service-upstream", value::boolean)?;
     Ok(())
 }

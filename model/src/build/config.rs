@@ -179,6 +179,10 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                 Ok(b) => g.force_ssl_redirect = b,
                 Err(e) => bad(key, v, e),
             },
+            "service-upstream" => match value::boolean(v.trim()) {
+                Ok(b) => g.service_upstream = b,
+                Err(e) => bad(key, v, e),
+            },
             "custom-http-errors" => match crate::annotations::errors::codes(v) {
                 Ok(c) => g.custom_http_errors = c,
                 Err(e) => bad(key, v, e),

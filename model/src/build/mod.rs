@@ -253,7 +253,7 @@ impl Builder<'_> {
         };
 
         if let Some(default) = &spec.default_backend {
-            let target = self.target(ns, r, default, (a.service_upstream, false), || {
+            let target = self.target(ns, r, default, (self.service_upstream(a), false), || {
                 "spec.defaultBackend".to_owned()
             });
             if let Target::Backend(name) = &target {
@@ -328,9 +328,10 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     continue;
                 }
-                let target = self.target(ns, r, &p.backend, (a.service_upstream, false), || {
-                    format!("host {host} path {path}")
-                });
+                let target =
+                    self.target(ns, r, &p.backend, (self.service_upstream(a), false), || {
+                        format!("host {host} path {path}")
+                    });
                 if let Target::Backend(name) = &target {
                     self.set_balancing(name, r, a);
                 }
@@ -505,6 +506,11 @@ impl Builder<'_> {
             }),
             Target::Status(_) => None,
         }
+    }
+
+    /// `service-upstream` of the Ingress, else the ConfigMap's.
+    fn service_upstream(&self, a: &IngressAnnotations) -> bool {
+        a.service_upstream.unwrap_or(self.global.service_upstream)
     }
 
     fn location_settings(
@@ -801,7 +807,7 @@ impl Builder<'_> {
                     continue;
                 };
                 let Target::Backend(canary) =
-                    self.target(ns, r, &p.backend, (a.service_upstream, true), || {
+                    self.target(ns, r, &p.backend, (self.service_upstream(a), true), || {
                         format!("host {host} path {}", key.0)
                     })
                 else {
