@@ -460,7 +460,7 @@ impl Builder<'_> {
                 format!("annotation {prefix}/default-backend"),
             ),
             (None, Some(flag)) => {
-                let (ns, name) = flag.split_once('/').unwrap_or(("default", flag.as_str()));
+                let (ns, name) = flag_ref(flag);
                 (
                     ns.to_owned(),
                     name.to_owned(),
@@ -477,26 +477,13 @@ impl Builder<'_> {
                 return None;
             }
         };
-        let port = (self.snap.services.iter())
-            .find(|s| meta_key(&s.metadata) == (ns.as_str(), name.as_str()))
-            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
-        let Some(port) = port else {
+        let Some(backend) = self.first_port(&ns, &name) else {
             let msg = format!(
                 "{what}: Service {ns}/{name} not found or has no port; NGINX's own error \
                  pages are served"
             );
             self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
             return None;
-        };
-        let backend = IngressBackend {
-            service: Some(k8s_openapi::api::networking::v1::IngressServiceBackend {
-                name: name.clone(),
-                port: Some(k8s_openapi::api::networking::v1::ServiceBackendPort {
-                    number: Some(port),
-                    name: None,
-                }),
-            }),
-            resource: None,
         };
         match self.target(&ns, r, &backend, (false, false), || what.clone()) {
             Target::Backend(b) => Some(crate::model::ErrorPages {
@@ -933,10 +920,15 @@ impl Builder<'_> {
                 redirect_to: None,
             });
         }
+        // The hosts' servers by name, for their twins and aliases (a scan per twin
+        // would make the build quadratic in the hosts).
+        let by_host: HashMap<String, usize> = (servers.iter().enumerate())
+            .map(|(i, s)| (s.host.clone(), i))
+            .collect();
         // from-to-www-redirect: the twin host redirects; over TLS with the host's
         // certificate when that covers the twin too.
         for (twin, to) in twins {
-            let host = servers.iter().find(|s| s.host == to);
+            let host = by_host.get(&to).map(|&i| &servers[i]);
             let owner = host.and_then(|s| s.owner.clone());
             let tls = host.and_then(|s| s.tls.clone()).filter(|t| {
                 t.certificate
@@ -956,10 +948,10 @@ impl Builder<'_> {
         }
         // server-alias: the host's server again under each name it may take.
         for (alias, host) in aliases {
-            if let Some(s) = servers.iter().find(|s| s.host == host) {
+            if let Some(&i) = by_host.get(&host) {
                 let twin = Server {
                     host: alias,
-                    ..s.clone()
+                    ..servers[i].clone()
                 };
                 servers.push(twin);
             }
@@ -1106,7 +1098,7 @@ impl Builder<'_> {
         certs: &mut BTreeMap<String, Certificate>,
     ) -> Option<String> {
         let flag = self.snap.settings.default_certificate.clone()?;
-        let (ns, name) = flag.split_once('/').unwrap_or(("default", flag.as_str()));
+        let (ns, name) = flag_ref(&flag);
         let checked = match self.secrets.get(&(ns, name)) {
             None => Err("Secret not found".to_owned()),
             Some(s) => tls::certificate(s, self.snap.settings.now),
@@ -1129,23 +1121,14 @@ impl Builder<'_> {
         }
     }
 
-    fn default_backend_flag(&mut self) -> Target {
-        let Some(flag) = self.snap.settings.default_backend_service.clone() else {
-            return Target::Status(404);
-        };
-        let (ns, name) = flag.split_once('/').unwrap_or(("default", flag.as_str()));
-        let port = self
-            .snap
-            .services
-            .iter()
+    /// The backend of Service `ns/name` on its first port (how ingress-nginx picks
+    /// the port of `--default-backend-service` and `default-backend`); `None` when
+    /// the Service is missing or has no port.
+    fn first_port(&self, ns: &str, name: &str) -> Option<IngressBackend> {
+        let port = (self.snap.services.iter())
             .find(|s| meta_key(&s.metadata) == (ns, name))
-            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port));
-        let r = ResourceRef::new("Service", ns, name);
-        let Some(port) = port else {
-            self.problem(&r, Severity::Error, ProblemKind::Reference, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
-            return Target::Status(503);
-        };
-        let backend = IngressBackend {
+            .and_then(|s| s.spec.as_ref()?.ports.as_ref()?.first().map(|p| p.port))?;
+        Some(IngressBackend {
             service: Some(k8s_openapi::api::networking::v1::IngressServiceBackend {
                 name: name.to_owned(),
                 port: Some(k8s_openapi::api::networking::v1::ServiceBackendPort {
@@ -1154,12 +1137,30 @@ impl Builder<'_> {
                 }),
             }),
             resource: None,
+        })
+    }
+
+    fn default_backend_flag(&mut self) -> Target {
+        let Some(flag) = self.snap.settings.default_backend_service.clone() else {
+            return Target::Status(404);
+        };
+        let (ns, name) = flag_ref(&flag);
+        let r = ResourceRef::new("Service", ns, name);
+        let Some(backend) = self.first_port(ns, name) else {
+            self.problem(&r, Severity::Error, ProblemKind::Reference, format!("--default-backend-service {flag}: Service not found or has no port; answering 503"));
+            return Target::Status(503);
         };
         // No annotations: the ConfigMap's defaults, unless an Ingress routes to it.
         self.target(ns, &r, &backend, (false, false), || {
             "--default-backend-service".to_owned()
         })
     }
+}
+
+/// The `NAMESPACE/NAME` of a flag (`--default-backend-service`,
+/// `--default-ssl-certificate`); a bare name is in `default`, as in ingress-nginx.
+fn flag_ref(flag: &str) -> (&str, &str) {
+    flag.split_once('/').unwrap_or(("default", flag))
 }
 
 fn meta_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> (&str, &str) {
