@@ -137,23 +137,24 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
     let get = |k: &str| data.get(k).map(String::as_str);
     let mut invalid = Vec::new();
     g.http = http_keys::read(get, &mut invalid);
-    g.blocking = blocking::read(get, &mut invalid);
     for (key, v, reason) in invalid {
-        if blocking::KEYS.contains(&key) {
-            unimplemented.push(Problem {
-                resource: r.clone(),
-                severity: Severity::Error,
-                message: format!(
-                    "key {key}: invalid value {v:?}: {reason}; every host answers 403 until \
-                     it is fixed"
-                ),
-                kind: ProblemKind::Invalid,
-            });
-        } else {
-            bad(key, &v, reason);
-        }
+        bad(key, &v, reason);
     }
-    g.client_address = real_ip::read(&r, |k| data.get(k).map(String::as_str), &mut unimplemented);
+    // An invalid block list closes every host (fail closed).
+    let mut closing = Vec::new();
+    g.blocking = blocking::read(get, &mut closing);
+    for (key, v, reason) in closing {
+        unimplemented.push(Problem {
+            resource: r.clone(),
+            severity: Severity::Error,
+            message: format!(
+                "key {key}: invalid value {v:?}: {reason}; every host answers 403 until it \
+                 is fixed"
+            ),
+            kind: ProblemKind::Invalid,
+        });
+    }
+    g.client_address = real_ip::read(&r, get, &mut unimplemented);
     let (global_auth, invalid) = GlobalAuth::read(|k| data.get(k).map(|v| v.trim()));
     g.global_auth = global_auth;
     if let Some((key, reason)) = invalid {
@@ -171,18 +172,15 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
     for (key, v) in data {
         let v = v.as_str();
         match key.as_str() {
-            "ssl-redirect" => match value::boolean(v.trim()) {
-                Ok(b) => g.ssl_redirect = b,
-                Err(e) => bad(key, v, e),
-            },
-            "force-ssl-redirect" => match value::boolean(v.trim()) {
-                Ok(b) => g.force_ssl_redirect = b,
-                Err(e) => bad(key, v, e),
-            },
-            "service-upstream" => match value::boolean(v.trim()) {
-                Ok(b) => g.service_upstream = b,
-                Err(e) => bad(key, v, e),
-            },
+            // Defaults of the annotations of the same names.
+            "ssl-redirect" | "force-ssl-redirect" | "service-upstream" => {
+                match value::boolean(v.trim()) {
+                    Ok(b) if key == "ssl-redirect" => g.ssl_redirect = b,
+                    Ok(b) if key == "force-ssl-redirect" => g.force_ssl_redirect = b,
+                    Ok(b) => g.service_upstream = b,
+                    Err(e) => bad(key, v, e),
+                }
+            }
             "custom-http-errors" => match crate::annotations::errors::codes(v) {
                 Ok(c) => g.custom_http_errors = c,
                 Err(e) => bad(key, v, e),

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{buffering, forwarding, value};
-use crate::build::tuning::time;
+use crate::build::tuning::{self, time};
 
 /// One directive and its arguments (each quoted by the renderer's emitter).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -257,47 +257,28 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// The keys with a field of their own.
-const FIELDS: &[&str] = &[
-    "worker-processes",
-    "error-log-level",
-    "disable-access-log",
-    "use-http2",
-    "hide-headers",
-    "server-name-hash-max-size",
-    "server-name-hash-bucket-size",
-    "use-gzip",
-    "gzip-level",
-    "gzip-min-length",
-    "gzip-types",
-    "gzip-disable",
-    "proxy-next-upstream",
-    "retry-non-idempotent",
-    "generate-request-id",
-    "proxy-add-original-uri-header",
-    "upstream-keepalive-time",
-    "ssl-reject-handshake",
-    "main-snippet",
-    "skip-access-log-urls",
-    "enable-syslog",
-    "syslog-host",
-    "syslog-port",
-    "proxy-buffer-size",
-    "proxy-buffers-number",
-    "proxy-busy-buffers-size",
-    "bind-address",
-    "no-tls-redirect-locations",
-];
-
-/// Whether [`read`] reads `key`.
+/// Whether [`read`] reads `key`: the keys it asks for, found once by reading an
+/// empty ConfigMap (it asks for every key whatever the values).
 pub(crate) fn reads(key: &str) -> bool {
-    FIELDS.contains(&key) || ROWS.iter().any(|r| r.key == key)
+    static KEYS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    let keys = KEYS.get_or_init(|| {
+        let asked = std::cell::RefCell::new(Vec::new());
+        read(
+            |k| {
+                asked.borrow_mut().push(k);
+                None
+            },
+            &mut Vec::new(),
+        );
+        asked.into_inner()
+    });
+    keys.contains(&key)
 }
 
 /// Reads the keys through `get`; each invalid value is `(key, value, reason)` in
 /// `invalid`, and its default is kept.
 pub(crate) fn read<'a>(
-    get: impl Fn(&str) -> Option<&'a str>,
+    get: impl Fn(&'static str) -> Option<&'a str>,
     invalid: &mut Vec<(&'static str, String, String)>,
 ) -> HttpKeys {
     let mut keys = Reader { get, invalid };
@@ -389,10 +370,7 @@ pub(crate) fn read<'a>(
             value::integer(v, 64, 1 << 20)
         }),
         server_names_hash_bucket_size: keys.value("server-name-hash-bucket-size", 32, |v| {
-            let n = value::integer(v, 32, 4096)?;
-            n.is_power_of_two()
-                .then_some(n)
-                .ok_or("expected a power of two".to_owned())
+            tuning::power_of_two(v, 32, 4096)
         }),
         gzip,
         generate_request_id: keys.value("generate-request-id", true, value::boolean),
@@ -419,7 +397,7 @@ struct Reader<'i, G> {
     invalid: &'i mut Vec<(&'static str, String, String)>,
 }
 
-impl<'a, G: Fn(&str) -> Option<&'a str>> Reader<'_, G> {
+impl<'a, G: Fn(&'static str) -> Option<&'a str>> Reader<'_, G> {
     /// The value of `key` parsed, else (absent or invalid) `default`.
     fn value<T>(
         &mut self,
@@ -506,7 +484,7 @@ fn mime_types(v: &str) -> Result<Vec<String>, String> {
         .collect()
 }
 
-/// A power of two, as NGINX's hash sizes are rounded to.
+/// A hash size (NGINX rounds it up to what the CPU's cache line needs).
 fn hash_size(v: &str) -> Result<Vec<String>, String> {
     let n = value::integer(v, 32, 1 << 20)?;
     Ok(vec![n.to_string()])

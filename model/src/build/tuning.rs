@@ -292,7 +292,7 @@ fn access_log_params(v: &str) -> Result<Vec<String>, String> {
 }
 
 /// A power of two in `min..=max` (NGINX's hash bucket sizes).
-fn power_of_two(v: &str, min: u32, max: u32) -> Result<u32, String> {
+pub(crate) fn power_of_two(v: &str, min: u32, max: u32) -> Result<u32, String> {
     let n = value::integer(v, min, max)?;
     if n.is_power_of_two() {
         Ok(n)
