@@ -496,24 +496,10 @@ impl Renderer {
                 l.client_certificate = Some(client_certificates::location(c));
             }
         }
-        let mut mirror_locations: Vec<mirror::MirrorView> = Vec::new();
-        for m in locations.iter().filter_map(|l| l.mirror_location.as_ref()) {
-            if !mirror_locations.contains(m) {
-                mirror_locations.push(m.clone());
-            }
-        }
-        let mut error_locations: Vec<error_pages::ErrorLocationView> = Vec::new();
-        for (e, _) in locations.iter().filter_map(|l| l.error_pages.as_ref()) {
-            if !error_locations.contains(e) {
-                error_locations.push(e.clone());
-            }
-        }
-        let mut auth_locations: Vec<external_auth::ExternalAuthView> = Vec::new();
-        for a in locations.iter().filter_map(|l| l.external_auth.as_ref()) {
-            if !auth_locations.contains(a) {
-                auth_locations.push(a.clone());
-            }
-        }
+        let mirror_locations =
+            each_once(locations.iter().filter_map(|l| l.mirror_location.as_ref()));
+        let error_locations = each_once(locations.iter().filter_map(|l| l.error_location.as_ref()));
+        let auth_locations = each_once(locations.iter().filter_map(|l| l.external_auth.as_ref()));
         // The users' files are opened by the workers: below the worker directory.
         for b in locations.iter_mut().filter_map(|l| l.basic_auth.as_mut()) {
             b.file = self.worker_path(&b.file);
@@ -688,6 +674,17 @@ pub fn server_file(host: &str) -> String {
     let cut: String = name.chars().take(HOST_IN_FILE_NAME - 40).collect();
     let digest = blake3::hash(host.as_bytes()).to_hex();
     format!("conf/servers/host+{cut}+{}.conf", &digest[..32])
+}
+
+/// The server-level halves of its locations' views, each once, in order.
+fn each_once<'a, T: PartialEq + Clone + 'a>(items: impl Iterator<Item = &'a T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for i in items {
+        if !out.contains(i) {
+            out.push(i.clone());
+        }
+    }
+    out
 }
 
 /// The backend response headers never passed on: ConfigMap `hide-headers`, and

@@ -56,10 +56,11 @@ pub(super) fn view(
             codes: e.codes.clone(),
             location: name,
             intercept: e.intercept,
-            namespace: l.owner.namespace.clone(),
-            ingress: l.owner.name.clone(),
-            service,
-            service_port,
+            // `set` expands variables: each is literal.
+            namespace: literal_in_variables(&l.owner.namespace),
+            ingress: literal_in_variables(&l.owner.name),
+            service: literal_in_variables(&service),
+            service_port: literal_in_variables(&service_port),
         },
     )
 }

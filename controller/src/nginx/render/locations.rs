@@ -33,6 +33,10 @@ pub(super) fn location_view(
     );
     let ewma = feeds_ewma(model, &l.target);
     let mirror_views = st.mirror.as_ref().map(mirror::view);
+    // Error pages need a backend to proxy for (a fixed status has none).
+    let error_views = (st.error_pages.as_ref())
+        .filter(|_| backend.is_some())
+        .map(|e| error_pages::view(model, l, e));
     LocationView {
         source: source(&l.owner),
         modifier: modifier.to_owned(),
@@ -93,9 +97,8 @@ pub(super) fn location_view(
         proxying: proxying::view(&st.buffering, &st.forwarding),
         mirror: mirror_views.as_ref().map(|(_, l)| l.clone()),
         mirror_location: mirror_views.map(|(s, _)| s),
-        error_pages: (st.error_pages.as_ref())
-            .filter(|_| backend.is_some())
-            .map(|e| error_pages::view(model, l, e)),
+        error_pages: error_views.as_ref().map(|(_, l)| l.clone()),
+        error_location: error_views.map(|(s, _)| s),
         backend_tls: st.backend_tls.as_ref().map(|t| {
             let service = match &l.target {
                 Target::Backend(b) => model
@@ -257,9 +260,11 @@ pub(super) struct LocationView {
     /// The server's half, collected by the server view.
     #[serde(skip)]
     pub(super) mirror_location: Option<mirror::MirrorView>,
-    /// `custom-http-errors`: the location's half, and the server's (collected by
-    /// the server view).
-    pub(super) error_pages: Option<(error_pages::ErrorLocationView, error_pages::ErrorPagesView)>,
+    /// `custom-http-errors`: the location's half (the server has the other).
+    pub(super) error_pages: Option<error_pages::ErrorPagesView>,
+    /// The server's half, collected by the server view.
+    #[serde(skip)]
+    pub(super) error_location: Option<error_pages::ErrorLocationView>,
     /// Whether the location has `add_header`s of its own: the server's (HSTS) are
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,
