@@ -1014,17 +1014,15 @@ async fn global_auth_covers_every_ingress_that_does_not_opt_out() {
     .await;
     assert!(closed, "{}", f.logs());
     // The report follows the reload that closed the location.
-    let reported = wait_until(Duration::from_secs(5), || async {
-        f.resource("ConfigMap", "demo", "ferrule")
-            .await
-            .is_some_and(|cm| {
-                cm["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("global-auth-url")
-            })
-    })
-    .await;
+    let reported = f
+        .reports(
+            "ConfigMap",
+            "demo",
+            "ferrule",
+            "global-auth-url",
+            Duration::from_secs(5),
+        )
+        .await;
     assert!(reported, "{:?}", f.resources().await);
     assert_eq!(get_with_verdict(&f, "out.test", "/", "").await.0, 200);
 }

@@ -113,17 +113,15 @@ async fn block_lists_refuse_clients_on_every_host_before_any_location() {
     })
     .await;
     assert!(closed, "{}", f.logs());
-    let reported = wait_until(Duration::from_secs(20), || async {
-        f.resource("ConfigMap", "demo", "ferrule")
-            .await
-            .is_some_and(|cm| {
-                cm["message"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("block-cidrs")
-            })
-    })
-    .await;
+    let reported = f
+        .reports(
+            "ConfigMap",
+            "demo",
+            "ferrule",
+            "block-cidrs",
+            Duration::from_secs(20),
+        )
+        .await;
     assert!(reported, "{:?}", f.resources().await);
 }
 

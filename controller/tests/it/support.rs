@@ -504,6 +504,24 @@ impl Ferrule {
             .find(|r| r["kind"] == kind && r["namespace"] == ns && r["name"] == name)
     }
 
+    /// Waits up to `timeout` until `/status/resources` reports a message on the
+    /// resource that contains `needle`.
+    pub async fn reports(
+        &self,
+        kind: &str,
+        ns: &str,
+        name: &str,
+        needle: &str,
+        timeout: Duration,
+    ) -> bool {
+        wait_until(timeout, || async {
+            self.resource(kind, ns, name)
+                .await
+                .is_some_and(|r| r["message"].as_str().unwrap_or_default().contains(needle))
+        })
+        .await
+    }
+
     /// A request through the HTTP proxy port: (status, echo JSON or Null).
     pub async fn get(&self, host: &str, path: &str) -> (u16, Value) {
         self.request("GET", host, path).await

@@ -148,3 +148,28 @@ pub(crate) fn host_port(v: &str) -> Result<String, String> {
     }
     Ok(v.to_owned())
 }
+
+/// An NGINX time: a whole number with an optional unit `ms`, `s`, `m`, `h` or `d`.
+pub(crate) fn time(v: &str) -> Result<String, String> {
+    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &v[digits.len()..];
+    let ok = !digits.is_empty()
+        && digits.len() <= 9
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && matches!(unit, "" | "ms" | "s" | "m" | "h" | "d");
+    if ok {
+        Ok(v.to_owned())
+    } else {
+        Err("expected a time such as \"10m\", \"600s\" or \"1h\"".to_owned())
+    }
+}
+
+/// A power of two in `min..=max` (NGINX's hash bucket sizes).
+pub(crate) fn power_of_two(v: &str, min: u32, max: u32) -> Result<u32, String> {
+    let n = integer(v, min, max)?;
+    if n.is_power_of_two() {
+        Ok(n)
+    } else {
+        Err(format!("expected a power of two between {min} and {max}"))
+    }
+}

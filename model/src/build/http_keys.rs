@@ -8,7 +8,6 @@
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::{buffering, forwarding, value};
-use crate::build::tuning::{self, time};
 
 /// One directive and its arguments (each quoted by the renderer's emitter).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -370,12 +369,16 @@ pub(crate) fn read<'a>(
             value::integer(v, 64, 1 << 20)
         }),
         server_names_hash_bucket_size: keys.value("server-name-hash-bucket-size", 32, |v| {
-            tuning::power_of_two(v, 32, 4096)
+            value::power_of_two(v, 32, 4096)
         }),
         gzip,
         generate_request_id: keys.value("generate-request-id", true, value::boolean),
         original_uri_header: keys.value("proxy-add-original-uri-header", false, value::boolean),
-        upstream_keepalive_time: keys.value("upstream-keepalive-time", "1h".to_owned(), time),
+        upstream_keepalive_time: keys.value(
+            "upstream-keepalive-time",
+            "1h".to_owned(),
+            value::time,
+        ),
         ssl_reject_handshake: keys.value("ssl-reject-handshake", false, value::boolean),
         main_snippet: keys.value("main-snippet", None, |v| Ok(Some(v.to_owned()))),
         skip_access_log_urls: keys.value("skip-access-log-urls", Vec::new(), paths),

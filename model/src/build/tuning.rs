@@ -170,7 +170,7 @@ impl Tuning {
             "ssl-session-cache" => self.ssl_session_cache = value::boolean(v)?,
             "ssl-session-cache-size" => self.ssl_session_cache_size = buffer(v)?,
             "ssl-session-tickets" => self.ssl_session_tickets = value::boolean(v)?,
-            "ssl-session-timeout" => self.ssl_session_timeout = time(v)?,
+            "ssl-session-timeout" => self.ssl_session_timeout = value::time(v)?,
             "upstream-keepalive-connections" => {
                 self.upstream_keepalive_connections = value::integer(v, 0, 1 << 20)?;
             }
@@ -181,7 +181,7 @@ impl Tuning {
                 self.upstream_keepalive_timeout = value::integer(v, 1, 86_400)?;
             }
             "variables-hash-bucket-size" => {
-                self.variables_hash_bucket_size = power_of_two(v, 32, 4096)?;
+                self.variables_hash_bucket_size = value::power_of_two(v, 32, 4096)?;
             }
             "variables-hash-max-size" => {
                 self.variables_hash_max_size = value::integer(v, 64, 1 << 20)?;
@@ -230,21 +230,6 @@ fn buffer(v: &str) -> Result<String, String> {
     Ok(s)
 }
 
-/// An NGINX time: a whole number with an optional unit `ms`, `s`, `m`, `h` or `d`.
-pub(crate) fn time(v: &str) -> Result<String, String> {
-    let digits = v.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = &v[digits.len()..];
-    let ok = !digits.is_empty()
-        && digits.len() <= 9
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && matches!(unit, "" | "ms" | "s" | "m" | "h" | "d");
-    if ok {
-        Ok(v.to_owned())
-    } else {
-        Err("expected a time such as \"10m\", \"600s\" or \"1h\"".to_owned())
-    }
-}
-
 /// `log-format-upstream`: one line of printable text (NGINX checks the variables;
 /// an unknown one holds the ConfigMap back, as any shared input).
 fn log_format(v: &str) -> Result<String, String> {
@@ -265,7 +250,7 @@ fn access_log_params(v: &str) -> Result<Vec<String>, String> {
         let (name, arg) = p.split_once('=').unwrap_or((p, ""));
         let ok = match name {
             "buffer" => buffer(arg).is_ok(),
-            "flush" => time(arg).is_ok(),
+            "flush" => value::time(arg).is_ok(),
             "gzip" => {
                 arg.is_empty() || matches!(arg, "1" | "2" | "3" | "4" | "5" | "6" | "7" | "8" | "9")
             }
@@ -289,16 +274,6 @@ fn access_log_params(v: &str) -> Result<Vec<String>, String> {
         return Err("flush needs buffer= or gzip".to_owned());
     }
     Ok(out)
-}
-
-/// A power of two in `min..=max` (NGINX's hash bucket sizes).
-pub(crate) fn power_of_two(v: &str, min: u32, max: u32) -> Result<u32, String> {
-    let n = value::integer(v, min, max)?;
-    if n.is_power_of_two() {
-        Ok(n)
-    } else {
-        Err(format!("expected a power of two between {min} and {max}"))
-    }
 }
 
 #[cfg(test)]
