@@ -173,3 +173,23 @@ pub(crate) fn power_of_two(v: &str, min: u32, max: u32) -> Result<u32, String> {
         Err(format!("expected a power of two between {min} and {max}"))
     }
 }
+/// One user-agent or referer pattern: printable, without quotes, `;`, braces or
+/// backslash-escapes of them; at most 256 bytes. NGINX compiles it: a pattern
+/// PCRE refuses holds the ConfigMap back (config safety).
+pub(crate) fn pattern(v: &str) -> Result<String, String> {
+    if v.is_empty() || v.len() > 256 {
+        return Err("expected a pattern of 1 to 256 bytes".to_owned());
+    }
+    if let Some(c) = v.chars().find(|c| c.is_control() || "\"'`;{}".contains(*c)) {
+        return Err(format!("character {c:?} is not allowed in {v:?}"));
+    }
+    Ok(v.to_owned())
+}
+/// Comma-separated [`pattern`]s (`msie6`, `~*bot`, exact values).
+pub(crate) fn patterns(v: &str) -> Result<Vec<String>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(pattern)
+        .collect()
+}

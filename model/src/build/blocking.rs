@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::annotations::source_ranges::{Cidr, cidr_list};
-use crate::build::http_keys::pattern;
+use crate::annotations::value::patterns;
 
 /// The keys this file reads.
 pub(crate) const KEYS: [&str; 3] = ["block-cidrs", "block-user-agents", "block-referers"];
@@ -56,13 +56,7 @@ pub(crate) fn read<'a>(
         ("block-referers", &mut b.referers),
     ] {
         let Some(v) = get(key) else { continue };
-        match v
-            .split(',')
-            .map(str::trim)
-            .filter(|p| !p.is_empty())
-            .map(pattern)
-            .collect()
-        {
+        match patterns(v) {
             Ok(l) => *out = l,
             Err(e) => {
                 invalid.push((key, v.to_owned(), e));

@@ -318,7 +318,7 @@ pub(crate) fn read<'a>(
             value::integer(v, 0, i32::MAX as u32)
         }),
         types: keys.value("gzip-types", d.types, mime_types),
-        disable: keys.value("gzip-disable", d.disable, user_agent_patterns),
+        disable: keys.value("gzip-disable", d.disable, value::patterns),
     };
     let gzip = keys
         .value("use-gzip", false, value::boolean)
@@ -645,29 +645,6 @@ fn header_names(v: &str) -> Result<Vec<String>, String> {
         .filter(|h| !h.is_empty())
         .map(value::token)
         .collect()
-}
-
-/// Comma-separated NGINX user-agent patterns (`msie6`, or regular expressions);
-/// what NGINX would read as syntax is refused.
-fn user_agent_patterns(v: &str) -> Result<Vec<String>, String> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(pattern)
-        .collect()
-}
-
-/// One user-agent or referer pattern: printable, without quotes, `;`, braces or
-/// backslash-escapes of them; at most 256 bytes. NGINX compiles it: a pattern
-/// PCRE refuses holds the ConfigMap back (config safety).
-pub(crate) fn pattern(v: &str) -> Result<String, String> {
-    if v.is_empty() || v.len() > 256 {
-        return Err("expected a pattern of 1 to 256 bytes".to_owned());
-    }
-    if let Some(c) = v.chars().find(|c| c.is_control() || "\"'`;{}".contains(*c)) {
-        return Err(format!("character {c:?} is not allowed in {v:?}"));
-    }
-    Ok(v.to_owned())
 }
 
 #[cfg(test)]
