@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
-	libnginx-mod-http-js libnginx-mod-http-headers-more-filter openssl curl wrk ca-certificates python3 procps iproute2 \
+	libnginx-mod-http-js libnginx-mod-http-headers-more-filter libnginx-mod-stream libnginx-mod-stream-js openssl curl wrk ca-certificates python3 procps iproute2 \
 	nginx-dev gcc make libc6-dev libpcre2-dev libssl-dev zlib1g-dev \
 	mmdebstrap umoci containerd runc containernetworking-plugins iptables tar \
 	prometheus

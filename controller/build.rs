@@ -1,5 +1,5 @@
 //! Embeds the Lua balancer (`lua/ferrule/**/*.lua`) and the njs balancer
-//! (`njs/ferrule.js`, `njs/ferrule/*.js`) in the binary, so that one executable
+//! (`njs/ferrule.js`, `njs/stream.js`, `njs/ferrule/*.js`) in the binary, so that one executable
 //! carries everything it writes into the NGINX prefix.
 
 use std::fmt::Write;
@@ -59,7 +59,7 @@ fn main() {
 
     // The entry module and its imports; njs/test/ is not part of the balancer.
     let njs = repo.join("njs");
-    let mut files = vec![njs.join("ferrule.js")];
+    let mut files = vec![njs.join("ferrule.js"), njs.join("stream.js")];
     collect(&njs.join("ferrule"), "js", &mut files);
     embed(
         &njs,

@@ -168,16 +168,6 @@ const FLAGS: &[(&str, bool, Fate)] = &[
         Fate::Refused("SSL passthrough is not implemented yet"),
     ),
     (
-        "tcp-services-configmap",
-        true,
-        Fate::Refused("TCP services are not implemented yet; their ports would not be served"),
-    ),
-    (
-        "udp-services-configmap",
-        true,
-        Fate::Refused("UDP services are not implemented yet; their ports would not be served"),
-    ),
-    (
         "watch-namespace-selector",
         true,
         Fate::Refused(
@@ -312,7 +302,7 @@ mod tests {
         );
         check(
             "ferrule run --tcp-services-configmap=a/b",
-            Err("--tcp-services-configmap"),
+            Ok("ferrule run --tcp-services-configmap=a/b"),
         );
         check(
             "ferrule run --enable-ssl-passthrough",

@@ -92,6 +92,16 @@ struct ModelFlags {
     /// `NAMESPACE/NAME` of the controller ConfigMap.
     #[arg(long)]
     configmap: Option<String>,
+    /// `NAMESPACE/NAME` of the ConfigMap of TCP services, as ingress-nginx's: each
+    /// key a port NGINX listens on, each value `namespace/service:port`, optionally
+    /// followed by `:PROXY` (clients send the PROXY protocol) and `:PROXY` (NGINX
+    /// sends it to the backend). Needs NGINX's stream module and njs for it.
+    #[arg(long, value_parser = configmap_ref)]
+    tcp_services_configmap: Option<String>,
+    /// `NAMESPACE/NAME` of the ConfigMap of UDP services (the same format, without
+    /// the PROXY protocol).
+    #[arg(long, value_parser = configmap_ref)]
+    udp_services_configmap: Option<String>,
     /// The most bytes Ferrule reads of one Ingress (annotations, hosts, paths,
     /// Service names); a larger Ingress is rejected alone.
     #[arg(long, default_value_t = ferrule_model::Limits::default().ingress_bytes)]
@@ -111,6 +121,23 @@ struct ModelFlags {
     /// Prefix of the annotations Ferrule reads, as ingress-nginx's flag.
     #[arg(long, default_value = ferrule_model::snapshot::DEFAULT_ANNOTATIONS_PREFIX, value_parser = annotations_prefix)]
     annotations_prefix: String,
+}
+
+/// `NAMESPACE/NAME` of a ConfigMap (a bare name is in `default`, as in ingress-nginx),
+/// returned with its namespace.
+fn configmap_ref(v: &str) -> Result<String, String> {
+    let (ns, name) = v.split_once('/').unwrap_or(("default", v));
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 253
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+    };
+    if label(ns) && label(name) && !ns.contains('.') {
+        Ok(format!("{ns}/{name}"))
+    } else {
+        Err("expected NAMESPACE/NAME of a ConfigMap".to_owned())
+    }
 }
 
 /// An annotation prefix: a DNS subdomain, as Kubernetes requires of the part of an
@@ -152,6 +179,10 @@ impl ModelFlags {
                 regex_paths_per_ingress: self.max_regex_paths_per_ingress,
                 hosts_per_ingress: self.max_hosts_per_ingress,
             },
+            tcp_services: self.tcp_services_configmap.clone(),
+            udp_services: self.udp_services_configmap.clone(),
+            // `ferrule run` adds its ports; the others serve none.
+            reserved_ports: Vec::new(),
             now,
         }
     }
@@ -327,7 +358,22 @@ impl MetricsFlags {
 }
 
 impl NginxFlags {
-    fn render_options(&self, configmap: Option<String>) -> Result<RenderOptions> {
+    fn render_options(&self, flags: &ModelFlags) -> Result<RenderOptions> {
+        let configmap = flags.config_map_ref();
+        let streams =
+            flags.tcp_services_configmap.is_some() || flags.udp_services_configmap.is_some();
+        if streams {
+            for m in ferrule::nginx::render::STREAM_MODULES {
+                let path = self.nginx_modules.join(m);
+                anyhow::ensure!(
+                    path.exists(),
+                    "TCP/UDP services (--tcp-services-configmap, --udp-services-configmap) need \
+                     NGINX's stream module and njs for it, and {} does not exist (Debian: \
+                     apt install libnginx-mod-stream libnginx-mod-stream-js)",
+                    path.display()
+                );
+            }
+        }
         let root = nix::unistd::geteuid().is_root();
         let prefix =
             std::path::absolute(&self.nginx_prefix).unwrap_or_else(|_| self.nginx_prefix.clone());
@@ -339,6 +385,12 @@ impl NginxFlags {
             worker_processes: self.worker_processes.clone(),
             user: root.then(|| "nobody".to_owned()),
             modules: (self.balancer.modules().iter())
+                .chain(
+                    streams
+                        .then_some(ferrule::nginx::render::STREAM_MODULES)
+                        .into_iter()
+                        .flatten(),
+                )
                 .map(|m| self.nginx_modules.join(m))
                 .chain(
                     (ferrule::nginx::render::OPTIONAL_MODULES.iter())
@@ -360,8 +412,8 @@ impl NginxFlags {
 
     /// [`Self::render_options`] for `ferrule run`: with a worker directory where the
     /// worker user cannot enter the prefix (`ferrule::nginx::worker_dir`).
-    fn run_options(&self, configmap: Option<String>) -> Result<RenderOptions> {
-        let mut opts = self.render_options(configmap)?;
+    fn run_options(&self, flags: &ModelFlags) -> Result<RenderOptions> {
+        let mut opts = self.render_options(flags)?;
         if let Some(user) = opts.user.as_deref() {
             opts.worker_dir = ferrule::nginx::worker_dir::choose(&opts.prefix, user)?;
         }
@@ -375,8 +427,8 @@ impl NginxFlags {
     }
 
     /// [`Self::render_options`] with the fast path decided now (`nginx -t`).
-    fn render_options_probed(&self, configmap: Option<String>) -> Result<RenderOptions> {
-        let mut opts = self.render_options(configmap)?;
+    fn render_options_probed(&self, flags: &ModelFlags) -> Result<RenderOptions> {
+        let mut opts = self.render_options(flags)?;
         ferrule::nginx::fast_path::enable(
             &mut opts,
             &self.nginx_binary,
@@ -666,11 +718,18 @@ async fn main() -> Result<()> {
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
-                render: nginx.run_options(flags.config_map_ref())?,
+                render: nginx.run_options(&flags)?,
                 fast_path_module: nginx.fast_path_module(),
                 request_metrics: nginx.metrics.export(),
                 nginx_binary: nginx.nginx_binary.clone(),
-                settings: flags.settings(),
+                settings: Settings {
+                    // A TCP service may not take a port the controller listens on.
+                    reserved_ports: [status_port, nginx.http_port, nginx.https_port]
+                        .into_iter()
+                        .chain(admission.as_ref().map(|a| a.addr.port()))
+                        .collect(),
+                    ..flags.settings()
+                },
                 config_map: flags
                     .config_map()
                     .map(|(a, b)| (a.to_owned(), b.to_owned())),
@@ -687,7 +746,7 @@ async fn main() -> Result<()> {
             let model = flags.model(&manifests)?;
             let mut nginx = nginx.clone();
             nginx.nginx_prefix = out;
-            let opts = nginx.render_options_probed(flags.config_map_ref())?;
+            let opts = nginx.render_options_probed(&flags)?;
             let written = commands::render(&model, opts)?;
             println!("wrote {written} files");
         }
@@ -702,7 +761,7 @@ async fn main() -> Result<()> {
                 &snap,
                 &model,
                 &nginx.nginx_binary,
-                nginx.render_options_probed(flags.config_map_ref())?,
+                nginx.render_options_probed(&flags)?,
             )
             .await?;
             if !ok {

@@ -27,6 +27,7 @@ use crate::balancer::{
 };
 use crate::metrics::rejected::{Reason, Rejection};
 use crate::nginx::safety::Exclusions;
+use crate::nginx::stream_peers::StreamPeers;
 use crate::nginx::{Applied, Dataplane};
 use crate::status::{ResourceState, ResourceStatus, Shared};
 
@@ -54,6 +55,8 @@ struct Poster {
     /// NGINX died and its restart has not posted yet: a post that succeeds now
     /// reached orphaned workers, not a serving NGINX, and says nothing of readiness.
     restarting: bool,
+    /// The peers files of TCP/UDP services, written from the same view.
+    streams: StreamPeers,
 }
 
 struct Common {
@@ -101,6 +104,7 @@ pub async fn run(
             client: balancer,
             posted: None,
             restarting: false,
+            streams: StreamPeers::new(dataplane.stream_peers_dir()),
         }),
         exclusions: RwLock::new(Exclusions::default()),
         serving: AtomicBool::new(false),
@@ -234,6 +238,12 @@ async fn post(
         (None, None) => return Ok(Default::default()),
     };
     let result = poster.client.sync(&view).await;
+    // Endpoints of TCP/UDP services: files, not posts (crate::nginx::stream_peers).
+    match poster.streams.sync(&view, running.map(|r| &**r)) {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(files = n, "stream peers updated"),
+        Err(e) => tracing::warn!(error = %e, "writing the peers of TCP/UDP services failed"),
+    }
     poster.posted = Some(view);
     let refused = poster.client.refused();
     {

@@ -132,6 +132,7 @@ pub fn cluster(n: usize) -> Snapshot {
         endpoint_slices: (0..n).map(|i| Arc::new(slice(i, 0))).collect(),
         secrets: vec![],
         config_map: None,
+        config_maps: vec![],
         previous_certificates: Default::default(),
         settings: Settings::default(),
         observed: None,

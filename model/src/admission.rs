@@ -400,11 +400,15 @@ impl Index {
             endpoint_slices: pick(slices, &snap.endpoint_slices),
             secrets: pick(secrets, &snap.secrets),
             config_map: snap.config_map.clone(),
+            config_maps: Vec::new(),
             settings: Settings {
                 // Problems of these flags are reported on their Service and Secret,
                 // never on an Ingress: not checked per request.
                 default_backend_service: None,
                 default_certificate: None,
+                // Streams are not an Ingress's: nothing to decide on.
+                tcp_services: None,
+                udp_services: None,
                 now: opts.now.unwrap_or(snap.settings.now),
                 ..snap.settings.clone()
             },

@@ -41,6 +41,20 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     if old.default_backend != new.default_backend {
         reasons.push("default-backend".to_owned());
     }
+    // A stream's endpoints are its backend's (posted); anything else is its server.
+    if old.streams != new.streams {
+        let key = |s: &crate::model::Stream| format!("{}/{}", s.protocol, s.port);
+        let old_streams: BTreeMap<String, _> = old.streams.iter().map(|s| (key(s), s)).collect();
+        let new_streams: BTreeMap<String, _> = new.streams.iter().map(|s| (key(s), s)).collect();
+        for side in merge(&old_streams, &new_streams) {
+            match side {
+                Side::Old(k) => reasons.push(format!("stream-removed:{k}")),
+                Side::New(k) => reasons.push(format!("stream-added:{k}")),
+                Side::Both(k, o, n) if o != n => reasons.push(format!("stream-changed:{k}")),
+                Side::Both(..) => {}
+            }
+        }
+    }
     // The same servers (the build's endpoint fast path shares them): nothing to
     // compare, which is most of the diff's cost in a large cluster.
     let same_servers = Arc::ptr_eq(&old.servers, &new.servers);

@@ -128,6 +128,11 @@ pub struct Model {
     /// Where unknown hosts and unmatched paths go: the catch-all Ingress's
     /// `spec.defaultBackend`, else `--default-backend-service`, else 404.
     pub default_backend: Target,
+    /// TCP and UDP services (`--tcp-services-configmap`, `--udp-services-configmap`),
+    /// sorted by protocol and port. Left out of the encoding when empty, so that
+    /// models without them keep their hash.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<Stream>,
     /// Settings shared by every server (from the controller ConfigMap).
     pub global: Global,
     /// Problems found while building, sorted.
@@ -166,6 +171,47 @@ impl Eq for HashMemo {}
 impl std::fmt::Debug for HashMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("HashMemo")
+    }
+}
+
+/// A TCP or UDP port NGINX forwards to one Service port (an entry of the TCP or UDP
+/// services ConfigMap, ingress-nginx's format).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stream {
+    /// The port NGINX listens on.
+    pub port: u16,
+    /// TCP or UDP.
+    pub protocol: StreamProtocol,
+    /// The ConfigMap holding the entry.
+    pub owner: ResourceRef,
+    /// The backend in [`Model::backends`] (absent there when the Service has no
+    /// ready endpoints: connections are then closed at once).
+    pub backend: String,
+    /// The first `:PROXY`: clients send the PROXY protocol header (the address
+    /// NGINX logs is the one it carries).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decode_proxy_protocol: bool,
+    /// The second `:PROXY`: NGINX sends the PROXY protocol header to the backend.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encode_proxy_protocol: bool,
+}
+
+/// The transport of a [`Stream`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamProtocol {
+    /// `--tcp-services-configmap`.
+    Tcp,
+    /// `--udp-services-configmap`.
+    Udp,
+}
+
+impl fmt::Display for StreamProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StreamProtocol::Tcp => "tcp",
+            StreamProtocol::Udp => "udp",
+        })
     }
 }
 
@@ -325,6 +371,10 @@ pub struct Backend {
     /// EndpointSlices do not apply.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cluster_ip: bool,
+    /// The Service's UDP port (a UDP service): named `..._udp`, apart from its TCP
+    /// port of the same number.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub udp: bool,
 }
 
 /// A ready endpoint of a backend.
@@ -439,6 +489,7 @@ pub struct Global {
 pub fn routed_backends<'a>(
     servers: &'a [Server],
     default_backend: &'a Target,
+    streams: &'a [Stream],
 ) -> impl Iterator<Item = &'a String> {
     let locations = servers.iter().flat_map(|s| &s.locations);
     let error_pages =
@@ -451,12 +502,14 @@ pub fn routed_backends<'a>(
             Target::Status(_) => None,
         })
         .chain(error_pages)
+        .chain(streams.iter().map(|s| &s.backend))
 }
 
 impl Model {
-    /// The backends its locations and its default backend route to, with repeats.
+    /// The backends its locations, its default backend and its streams route to,
+    /// with repeats.
     pub fn routed_backends(&self) -> impl Iterator<Item = &String> {
-        routed_backends(&self.servers, &self.default_backend)
+        routed_backends(&self.servers, &self.default_backend, &self.streams)
     }
 
     /// The blake3 hash of the model's canonical encoding, as 64 hex digits. Computed

@@ -34,14 +34,15 @@ pub enum ObjectError {
 pub enum Added {
     /// Added to the snapshot.
     Added,
-    /// Not a kind Ferrule reads (or not the controller ConfigMap); the kind is returned.
+    /// Not a kind Ferrule reads; the kind is returned.
     Skipped(String),
 }
 
 /// Adds one object (or every item of a `List`) to `snap`.
 ///
 /// `config_map` names the controller ConfigMap (`namespace`, `name`); other ConfigMaps
-/// are skipped. A namespaced object without a namespace is put in `default`.
+/// go to `Snapshot::config_maps`. A namespaced object without a namespace is put in
+/// `default`.
 pub fn add(
     snap: &mut Snapshot,
     value: serde_json::Value,
@@ -83,7 +84,8 @@ pub fn add(
             if config_map == Some(id) {
                 snap.config_map = Some(cm);
             } else {
-                return Ok(vec![Added::Skipped(kind)]);
+                // The build reads those the settings name (TCP/UDP services).
+                snap.config_maps.push(cm);
             }
         }
         _ => return Ok(vec![Added::Skipped(kind)]),

@@ -36,6 +36,13 @@ pub struct Settings {
     pub allow_local_endpoints: bool,
     /// The most one Ingress may hold (see [`Limits`]).
     pub limits: Limits,
+    /// `namespace/name` of the TCP services ConfigMap (`--tcp-services-configmap`).
+    pub tcp_services: Option<String>,
+    /// `namespace/name` of the UDP services ConfigMap (`--udp-services-configmap`).
+    pub udp_services: Option<String>,
+    /// Ports the controller listens on itself (HTTP, HTTPS, status): a TCP service
+    /// entry may not take one.
+    pub reserved_ports: Vec<u16>,
     /// "Now" as seconds since the Unix epoch, for certificate expiry (kept as an
     /// input so that model building stays pure and deterministic).
     pub now: i64,
@@ -53,6 +60,9 @@ impl Default for Settings {
             annotations_prefix: DEFAULT_ANNOTATIONS_PREFIX.to_owned(),
             allow_local_endpoints: false,
             limits: Limits::default(),
+            tcp_services: None,
+            udp_services: None,
+            reserved_ports: Vec::new(),
             now: 0,
         }
     }
@@ -107,6 +117,9 @@ pub struct Snapshot {
     pub secrets: Vec<Arc<Secret>>,
     /// The controller ConfigMap, if configured and present.
     pub config_map: Option<Arc<ConfigMap>>,
+    /// Other ConfigMaps the settings name (the TCP and UDP services), or, from a
+    /// manifests directory, every other ConfigMap in it.
+    pub config_maps: Vec<Arc<ConfigMap>>,
     /// Controller settings.
     pub settings: Settings,
     /// The certificates the previous model served, by `namespace/name` of their

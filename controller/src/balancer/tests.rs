@@ -85,6 +85,7 @@ fn backend(name: &str, ip: &str) -> Backend {
         }],
         balancing: Default::default(),
         cluster_ip: false,
+        udp: false,
     }
 }
 

@@ -14,6 +14,7 @@ pub mod process;
 pub mod procfs;
 pub mod render;
 pub mod safety;
+pub mod stream_peers;
 pub mod stub_status;
 pub mod worker_dir;
 
@@ -194,6 +195,11 @@ impl Dataplane {
     /// The default certificate and key (PEM), as NGINX serves them.
     pub fn default_certificate(&self) -> &(String, String) {
         &self.default_certificate
+    }
+
+    /// Where the peers files of TCP/UDP services live (`stream_peers`).
+    pub fn stream_peers_dir(&self) -> PathBuf {
+        (self.renderer.options()).worker_path(render::STREAM_PEERS_DIR)
     }
 
     /// The balancer API socket.

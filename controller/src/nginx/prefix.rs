@@ -69,6 +69,9 @@ pub(super) fn prepare(
     let write_default = kept_pem.is_none();
     let default_pem = kept_pem.unwrap_or(default_pem);
     let default_certificate = split_pem(&String::from_utf8_lossy(&default_pem));
+    // The njs sources, whichever the balancer: they also pick TCP/UDP services' peers.
+    install(&prefix.join(render::NJS_DIR), njs::NJS_FILES)?;
+    std::fs::create_dir_all(opts.worker_path(render::STREAM_PEERS_DIR))?;
     match opts.balancer {
         Balancer::Lua => {
             install(&prefix.join("lua"), lua::LUA_FILES)?;
@@ -86,7 +89,6 @@ pub(super) fn prepare(
         // `njs/README.md`, "The nginx contract". The workers read the default
         // certificate's files at handshakes, so they belong to the worker user.
         Balancer::Njs => {
-            install(&prefix.join(render::NJS_DIR), njs::NJS_FILES)?;
             std::fs::create_dir_all(opts.worker_path("conf"))?;
             if kept_token.is_none() {
                 let json = serde_json::json!({ "token": token }).to_string();

@@ -11,7 +11,8 @@ use super::{emit, process};
 use locations::{LocationView, default_location, location_view, regex_escape};
 pub use options::{
     Balancer, MetricsRender, MetricsSource, NJS_DEFAULT_CERT, NJS_DEFAULT_KEY, NJS_DIR,
-    NJS_STATE_DIR, NJS_TOKEN_FILE, OPTIONAL_MODULES, RenderOptions, system_resolvers,
+    NJS_STATE_DIR, NJS_TOKEN_FILE, OPTIONAL_MODULES, RenderOptions, STREAM_MODULES,
+    STREAM_PEERS_DIR, system_resolvers,
 };
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");
@@ -185,12 +186,16 @@ impl Renderer {
             .expect("nginx.conf.tera is valid");
         tera.add_raw_template("server.conf.tera", SERVER_TEMPLATE)
             .expect("server.conf.tera is valid");
-        // A new controller adopting an NGINX must reload it into new Lua or njs.
-        let code = match opts.balancer {
-            Balancer::Lua => super::lua::LUA_FILES,
-            Balancer::Njs => super::njs::NJS_FILES,
+        // A new controller adopting an NGINX must reload it into new Lua or njs (the
+        // njs sources are installed with Lua too: they pick TCP/UDP services' peers).
+        let code: Vec<(&str, &str)> = match opts.balancer {
+            Balancer::Lua => (super::lua::LUA_FILES.iter())
+                .chain(super::njs::NJS_FILES)
+                .copied()
+                .collect(),
+            Balancer::Njs => super::njs::NJS_FILES.to_vec(),
         };
-        let code_digest = *files_digest(code.iter().copied()).finalize().as_bytes();
+        let code_digest = *files_digest(code.into_iter()).finalize().as_bytes();
         Self {
             tera,
             opts,
@@ -275,6 +280,23 @@ impl Renderer {
         self.opts.worker_path(rel).to_string_lossy().into_owned()
     }
 
+    /// The addresses of a proxy port, as `listen` takes them: IPv4, and IPv6 too (as
+    /// ingress-nginx) unless the ConfigMap's disable-ipv6 says otherwise or this
+    /// kernel has no IPv6; ConfigMap bind-address instead of --listen-address.
+    fn listen(&self, model: &Model, port: u16) -> Vec<String> {
+        let dual = !model.global.tuning.disable_ipv6 && ipv6_enabled();
+        let bind = &model.global.http.bind_addresses;
+        match self.opts.listen_address.as_str() {
+            _ if !bind.is_empty() => (bind.iter())
+                .map(|a| std::net::SocketAddr::new(*a, port).to_string())
+                .collect(),
+            "*" | "" if dual => vec![port.to_string(), format!("[::]:{port}")],
+            "*" | "" => vec![port.to_string()],
+            a if a.contains(':') => vec![format!("[{a}]:{port}")],
+            a => vec![format!("{a}:{port}")],
+        }
+    }
+
     /// A unix socket, as `listen` and `set_current_peer` name it.
     fn unix(path: String) -> String {
         format!("unix:{path}")
@@ -349,6 +371,7 @@ impl Renderer {
             limits: rate_limits::zones(model),
             auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
             metrics: self.metrics_view(),
+            streams: streams::view(self, model),
         }
     }
 
@@ -547,20 +570,6 @@ impl Renderer {
                 l.include = format!("njs-{}", l.include);
             }
         }
-        // Every address: IPv4, and IPv6 too (as ingress-nginx) unless the ConfigMap's
-        // disable-ipv6 says otherwise or this kernel has no IPv6.
-        let dual = !model.global.tuning.disable_ipv6 && ipv6_enabled();
-        // ConfigMap bind-address: those addresses instead of --listen-address.
-        let bind = &model.global.http.bind_addresses;
-        let listen = |port: u16| match self.opts.listen_address.as_str() {
-            _ if !bind.is_empty() => (bind.iter())
-                .map(|a| std::net::SocketAddr::new(*a, port).to_string())
-                .collect(),
-            "*" | "" if dual => vec![port.to_string(), format!("[::]:{port}")],
-            "*" | "" => vec![port.to_string()],
-            a if a.contains(':') => vec![format!("[{a}]:{port}")],
-            a => vec![format!("{a}:{port}")],
-        };
         ServerView {
             host: s.host.clone(),
             server_name: server_name(&s.host),
@@ -570,8 +579,8 @@ impl Renderer {
                 .as_ref()
                 .map(source)
                 .unwrap_or_else(|| "Controller".to_owned()),
-            listen_http: listen(self.opts.http_port),
-            listen_https: listen(self.opts.https_port),
+            listen_http: self.listen(model, self.opts.http_port),
+            listen_https: self.listen(model, self.opts.https_port),
             cert,
             server_snippet: s.server_snippet.as_ref().map(|s| s.0.clone()),
             auth_locations,
@@ -871,6 +880,8 @@ struct MainView {
     resolvers: Vec<String>,
     /// Per-request metrics, when collected.
     metrics: Option<MetricsMainView>,
+    /// TCP and UDP services (the `stream` block), when there are any.
+    streams: Option<streams::StreamsView>,
 }
 
 #[derive(Serialize)]
@@ -917,5 +928,6 @@ mod mirror;
 mod options;
 mod proxying;
 mod rate_limits;
+mod streams;
 #[cfg(test)]
 mod tests;

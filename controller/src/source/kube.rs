@@ -49,6 +49,8 @@ struct Stores {
     slices: Store<EndpointSlice>,
     secrets: Store<Secret>,
     config_maps: Option<Store<ConfigMap>>,
+    /// The TCP and UDP services ConfigMaps the settings name.
+    stream_config_maps: Vec<Store<ConfigMap>>,
 }
 
 /// Starts the watchers and a task publishing snapshots on `tx` until the process
@@ -95,16 +97,18 @@ pub fn start(
         // too. strip_secret keeps only those keys, so other Secrets cost their name,
         // and their changes (tokens, Helm releases) build no model.
         secrets: reflect(secret_api, every(), strip_secret, holds_tls, &dirty),
-        config_maps: opts.config_map.as_ref().map(|(ns, name)| {
-            let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-            reflect(
-                Api::<ConfigMap>::namespaced(client.clone(), ns),
-                cfg,
-                |_| {},
-                |_| true,
-                &dirty,
-            )
-        }),
+        config_maps: opts
+            .config_map
+            .as_ref()
+            .map(|(ns, name)| named_config_map(&client, ns, name, &dirty)),
+        stream_config_maps: [&settings.tcp_services, &settings.udp_services]
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let (ns, name) = c.split_once('/').unwrap_or(("default", c));
+                named_config_map(&client, ns, name, &dirty)
+            })
+            .collect(),
     };
     let ingresses = stores.ingresses.clone();
     tokio::spawn(async move {
@@ -120,6 +124,23 @@ pub fn start(
         }
     });
     ingresses
+}
+
+/// A reflector of the one ConfigMap `ns/name`.
+fn named_config_map(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    dirty: &Arc<Notify>,
+) -> Store<ConfigMap> {
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    reflect(
+        Api::<ConfigMap>::namespaced(client.clone(), ns),
+        cfg,
+        |_| {},
+        |_| true,
+        dirty,
+    )
 }
 
 /// A reflector store of `api`, stripped by `strip`; changes to `relevant` objects
@@ -385,7 +406,7 @@ async fn wait_ready(s: &Stores) {
     let _ = s.services.wait_until_ready().await;
     let _ = s.slices.wait_until_ready().await;
     let _ = s.secrets.wait_until_ready().await;
-    if let Some(cm) = &s.config_maps {
+    for cm in s.config_maps.iter().chain(&s.stream_config_maps) {
         let _ = cm.wait_until_ready().await;
     }
 }
@@ -403,6 +424,11 @@ fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant
             .config_maps
             .as_ref()
             .and_then(|c| c.state().into_iter().next()),
+        config_maps: s
+            .stream_config_maps
+            .iter()
+            .flat_map(|c| c.state())
+            .collect(),
         settings,
         observed,
         ..Snapshot::default()

@@ -134,6 +134,7 @@ fn load_cached(
         if part.config_map.is_some() {
             snap.config_map.clone_from(&part.config_map);
         }
+        snap.config_maps.extend(part.config_maps.iter().cloned());
     }
     (snap, errors)
 }

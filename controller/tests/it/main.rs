@@ -22,5 +22,6 @@ mod prometheus;
 mod protocols;
 mod request_metrics;
 mod safety;
+mod streams;
 mod tenants;
 mod traffic;

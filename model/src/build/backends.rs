@@ -83,9 +83,24 @@ impl<'a> ServiceIndex<'a> {
         ns: &str,
         b: &IngressServiceBackend,
     ) -> Result<(Backend, Vec<Endpoint>), String> {
-        let (name, service_port, port, _) = self.port_of(ns, b, "")?;
+        let (name, service_port, port, _) = self.port_of(ns, b, Transport::Tcp)?;
         let PortEndpoints { kept, dropped } = self.endpoints(ns, &b.name, port);
         let backend = backend(ns, &b.name, name, service_port, kept, false);
+        Ok((backend, dropped))
+    }
+
+    /// [`ServiceIndex::resolve`] for a UDP service: the Service's UDP port of that
+    /// number or name (a DNS Service has TCP and UDP ports of one number), named
+    /// apart from the TCP one.
+    pub(crate) fn resolve_udp(
+        &self,
+        ns: &str,
+        b: &IngressServiceBackend,
+    ) -> Result<(Backend, Vec<Endpoint>), String> {
+        let (name, service_port, port, _) = self.port_of(ns, b, Transport::Udp)?;
+        let PortEndpoints { kept, dropped } = self.endpoints(ns, &b.name, port);
+        let mut backend = backend(ns, &b.name, name, service_port, kept, false);
+        backend.udp = true;
         Ok((backend, dropped))
     }
 
@@ -98,7 +113,7 @@ impl<'a> ServiceIndex<'a> {
         ns: &str,
         b: &IngressServiceBackend,
     ) -> Result<Option<(Backend, Vec<Endpoint>)>, String> {
-        let (name, service_port, port, svc) = self.port_of(ns, b, "_cluster-ip")?;
+        let (name, service_port, port, svc) = self.port_of(ns, b, Transport::ClusterIp)?;
         let ip = svc
             .spec
             .as_ref()
@@ -129,14 +144,20 @@ impl<'a> ServiceIndex<'a> {
         Ok(Some((backend, dropped)))
     }
 
-    /// The backend's name (the Service's, port and `suffix`), its Service port as the
-    /// Ingress names it, that port and the Service.
+    /// The backend's name (the Service's, port and the transport's suffix), its
+    /// Service port as the Ingress names it, that port and the Service.
     fn port_of(
         &self,
         ns: &str,
         b: &IngressServiceBackend,
-        suffix: &str,
+        transport: Transport,
     ) -> Result<(String, String, &'a ServicePort, &'a Service), String> {
+        let suffix = match transport {
+            Transport::Tcp => "",
+            Transport::ClusterIp => "_cluster-ip",
+            Transport::Udp => "_udp",
+        };
+        let udp = transport == Transport::Udp;
         let port_ref = match &b.port {
             Some(p) => match (&p.name, p.number) {
                 (Some(name), _) if !name.is_empty() => PortRef::Name(name),
@@ -172,8 +193,15 @@ impl<'a> ServiceIndex<'a> {
         }
         let port = spec
             .and_then(|s| s.ports.as_ref())
-            .and_then(|ports| ports.iter().find(|p| port_ref.matches(p)))
-            .ok_or_else(|| format!("Service {ns}/{} has no port {port_ref}", b.name))?;
+            .and_then(|ports| {
+                ports
+                    .iter()
+                    .find(|p| port_ref.matches(p) && is_udp(p) == udp)
+            })
+            .ok_or_else(|| match udp {
+                true => format!("Service {ns}/{} has no UDP port {port_ref}", b.name),
+                false => format!("Service {ns}/{} has no port {port_ref}", b.name),
+            })?;
         Ok((name, service_port, port, svc))
     }
 
@@ -184,6 +212,7 @@ impl<'a> ServiceIndex<'a> {
         ns: &str,
         svc: &str,
         service_port: &str,
+        udp: bool,
     ) -> Option<Vec<Endpoint>> {
         let ports = self.ports(ns, svc)?;
         let named = PortRef::Name(service_port);
@@ -194,7 +223,9 @@ impl<'a> ServiceIndex<'a> {
             Ok(n) => PortRef::Number(n),
             Err(_) => named,
         };
-        let port = ports.iter().find(|p| port_ref.matches(p))?;
+        let port = ports
+            .iter()
+            .find(|p| port_ref.matches(p) && is_udp(p) == udp)?;
         Some(self.endpoints(ns, svc, port).kept)
     }
 
@@ -281,6 +312,22 @@ impl<'a> ServiceIndex<'a> {
     }
 }
 
+/// How a backend reaches a Service port, which names it apart.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Its TCP endpoints (HTTP, gRPC, TCP services).
+    Tcp,
+    /// Its ClusterIP (`service-upstream`).
+    ClusterIp,
+    /// Its UDP endpoints (UDP services).
+    Udp,
+}
+
+/// Whether a Service port is UDP (the API server defaults the protocol to TCP).
+fn is_udp(p: &ServicePort) -> bool {
+    p.protocol.as_deref() == Some("UDP")
+}
+
 enum PortRef<'a> {
     Name(&'a str),
     Number(i32),
@@ -320,6 +367,7 @@ fn backend(
         endpoints,
         balancing: Balancing::default(),
         cluster_ip,
+        udp: false,
     }
 }
 

@@ -28,6 +28,7 @@ pub fn build_endpoint_change(
         || !same(&prev.ingress_classes, &next.ingress_classes)
         || !same(&prev.services, &next.services)
         || !same(&prev.secrets, &next.secrets)
+        || !same(&prev.config_maps, &next.config_maps)
         || !match (&prev.config_map, &next.config_map) {
             (None, None) => true,
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -81,8 +82,12 @@ pub fn build_endpoint_change(
         if b.cluster_ip || !is_touched(&b.service.namespace, &b.service.name) {
             continue;
         }
-        let endpoints =
-            after.endpoints_of(&b.service.namespace, &b.service.name, &b.service_port)?;
+        let endpoints = after.endpoints_of(
+            &b.service.namespace,
+            &b.service.name,
+            &b.service_port,
+            b.udp,
+        )?;
         if endpoints != b.endpoints {
             changed.push(b.name.clone());
             // Copies this backend only: the others stay shared with `prev_model`.

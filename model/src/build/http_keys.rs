@@ -25,6 +25,10 @@ pub struct HttpKeys {
     pub main: Vec<Directive>,
     /// The one-directive keys of `http`, in [`ROWS`] order.
     pub http: Vec<Directive>,
+    /// The one-directive keys of `stream` (TCP/UDP services), in [`ROWS`] order.
+    pub stream: Vec<Directive>,
+    /// `log-format-stream`: the access log format of TCP/UDP services.
+    pub stream_log_format: String,
     /// `worker-processes`: `auto` or a number; `None`: the controller's flag.
     pub worker_processes: Option<String>,
     /// `error-log-level`.
@@ -107,6 +111,7 @@ impl Default for Gzip {
 enum Context {
     Main,
     Http,
+    Stream,
 }
 
 /// A key that is one directive.
@@ -246,6 +251,19 @@ const ROWS: &[Row] = &[
     row("ssl-ciphers", "ssl_ciphers", ssl_ciphers, Some(SSL_CIPHERS)),
     row("ssl-ecdh-curve", "ssl_ecdh_curve", ecdh_curve, Some("auto")),
     Row {
+        context: Context::Stream,
+        ..row("proxy-stream-timeout", "proxy_timeout", time, Some("600s"))
+    },
+    Row {
+        context: Context::Stream,
+        ..row(
+            "proxy-stream-responses",
+            "proxy_responses",
+            responses,
+            Some("1"),
+        )
+    },
+    Row {
         context: Context::Main,
         ..row(
             "worker-cpu-affinity",
@@ -283,6 +301,7 @@ pub(crate) fn read<'a>(
     let mut keys = Reader { get, invalid };
     let mut main = Vec::new();
     let mut http = Vec::new();
+    let mut stream = Vec::new();
     for r in ROWS {
         let default = || r.default.map(|d| (r.parse)(d).expect("defaults parse"));
         let args = keys.value(r.key, default(), |v| (r.parse)(v).map(Some));
@@ -294,6 +313,7 @@ pub(crate) fn read<'a>(
             match r.context {
                 Context::Main => main.push(d),
                 Context::Http => http.push(d),
+                Context::Stream => stream.push(d),
             }
         }
     }
@@ -360,6 +380,12 @@ pub(crate) fn read<'a>(
     HttpKeys {
         main,
         http,
+        stream,
+        stream_log_format: keys.value(
+            "log-format-stream",
+            STREAM_LOG_FORMAT.to_owned(),
+            super::tuning::log_format,
+        ),
         worker_processes: keys.value("worker-processes", None, |v| workers(v).map(Some)),
         error_log_level: keys.value("error-log-level", "notice".to_owned(), log_level),
         access_log: !keys.value("disable-access-log", false, value::boolean),
@@ -424,6 +450,19 @@ impl Default for HttpKeys {
         read(|_| None, &mut Vec::new())
     }
 }
+
+fn time(v: &str) -> Result<Vec<String>, String> {
+    Ok(vec![value::time(v)?])
+}
+
+/// `proxy_responses`: datagrams a UDP backend answers per client datagram.
+fn responses(v: &str) -> Result<Vec<String>, String> {
+    Ok(vec![value::integer(v, 0, 1_000_000)?.to_string()])
+}
+
+/// ingress-nginx's `log-format-stream`.
+const STREAM_LOG_FORMAT: &str =
+    "[$remote_addr] [$time_local] $protocol $status $bytes_sent $bytes_received $session_time";
 
 fn seconds(v: &str) -> Result<Vec<String>, String> {
     Ok(vec![format!("{}s", value::seconds(v)?)])

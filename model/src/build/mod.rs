@@ -16,6 +16,7 @@ pub mod http_keys;
 mod limits;
 mod path_regex;
 pub mod real_ip;
+mod streams;
 mod tls;
 pub mod tuning;
 
@@ -65,6 +66,7 @@ pub fn build(snap: &Snapshot) -> Model {
         checked_secrets: HashMap::new(),
         valid_until: None,
         catch_all: None,
+        streams: Vec::new(),
     };
 
     let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
@@ -151,6 +153,7 @@ pub fn build(snap: &Snapshot) -> Model {
     for (ing, r, a) in &canaries {
         b.add_canary(ing, r, a);
     }
+    b.add_streams();
     b.finish()
 }
 
@@ -219,6 +222,8 @@ struct Builder<'a> {
     /// The earliest expiry of the certificates found valid (Model::certificates_valid_until).
     valid_until: Option<i64>,
     catch_all: Option<(ResourceRef, Target)>,
+    /// TCP and UDP services (`streams.rs`).
+    streams: Vec<crate::model::Stream>,
 }
 
 impl Builder<'_> {
@@ -964,7 +969,7 @@ impl Builder<'_> {
         };
         // Backends only referenced by skipped rules must not survive.
         let used: std::collections::HashSet<&str> =
-            crate::model::routed_backends(&servers, &default_backend)
+            crate::model::routed_backends(&servers, &default_backend, &self.streams)
                 .map(String::as_str)
                 .collect();
         let canaries: Vec<String> = used
@@ -992,6 +997,7 @@ impl Builder<'_> {
             certificates: std::sync::Arc::new(certificates),
             default_certificate,
             default_backend,
+            streams: self.streams,
             global: self.global,
             problems: self.problems,
             certificates_valid_until: self.valid_until,

@@ -230,9 +230,9 @@ fn buffer(v: &str) -> Result<String, String> {
     Ok(s)
 }
 
-/// `log-format-upstream`: one line of printable text (NGINX checks the variables;
-/// an unknown one holds the ConfigMap back, as any shared input).
-fn log_format(v: &str) -> Result<String, String> {
+/// `log-format-upstream` (and `-stream`): one line of printable text (NGINX checks
+/// the variables; an unknown one holds the ConfigMap back, as any shared input).
+pub(super) fn log_format(v: &str) -> Result<String, String> {
     if v.is_empty() || v.len() > 8192 {
         return Err("expected a format of 1 to 8192 bytes".to_owned());
     }

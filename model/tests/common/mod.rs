@@ -270,7 +270,8 @@ pub fn config_map(data: &[(&str, &str)]) -> Value {
 
 /// A pseudo-document only the tests read: controller settings, so that a rule table
 /// stays one YAML string. Fields: `watchWithoutClass`, `defaultBackendService`,
-/// `defaultSslCertificate`, `allowLocalEndpoints`, `now`.
+/// `defaultSslCertificate`, `allowLocalEndpoints`, `now`, `tcpServices`,
+/// `udpServices`, `reservedPorts`.
 pub fn test_settings(fields: Value) -> Value {
     json!({ "kind": "TestSettings", "spec": fields })
 }
@@ -371,6 +372,19 @@ pub fn snapshot(manifests: &str) -> Snapshot {
             }
             if let Some(n) = spec["now"].as_i64() {
                 s.now = n;
+            }
+            if let Some(c) = spec["tcpServices"].as_str() {
+                s.tcp_services = Some(c.to_owned());
+            }
+            if let Some(c) = spec["udpServices"].as_str() {
+                s.udp_services = Some(c.to_owned());
+            }
+            if let Some(ports) = spec["reservedPorts"].as_array() {
+                s.reserved_ports = ports
+                    .iter()
+                    .filter_map(|p| p.as_u64())
+                    .map(|p| p as u16)
+                    .collect();
             }
             continue;
         }

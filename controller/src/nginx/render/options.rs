@@ -40,6 +40,14 @@ impl Balancer {
 /// `more_set_input_headers`) keep working where snippets are allowed.
 pub const OPTIONAL_MODULES: &[&str] = &["ngx_http_headers_more_filter_module.so"];
 
+/// The modules TCP/UDP services need (`--tcp-services-configmap`,
+/// `--udp-services-configmap`): the stream subsystem and njs in it (which picks each
+/// connection's peer). Debian: `libnginx-mod-stream`, `libnginx-mod-stream-js`.
+pub const STREAM_MODULES: &[&str] = &["ngx_stream_module.so", "ngx_stream_js_module.so"];
+/// The peers of each stream backend, one file per backend, written by the
+/// controller and read by `njs/stream.js` per connection (see `nginx::stream_peers`).
+pub const STREAM_PEERS_DIR: &str = "run/ferrule-stream";
+
 /// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
 pub const NJS_DIR: &str = "njs";
 /// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).

@@ -1017,9 +1017,9 @@ async fn nginx_test(
 ) -> Result<(), crate::nginx::process::TestFailure> {
     let mut o = opts(&prefix.to_string_lossy());
     o.balancer = balancer;
-    o.modules = balancer
-        .modules()
-        .iter()
+    let streams = (!model.streams.is_empty()).then_some(STREAM_MODULES);
+    o.modules = (balancer.modules().iter())
+        .chain(streams.into_iter().flatten())
         .map(|m| format!("/usr/lib/nginx/modules/{m}"))
         .collect();
     let pem = crate::tls::self_signed_default().unwrap();
@@ -1381,5 +1381,66 @@ spec:
             !server.contains("ferrule_metrics") && !server.contains("ferrule.metrics"),
             "{server}"
         );
+    }
+}
+
+/// TCP and UDP services: one stream server each, the peer from njs, the PROXY
+/// protocol where asked; NGINX accepts it with either balancer.
+#[tokio::test]
+async fn tcp_and_udp_services_render_a_stream_block() {
+    let yaml = r#"
+apiVersion: v1
+kind: Service
+metadata: { name: dns, namespace: demo }
+spec:
+  ports:
+  - { name: dns-tcp, port: 53, targetPort: 5353 }
+  - { name: dns, port: 53, protocol: UDP, targetPort: 5353 }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: dns-1, namespace: demo, labels: { kubernetes.io/service-name: dns } }
+addressType: IPv4
+ports: [{ name: dns-tcp, port: 5353 }, { name: dns, port: 5353, protocol: UDP }]
+endpoints: [{ addresses: ["10.0.0.53"] }]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: tcp-services, namespace: ingress-nginx }
+data: { "9000": "demo/app:80:PROXY:PROXY", "5353": "demo/dns:53" }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: udp-services, namespace: ingress-nginx }
+data: { "53": "demo/dns:53" }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: ferrule, namespace: ingress-nginx }
+data:
+  proxy-real-ip-cidr: 192.0.2.0/24
+  use-forwarded-headers: "true"
+  proxy-stream-timeout: 1h
+  proxy-stream-responses: "2"
+"#;
+    let settings = Settings {
+        tcp_services: Some("ingress-nginx/tcp-services".to_owned()),
+        udp_services: Some("ingress-nginx/udp-services".to_owned()),
+        ..Settings::default()
+    };
+    let m = model(yaml, settings);
+    let conf = Renderer::new(opts("/ferrule")).render(&m).unwrap()["conf/nginx.conf"]
+        .text
+        .clone();
+    let stream = &conf[conf.find("\nstream {").expect("a stream block")..];
+    insta::assert_snapshot!(stream);
+    if which_nginx().is_none() {
+        eprintln!("nginx not installed: skipping nginx -t");
+        return;
+    }
+    for balancer in [Balancer::Lua, Balancer::Njs] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = nginx_test(&m, dir.path(), balancer).await;
+        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
     }
 }

@@ -1,0 +1,240 @@
+//! TCP and UDP services (`--tcp-services-configmap`, `--udp-services-configmap`):
+//! which ports the model serves, where they go, and what is reported.
+
+mod common;
+
+use common::*;
+use ferrule_model::{Diff, StreamProtocol, build, diff};
+use serde_json::{Value, json};
+
+fn services_map(name: &str, data: &[(&str, &str)]) -> Value {
+    let data: serde_json::Map<String, Value> =
+        data.iter().map(|(k, v)| ((*k).into(), json!(v))).collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": { "name": name, "namespace": "ingress-nginx" },
+        "data": data,
+    })
+}
+
+/// A DNS-like Service `demo/dns`: port 53 over TCP (`dns-tcp`) and UDP (`dns`), with
+/// different target ports so that a mix-up shows; and `demo/echo` port 9000 (`tcp`).
+fn cluster(tcp: &[(&str, &str)], udp: &[(&str, &str)]) -> String {
+    let dns = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": "dns", "namespace": "demo" },
+        "spec": { "ports": [
+            { "name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 5353 },
+            { "name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5354 },
+        ]},
+    });
+    let dns_slice = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": { "name": "dns-1", "namespace": "demo",
+                      "labels": { "kubernetes.io/service-name": "dns" } },
+        "addressType": "IPv4",
+        "ports": [ { "name": "dns-tcp", "port": 5353, "protocol": "TCP" },
+                   { "name": "dns", "port": 5354, "protocol": "UDP" } ],
+        "endpoints": [ { "addresses": ["10.0.0.53"] } ],
+    });
+    let mut docs = vec![
+        test_settings(json!({
+            "tcpServices": "ingress-nginx/tcp-services",
+            "udpServices": "ingress-nginx/udp-services",
+            "reservedPorts": [80, 443, 10254],
+        })),
+        dns,
+        dns_slice,
+        service("demo/echo", &[("tcp", 9000, "9000")]),
+        slice(
+            "demo/echo-1",
+            "echo",
+            &[("tcp", 9000)],
+            &[("10.0.0.9", Some(true))],
+        ),
+        service("demo/idle", &[("tcp", 7000, "7000")]),
+    ];
+    if !tcp.is_empty() {
+        docs.push(services_map("tcp-services", tcp));
+    }
+    if !udp.is_empty() {
+        docs.push(services_map("udp-services", udp));
+    }
+    docs.iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// (protocol/port, backend, endpoints as addr:port, decode, encode) of every stream.
+fn streams(manifests: &str) -> (Vec<String>, ferrule_model::Model) {
+    let model = build(&snapshot(manifests));
+    let out = model
+        .streams
+        .iter()
+        .map(|s| {
+            let eps: Vec<String> = model
+                .backends
+                .get(&s.backend)
+                .map(|b| {
+                    b.endpoints
+                        .iter()
+                        .map(|e| format!("{}:{}", e.address, e.port))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let proxy = match (s.decode_proxy_protocol, s.encode_proxy_protocol) {
+                (false, false) => "",
+                (true, false) => " decode",
+                (false, true) => " encode",
+                (true, true) => " decode encode",
+            };
+            format!(
+                "{}/{} -> {} [{}]{proxy}",
+                s.protocol,
+                s.port,
+                s.backend,
+                eps.join(",")
+            )
+        })
+        .collect();
+    (out, model)
+}
+
+#[test]
+fn entries_become_streams_to_the_service_port_of_their_protocol() {
+    let (got, model) = streams(&cluster(
+        &[
+            ("9000", "demo/echo:9000"),
+            ("9001", "demo/echo:tcp:PROXY"),
+            ("9002", "demo/echo:9000:PROXY:PROXY"),
+            ("53", "demo/dns:53"),
+        ],
+        &[("53", "demo/dns:53"), ("5300", "demo/dns:dns")],
+    ));
+    assert_eq!(
+        got,
+        [
+            "tcp/53 -> demo_dns_53 [10.0.0.53:5353]",
+            "tcp/9000 -> demo_echo_9000 [10.0.0.9:9000]",
+            "tcp/9001 -> demo_echo_tcp [10.0.0.9:9000] decode",
+            "tcp/9002 -> demo_echo_9000 [10.0.0.9:9000] decode encode",
+            "udp/53 -> demo_dns_53_udp [10.0.0.53:5354]",
+            "udp/5300 -> demo_dns_dns_udp [10.0.0.53:5354]",
+        ]
+    );
+    expect_no_problems_on(&model, "ConfigMap ingress-nginx/tcp-services");
+    expect_no_problems_on(&model, "ConfigMap ingress-nginx/udp-services");
+    assert_eq!(model.streams[4].protocol, StreamProtocol::Udp);
+}
+
+#[test]
+fn a_bad_entry_is_reported_by_key_and_the_others_are_served() {
+    let (got, model) = streams(&cluster(
+        &[
+            ("9000", "demo/echo:9000"),
+            ("http", "demo/echo:9000"),
+            ("443", "demo/echo:9000"),
+            ("9003", "demo/echo"),
+            ("9004", "demo/missing:9000"),
+            ("9005", "demo/echo:9999"),
+            ("9006", "demo/idle:7000"),
+            ("9007", "demo/dns:dns"),
+        ],
+        &[("53", "demo/dns:53:PROXY"), ("54", "demo/echo:9000")],
+    ));
+    assert_eq!(
+        got,
+        [
+            "tcp/9000 -> demo_echo_9000 [10.0.0.9:9000]",
+            "tcp/9006 -> demo_idle_7000 []",
+        ]
+    );
+    let cm = "ConfigMap ingress-nginx/tcp-services";
+    expect_problems(
+        &model,
+        &[
+            (
+                cm,
+                "tcp service \"http\": the key must be a port number|not served",
+            ),
+            (cm, "tcp service \"443\": port 443 is the controller's own"),
+            (
+                cm,
+                "tcp service \"9003\": \"demo/echo\" is not \"namespace/service:port\"",
+            ),
+            (cm, "tcp service \"9004\": Service demo/missing not found"),
+            (
+                cm,
+                "tcp service \"9005\": Service demo/echo has no port 9999",
+            ),
+            (
+                cm,
+                "tcp service \"9006\": Service demo/idle port 7000 has no ready endpoints; connections are closed",
+            ),
+            // the TCP entry may not take the UDP port of that name
+            (cm, "tcp service \"9007\": Service demo/dns has no port dns"),
+            (
+                "ConfigMap ingress-nginx/udp-services",
+                "udp service \"53\": the PROXY protocol is for TCP services only",
+            ),
+            (
+                "ConfigMap ingress-nginx/udp-services",
+                "udp service \"54\": Service demo/echo has no UDP port 9000",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_missing_configmap_is_reported_and_serves_nothing() {
+    let (got, model) = streams(&cluster(&[], &[]));
+    assert!(got.is_empty(), "{got:?}");
+    expect_problems(
+        &model,
+        &[(
+            "ConfigMap ingress-nginx/tcp-services",
+            "(--tcp-services-configmap) not found; no TCP service is served",
+        )],
+    );
+}
+
+#[test]
+fn endpoints_of_a_stream_change_without_a_reload_and_its_ports_with_one() {
+    let one = cluster(&[("9000", "demo/echo:9000")], &[("53", "demo/dns:53")]);
+    let (_, before) = streams(&one);
+    let moved = one
+        .replace("10.0.0.9", "10.0.0.10")
+        .replace("10.0.0.53", "10.0.0.54");
+    let (_, after) = streams(&moved);
+    match diff(&before, &after) {
+        Diff::Dynamic { backends, .. } => {
+            assert_eq!(backends, ["demo_dns_53_udp", "demo_echo_9000"])
+        }
+        d => panic!("{d:?}"),
+    }
+    // The endpoint fast path of the build gives the same model as a full build.
+    let (prev, next) = (snapshot(&one), snapshot(&moved));
+    let mut next_shared = next.clone();
+    next_shared.ingresses = prev.ingresses.clone();
+    next_shared.services = prev.services.clone();
+    next_shared.config_maps = prev.config_maps.clone();
+    next_shared.ingress_classes = prev.ingress_classes.clone();
+    next_shared.secrets = prev.secrets.clone();
+    let (patched, _) = ferrule_model::build_endpoint_change(&prev, &before, &next_shared)
+        .expect("an endpoint change");
+    assert_eq!(patched, after);
+
+    let other = cluster(&[("9001", "demo/echo:9000")], &[("53", "demo/dns:53")]);
+    let (_, ported) = streams(&other);
+    match diff(&before, &ported) {
+        Diff::Reload { reasons } => {
+            assert_eq!(
+                reasons,
+                ["stream-removed:tcp/9000", "stream-added:tcp/9001"]
+            )
+        }
+        d => panic!("{d:?}"),
+    }
+}
