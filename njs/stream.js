@@ -12,10 +12,22 @@ import balance from 'ferrule/balance.js';
 // Backend names are namespace_service_port[_udp]: DNS labels and `_`.
 var NAME = /^[a-z0-9][a-z0-9._-]{0,1023}$/;
 
+// The peer of a TCP/UDP service: its server sets $ferrule_backend.
+function peer(s) {
+    return pick(s, s.variables.ferrule_backend || '');
+}
+
+// The peer of an ssl-passthrough host, by SNI: $ferrule_passthrough_backend is
+// a map of $ssl_preread_server_name, known only once the preread phase has read
+// the ClientHello (a `set` would run before it), so it is read here, when
+// proxy_pass asks.
+function passthroughPeer(s) {
+    return pick(s, s.variables.ferrule_passthrough_backend || '');
+}
+
 // "addr:port" for proxy_pass, or "" (no such backend, no endpoints: NGINX
 // closes the connection).
-function peer(s) {
-    var name = s.variables.ferrule_backend || '';
+function pick(s, name) {
     if (!NAME.test(name)) {
         return '';
     }
@@ -37,4 +49,4 @@ function peer(s) {
     return peers[balance.rrIndex(peers.length, s.variables.connection, 1)];
 }
 
-export default {peer};
+export default {peer, passthroughPeer};

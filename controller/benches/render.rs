@@ -123,6 +123,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         log_to_stdio: false,
         resolvers: Vec::new(),
         metrics: None,
+        ssl_passthrough: false,
     };
     let pem = ferrule::tls::self_signed_default().expect("default certificate");
     Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), pem).expect("prefix")

@@ -155,17 +155,12 @@ const FLAGS: &[(&str, bool, Fate)] = &[
         Fate::Renamed("admission-key"),
     ),
     (
-        "enable-ssl-passthrough",
-        false,
-        Fate::RefusedUnless(
-            "false",
-            "SSL passthrough is not implemented yet; its Ingresses would not be served",
-        ),
-    ),
-    (
         "ssl-passthrough-proxy-port",
         true,
-        Fate::Refused("SSL passthrough is not implemented yet"),
+        Fate::NoEffect(
+            "NGINX routes TLS by SNI itself and hands the rest to its HTTPS servers over \
+             a unix socket: there is no internal port",
+        ),
     ),
     (
         "watch-namespace-selector",
@@ -305,8 +300,8 @@ mod tests {
             Ok("ferrule run --tcp-services-configmap=a/b"),
         );
         check(
-            "ferrule run --enable-ssl-passthrough",
-            Err("SSL passthrough"),
+            "ferrule run --enable-ssl-passthrough --ssl-passthrough-proxy-port 442",
+            Ok("ferrule run --enable-ssl-passthrough"),
         );
         check(
             "ferrule run --update-status=true --disable-catch-all=false",

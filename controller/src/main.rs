@@ -102,6 +102,14 @@ struct ModelFlags {
     /// the PROXY protocol).
     #[arg(long, value_parser = configmap_ref)]
     udp_services_configmap: Option<String>,
+    /// Honour the `ssl-passthrough` annotation: NGINX's stream module takes the
+    /// HTTPS port, sends those hosts' TLS by SNI to their backend without
+    /// terminating it, and hands every other connection to the HTTPS servers (over
+    /// a unix socket, with the client's address in the PROXY protocol). Needs
+    /// NGINX's stream module and njs for it.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    enable_ssl_passthrough: bool,
     /// The most bytes Ferrule reads of one Ingress (annotations, hosts, paths,
     /// Service names); a larger Ingress is rejected alone.
     #[arg(long, default_value_t = ferrule_model::Limits::default().ingress_bytes)]
@@ -181,6 +189,7 @@ impl ModelFlags {
             },
             tcp_services: self.tcp_services_configmap.clone(),
             udp_services: self.udp_services_configmap.clone(),
+            ssl_passthrough: self.enable_ssl_passthrough,
             // `ferrule run` adds its ports; the others serve none.
             reserved_ports: Vec::new(),
             now,
@@ -360,15 +369,17 @@ impl MetricsFlags {
 impl NginxFlags {
     fn render_options(&self, flags: &ModelFlags) -> Result<RenderOptions> {
         let configmap = flags.config_map_ref();
-        let streams =
-            flags.tcp_services_configmap.is_some() || flags.udp_services_configmap.is_some();
+        let streams = flags.tcp_services_configmap.is_some()
+            || flags.udp_services_configmap.is_some()
+            || flags.enable_ssl_passthrough;
         if streams {
             for m in ferrule::nginx::render::STREAM_MODULES {
                 let path = self.nginx_modules.join(m);
                 anyhow::ensure!(
                     path.exists(),
-                    "TCP/UDP services (--tcp-services-configmap, --udp-services-configmap) need \
-                     NGINX's stream module and njs for it, and {} does not exist (Debian: \
+                    "TCP/UDP services (--tcp-services-configmap, --udp-services-configmap) and \
+                     --enable-ssl-passthrough need NGINX's stream module and njs for it, and \
+                     {} does not exist (Debian: \
                      apt install libnginx-mod-stream libnginx-mod-stream-js)",
                     path.display()
                 );
@@ -407,6 +418,7 @@ impl NginxFlags {
             log_to_stdio: self.nginx_log_stdio,
             resolvers: ferrule::nginx::render::system_resolvers(),
             metrics: self.metrics.render()?,
+            ssl_passthrough: flags.enable_ssl_passthrough,
         })
     }
 

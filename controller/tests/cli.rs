@@ -411,8 +411,9 @@ spec:
         let njs = balancer == "njs";
         assert_eq!(conf.contains("js_content ferrule.api;"), njs, "{conf}");
         assert_eq!(conf.contains("content_by_lua_block"), !njs, "{conf}");
-        assert_eq!(out.path().join("njs/ferrule.js").exists(), njs);
-        assert_eq!(out.path().join("njs/ferrule/store.js").exists(), njs);
+        // Installed with Lua too: njs picks TCP/UDP services' peers.
+        assert!(out.path().join("njs/stream.js").exists());
+        assert!(out.path().join("njs/ferrule/balance.js").exists());
         assert_eq!(out.path().join("lua/ferrule/balancer.lua").exists(), !njs);
         assert_eq!(token.exists(), njs);
         if njs {
@@ -648,8 +649,8 @@ fn ingress_nginx_flags_are_accepted_with_a_warning_or_refused_by_name() {
         "{log}"
     );
     for flag in [
-        "--tcp-services-configmap=ingress/tcp",
-        "--enable-ssl-passthrough",
+        "--watch-namespace-selector=team=a",
+        "--update-status=false",
     ] {
         let o = ferrule(&["validate", "--manifests", d, flag]);
         assert_eq!(o.status.code(), Some(2), "{flag}");

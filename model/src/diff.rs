@@ -41,6 +41,9 @@ pub fn diff(old: &Model, new: &Model) -> Diff {
     if old.default_backend != new.default_backend {
         reasons.push("default-backend".to_owned());
     }
+    if old.passthrough != new.passthrough {
+        reasons.push("ssl-passthrough".to_owned());
+    }
     // A stream's endpoints are its backend's (posted); anything else is its server.
     if old.streams != new.streams {
         let key = |s: &crate::model::Stream| format!("{}/{}", s.protocol, s.port);

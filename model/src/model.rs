@@ -133,6 +133,10 @@ pub struct Model {
     /// models without them keep their hash.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<Stream>,
+    /// `ssl-passthrough` hosts (with `--enable-ssl-passthrough`), sorted by host.
+    /// Left out of the encoding when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<Passthrough>,
     /// Settings shared by every server (from the controller ConfigMap).
     pub global: Global,
     /// Problems found while building, sorted.
@@ -194,6 +198,17 @@ pub struct Stream {
     /// The second `:PROXY`: NGINX sends the PROXY protocol header to the backend.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub encode_proxy_protocol: bool,
+}
+
+/// A host whose TLS connections go, by SNI and not terminated, to a backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Passthrough {
+    /// The host (as the server's, lower-cased; a wildcard matches one label).
+    pub host: String,
+    /// The Ingress that asked (the host's owner).
+    pub owner: ResourceRef,
+    /// The backend of the host's `/` rule, in [`Model::backends`].
+    pub backend: String,
 }
 
 /// The transport of a [`Stream`].
@@ -490,6 +505,7 @@ pub fn routed_backends<'a>(
     servers: &'a [Server],
     default_backend: &'a Target,
     streams: &'a [Stream],
+    passthrough: &'a [Passthrough],
 ) -> impl Iterator<Item = &'a String> {
     let locations = servers.iter().flat_map(|s| &s.locations);
     let error_pages =
@@ -503,13 +519,19 @@ pub fn routed_backends<'a>(
         })
         .chain(error_pages)
         .chain(streams.iter().map(|s| &s.backend))
+        .chain(passthrough.iter().map(|p| &p.backend))
 }
 
 impl Model {
-    /// The backends its locations, its default backend and its streams route to,
-    /// with repeats.
+    /// The backends its locations, its default backend, its streams and its
+    /// passthrough hosts route to, with repeats.
     pub fn routed_backends(&self) -> impl Iterator<Item = &String> {
-        routed_backends(&self.servers, &self.default_backend, &self.streams)
+        routed_backends(
+            &self.servers,
+            &self.default_backend,
+            &self.streams,
+            &self.passthrough,
+        )
     }
 
     /// The blake3 hash of the model's canonical encoding, as 64 hex digits. Computed

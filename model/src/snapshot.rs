@@ -40,6 +40,9 @@ pub struct Settings {
     pub tcp_services: Option<String>,
     /// `namespace/name` of the UDP services ConfigMap (`--udp-services-configmap`).
     pub udp_services: Option<String>,
+    /// `--enable-ssl-passthrough`: the `ssl-passthrough` annotation is honoured
+    /// (NGINX routes the HTTPS port by SNI before terminating TLS).
+    pub ssl_passthrough: bool,
     /// Ports the controller listens on itself (HTTP, HTTPS, status): a TCP service
     /// entry may not take one.
     pub reserved_ports: Vec<u16>,
@@ -62,6 +65,7 @@ impl Default for Settings {
             limits: Limits::default(),
             tcp_services: None,
             udp_services: None,
+            ssl_passthrough: false,
             reserved_ports: Vec::new(),
             now: 0,
         }

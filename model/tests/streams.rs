@@ -238,3 +238,74 @@ fn endpoints_of_a_stream_change_without_a_reload_and_its_ports_with_one() {
         d => panic!("{d:?}"),
     }
 }
+
+/// `ssl-passthrough` hosts (with `--enable-ssl-passthrough`): the host's owner
+/// decides, its `/` rule names the backend; without the flag the Ingress is refused.
+#[test]
+fn passthrough_hosts_go_to_the_backend_of_their_root_rule() {
+    let docs = |flag: bool| -> String {
+        let mut docs = [
+            test_settings(json!({})),
+            our_class(),
+            service("demo/tls", &[("https", 443, "8443")]),
+            slice(
+                "demo/tls-1",
+                "tls",
+                &[("https", 8443)],
+                &[("10.0.0.7", Some(true))],
+            ),
+            Ing::new("demo/pass", 1)
+                .ann("ssl-passthrough", "true")
+                .rule("pass.example", &[("/", "Prefix", "tls", "443")])
+                .0,
+            // a younger Ingress on the host decides nothing
+            Ing::new("demo/late", 2)
+                .ann("ssl-passthrough", "false")
+                .rule("pass.example", &[("/other", "Prefix", "tls", "443")])
+                .0,
+            Ing::new("demo/noroot", 3)
+                .ann("ssl-passthrough", "true")
+                .rule("noroot.example", &[("/api", "Prefix", "tls", "443")])
+                .0,
+        ];
+        if flag {
+            docs[0] = test_settings(json!({ "sslPassthrough": true }));
+        }
+        docs.iter()
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    let model = build(&snapshot(&docs(true)));
+    let got: Vec<String> = model
+        .passthrough
+        .iter()
+        .map(|p| format!("{} -> {} ({})", p.host, p.backend, p.owner))
+        .collect();
+    assert_eq!(got, ["pass.example -> demo_tls_443 (Ingress demo/pass)"]);
+    expect_problems(
+        &model,
+        &[(
+            "Ingress demo/noroot",
+            "ssl-passthrough: host noroot.example has no rule for path / (Prefix)",
+        )],
+    );
+    expect_no_problems_on(&model, "Ingress demo/pass");
+
+    let without = build(&snapshot(&docs(false)));
+    assert!(without.passthrough.is_empty());
+    expect_problems(
+        &without,
+        &[(
+            "Ingress demo/pass",
+            "ssl-passthrough needs the controller flag --enable-ssl-passthrough; the Ingress is not served",
+        )],
+    );
+    match diff(&without, &model) {
+        Diff::Reload { reasons } => assert!(
+            reasons.contains(&"ssl-passthrough".to_owned()),
+            "{reasons:?}"
+        ),
+        d => panic!("{d:?}"),
+    }
+}

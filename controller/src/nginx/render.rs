@@ -10,9 +10,9 @@ use serde::Serialize;
 use super::{emit, process};
 use locations::{LocationView, default_location, location_view, regex_escape};
 pub use options::{
-    Balancer, MetricsRender, MetricsSource, NJS_DEFAULT_CERT, NJS_DEFAULT_KEY, NJS_DIR,
-    NJS_STATE_DIR, NJS_TOKEN_FILE, OPTIONAL_MODULES, RenderOptions, STREAM_MODULES,
-    STREAM_PEERS_DIR, system_resolvers,
+    Balancer, HTTPS_SOCKET, MetricsRender, MetricsSource, NJS_DEFAULT_CERT, NJS_DEFAULT_KEY,
+    NJS_DIR, NJS_STATE_DIR, NJS_TOKEN_FILE, OPTIONAL_MODULES, PASSTHROUGH_SOCKET, RenderOptions,
+    STREAM_MODULES, STREAM_PEERS_DIR, system_resolvers,
 };
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");
@@ -372,6 +372,7 @@ impl Renderer {
             auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
             metrics: self.metrics_view(),
             streams: streams::view(self, model),
+            tls_router: streams::tls_router(self, model),
         }
     }
 
@@ -880,8 +881,10 @@ struct MainView {
     resolvers: Vec<String>,
     /// Per-request metrics, when collected.
     metrics: Option<MetricsMainView>,
-    /// TCP and UDP services (the `stream` block), when there are any.
+    /// TCP and UDP services and the TLS router (the `stream` block), when needed.
     streams: Option<streams::StreamsView>,
+    /// The TLS router (`--enable-ssl-passthrough`): the HTTPS servers listen behind it.
+    tls_router: Option<streams::TlsRouterView>,
 }
 
 #[derive(Serialize)]

@@ -33,24 +33,27 @@ impl StreamPeers {
         }
     }
 
-    /// Brings the files to the streams of `view` and of `running` (a stream the
-    /// newest model dropped is served until the reload that drops it): their
-    /// backends' endpoints as `view` has them. Returns how many files changed.
+    /// Brings the files to the streams and passthrough hosts of `view` and of
+    /// `running` (one the newest model dropped is served until the reload that
+    /// drops it): their backends' endpoints as `view` has them. Returns how many files changed.
     pub fn sync(&mut self, view: &Model, running: Option<&Model>) -> std::io::Result<usize> {
-        let names: BTreeSet<&String> = (view.streams.iter())
-            .chain(running.into_iter().flat_map(|m| &m.streams))
-            .map(|s| &s.backend)
-            .collect();
+        let of = |m: &'_ Model| -> Vec<String> {
+            (m.streams.iter().map(|s| s.backend.clone()))
+                .chain(m.passthrough.iter().map(|p| p.backend.clone()))
+                .collect()
+        };
+        let mut names: BTreeSet<String> = of(view).into_iter().collect();
+        names.extend(running.map(of).unwrap_or_default());
         if names.is_empty() && self.written.is_empty() && self.clean {
             return Ok(0);
         }
         let mut changed = 0;
         for name in &names {
-            let peers: Vec<String> = (view.backends.get(*name))
-                .or_else(|| running.and_then(|r| r.backends.get(*name)))
+            let peers: Vec<String> = (view.backends.get(name))
+                .or_else(|| running.and_then(|r| r.backends.get(name)))
                 .map(|b| b.endpoints.iter().map(peer).collect())
                 .unwrap_or_default();
-            if self.written.get(*name) == Some(&peers) {
+            if self.written.get(name) == Some(&peers) {
                 continue;
             }
             let body = serde_json::json!({ "backend": name, "peers": peers }).to_string();
@@ -59,7 +62,7 @@ impl StreamPeers {
                 body.as_bytes(),
                 0o644,
             )?;
-            self.written.insert((*name).clone(), peers);
+            self.written.insert(name.clone(), peers);
             changed += 1;
         }
         // What no stream uses any more, and whatever an earlier controller left.
@@ -72,7 +75,7 @@ impl StreamPeers {
             let file = entry.file_name().to_string_lossy().into_owned();
             let keep = file
                 .strip_suffix(".json")
-                .is_some_and(|n| names.contains(&n.to_owned()));
+                .is_some_and(|n| names.contains(n));
             if !keep {
                 std::fs::remove_file(entry.path())?;
                 changed += 1;

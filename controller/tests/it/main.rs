@@ -17,6 +17,7 @@ mod install;
 mod logs;
 mod metrics;
 mod njs;
+mod passthrough;
 mod process;
 mod prometheus;
 mod protocols;

@@ -17,6 +17,7 @@ pub mod errors;
 pub mod external_auth;
 pub mod forwarding;
 pub mod mirror;
+mod passthrough;
 mod proxy;
 pub mod rate_limits;
 mod redirect;
@@ -96,6 +97,8 @@ pub struct IngressAnnotations {
     pub from_to_www_redirect: bool,
     /// `server-alias`.
     pub server_aliases: Vec<String>,
+    /// `ssl-passthrough`.
+    pub ssl_passthrough: bool,
     /// `enable-cors` and its `cors-*` settings.
     pub cors: Option<Cors>,
     /// `proxy-buffering`, the buffers, `proxy-request-buffering`, ...
@@ -252,6 +255,7 @@ pub fn parse(
     satisfy::parse(&r, &mut out)?;
     errors::parse(&r, &mut out)?;
     server_alias::parse(&r, &mut out)?;
+    passthrough::parse(&r, &mut out)?;
     client_certificates::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,

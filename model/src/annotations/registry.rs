@@ -91,7 +91,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::satisfy::FAMILY,
     &super::errors::FAMILY,
     &super::server_alias::FAMILY,
-    &super::unsupported::PASSTHROUGH,
+    &super::passthrough::FAMILY,
     &super::unsupported::MODSECURITY,
     &super::unsupported::REDIRECTS,
     &super::unsupported::PROXYING,
@@ -238,7 +238,7 @@ mod tests {
         check("limit-rps", "supported");
         check("global-rate-limit", "rejecting");
         check("satisfy", "supported");
-        check("ssl-passthrough", "rejecting");
+        check("ssl-passthrough", "supported");
         check("enable-cors", "supported");
         check(
             "enable-opentelemetry",

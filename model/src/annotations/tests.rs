@@ -248,7 +248,6 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
     for key in [
         "auth-proxy-set-headers",
         "global-rate-limit",
-        "ssl-passthrough",
         "enable-modsecurity",
         "auth-brand-new",
     ] {

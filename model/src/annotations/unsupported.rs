@@ -106,18 +106,6 @@ pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
     ],
 };
 
-/// TLS passed through to the backend by SNI.
-pub(super) const PASSTHROUGH: Family = Family {
-    name: "ssl passthrough",
-    keys: &[todo(
-        "ssl-passthrough",
-        Server,
-        Low,
-        true,
-        "forward TLS by SNI without terminating it",
-    )],
-};
-
 /// The ModSecurity web application firewall (a module Debian's NGINX lacks).
 pub(super) const MODSECURITY: Family = Family {
     name: "ModSecurity",

@@ -41,6 +41,24 @@ pub fn build(snap: &Snapshot) -> Model {
         snap.settings.allow_snippet_annotations,
         &mut problems,
     );
+    // The HTTPS router hands terminated connections to NGINX with the PROXY
+    // protocol; a client address from a header cannot be believed over that hop.
+    let header = global.client_address.real_ip_header.as_deref();
+    if let (true, Some(cm), Some(h)) = (snap.settings.ssl_passthrough, &snap.config_map, header)
+        && h != "proxy_protocol"
+    {
+        let (ns, name) = meta_key(&cm.metadata);
+        problems.push(Problem {
+            resource: ResourceRef::new("ConfigMap", ns, name),
+            severity: Severity::Warning,
+            message: format!(
+                "with --enable-ssl-passthrough, HTTPS requests reach NGINX through its TLS \
+                 router, and their client address is the router's: the {h} header is \
+                 believed from proxy-real-ip-cidr on plain HTTP only"
+            ),
+            kind: ProblemKind::Other,
+        });
+    }
     let mut b = Builder {
         snap,
         index: backends::ServiceIndex::new(
@@ -67,6 +85,7 @@ pub fn build(snap: &Snapshot) -> Model {
         valid_until: None,
         catch_all: None,
         streams: Vec::new(),
+        passthrough: Vec::new(),
     };
 
     let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
@@ -105,6 +124,18 @@ pub fn build(snap: &Snapshot) -> Model {
                 p.values
             }
         };
+        if a.ssl_passthrough && !snap.settings.ssl_passthrough {
+            b.problem(
+                &r,
+                Severity::Error,
+                ProblemKind::Invalid,
+                format!(
+                    "annotation {prefix}ssl-passthrough needs the controller flag \
+                     --enable-ssl-passthrough; the Ingress is not served"
+                ),
+            );
+            continue;
+        }
         if a.canary.is_some() {
             canaries.push((ing, r, a));
             continue;
@@ -190,6 +221,8 @@ struct ServerAcc {
     from_to_www: bool,
     /// The owner's `server-alias`.
     aliases: Vec<String>,
+    /// The owner's `ssl-passthrough`.
+    passthrough: bool,
     /// When it was created: owners are visited oldest first.
     order: usize,
     server_snippet: Option<annotations::Snippet>,
@@ -224,6 +257,8 @@ struct Builder<'a> {
     catch_all: Option<(ResourceRef, Target)>,
     /// TCP and UDP services (`streams.rs`).
     streams: Vec<crate::model::Stream>,
+    /// `ssl-passthrough` hosts, found by `finish`.
+    passthrough: Vec<crate::model::Passthrough>,
 }
 
 impl Builder<'_> {
@@ -345,6 +380,7 @@ impl Builder<'_> {
                         owner: r.clone(),
                         from_to_www: a.from_to_www_redirect,
                         aliases: a.server_aliases.clone(),
+                        passthrough: a.ssl_passthrough,
                         order: self.servers.len(),
                         server_snippet: server_snippet.clone(),
                         client_certificates: client_certificates.clone(),
@@ -900,6 +936,7 @@ impl Builder<'_> {
         let claims = std::mem::take(&mut self.tls_claims);
         let twins = redirect_twins(&server_acc);
         let aliases = self.server_aliases(&server_acc, &twins);
+        self.passthrough = self.passthrough_hosts(&server_acc);
         for (host, acc) in server_acc {
             let tls = claims.get(&host).map(|claim| {
                 let tls = self.server_tls(&host, claim, &mut certificates);
@@ -968,10 +1005,14 @@ impl Builder<'_> {
             None => self.default_backend_flag(),
         };
         // Backends only referenced by skipped rules must not survive.
-        let used: std::collections::HashSet<&str> =
-            crate::model::routed_backends(&servers, &default_backend, &self.streams)
-                .map(String::as_str)
-                .collect();
+        let used: std::collections::HashSet<&str> = crate::model::routed_backends(
+            &servers,
+            &default_backend,
+            &self.streams,
+            &self.passthrough,
+        )
+        .map(String::as_str)
+        .collect();
         let canaries: Vec<String> = used
             .iter()
             .filter_map(|n| {
@@ -998,11 +1039,42 @@ impl Builder<'_> {
             default_certificate,
             default_backend,
             streams: self.streams,
+            passthrough: self.passthrough,
             global: self.global,
             problems: self.problems,
             certificates_valid_until: self.valid_until,
             hash_memo: Default::default(),
         }
+    }
+
+    /// The hosts whose owner asked for `ssl-passthrough`, to the backend of their `/`
+    /// rule (ingress-nginx's choice); a host without one is served terminated, with
+    /// a Warning on its owner.
+    fn passthrough_hosts(
+        &mut self,
+        servers: &HashMap<String, ServerAcc>,
+    ) -> Vec<crate::model::Passthrough> {
+        let mut out = Vec::new();
+        for (host, acc) in servers.iter().filter(|(_, acc)| acc.passthrough) {
+            let root = acc.locations.get(&("/".to_owned(), PathMatch::Prefix));
+            match root.map(|l| &l.target) {
+                Some(Target::Backend(b)) => out.push(crate::model::Passthrough {
+                    host: host.clone(),
+                    owner: acc.owner.clone(),
+                    backend: b.clone(),
+                }),
+                _ => {
+                    let msg = format!(
+                        "ssl-passthrough: host {host} has no rule for path / (Prefix) to a \
+                         Service; its TLS is terminated by NGINX"
+                    );
+                    let owner = acc.owner.clone();
+                    self.problem(&owner, Severity::Warning, ProblemKind::Reference, msg);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.host.cmp(&b.host));
+        out
     }
 
     /// Only expiry changes a checked certificate's outcome as time goes on.

@@ -48,6 +48,13 @@ pub const STREAM_MODULES: &[&str] = &["ngx_stream_module.so", "ngx_stream_js_mod
 /// controller and read by `njs/stream.js` per connection (see `nginx::stream_peers`).
 pub const STREAM_PEERS_DIR: &str = "run/ferrule-stream";
 
+/// With `--enable-ssl-passthrough`: where the HTTPS servers listen (the TLS router
+/// hands them the connections it does not pass through, with the PROXY protocol).
+pub const HTTPS_SOCKET: &str = "run/https.sock";
+/// With `--enable-ssl-passthrough`: the hop that takes the router's PROXY line off
+/// a passed-through connection before it goes to the backend.
+pub const PASSTHROUGH_SOCKET: &str = "run/passthrough.sock";
+
 /// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
 pub const NJS_DIR: &str = "njs";
 /// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
@@ -101,6 +108,9 @@ pub struct RenderOptions {
     /// by the C module's log phase when `fast_path` (else by a Lua log phase into a
     /// shared dict; with njs not at all): `None` collects nothing.
     pub metrics: Option<MetricsRender>,
+    /// `--enable-ssl-passthrough`: the stream block owns the HTTPS port and routes
+    /// by SNI; the HTTPS servers listen on [`HTTPS_SOCKET`] behind it.
+    pub ssl_passthrough: bool,
 }
 
 /// How NGINX collects per-request metrics (read back by `crate::scrape`).

@@ -1,12 +1,16 @@
-//! The `stream` block: one server per TCP or UDP service. NGINX's stream subsystem
-//! has no balancer Ferrule can post to, so each connection's peer is picked by
-//! `njs/stream.js` from the backend's peers file, which the controller rewrites when
-//! its endpoints change (`nginx::stream_peers`): no reload for endpoints, as in HTTP.
+//! The `stream` block: one server per TCP or UDP service, and the TLS router of
+//! `--enable-ssl-passthrough`. NGINX's stream subsystem has no balancer Ferrule can
+//! post to, so each connection's peer is picked by `njs/stream.js` from the
+//! backend's peers file, which the controller rewrites when its endpoints change
+//! (`nginx::stream_peers`): no reload for endpoints, as in HTTP.
 
 use ferrule_model::{Model, StreamProtocol};
 use serde::Serialize;
 
-use super::{NJS_DIR, Renderer, STREAM_PEERS_DIR, literal_in_variables, source};
+use super::{
+    HTTPS_SOCKET, NJS_DIR, PASSTHROUGH_SOCKET, Renderer, STREAM_PEERS_DIR, literal_in_variables,
+    source,
+};
 
 /// What the `stream` block needs.
 #[derive(Serialize)]
@@ -34,9 +38,52 @@ struct StreamServerView {
     backend: String,
 }
 
-/// The view, when the model has streams.
+/// The TLS router on the HTTPS port (`--enable-ssl-passthrough`).
+#[derive(Serialize)]
+pub(super) struct TlsRouterView {
+    /// The HTTPS port's addresses.
+    listen: Vec<String>,
+    /// `ssl-passthrough` hosts (a `map` with `hostnames`) and their backends.
+    hosts: Vec<PassthroughView>,
+    /// Where the HTTPS servers listen, as they and the router name it.
+    https_listen: String,
+    https_peer: String,
+    /// The hop of passed-through connections.
+    passthrough_listen: String,
+    passthrough_peer: String,
+}
+
+#[derive(Serialize)]
+struct PassthroughView {
+    host: String,
+    backend: String,
+}
+
+/// The router's view, with `--enable-ssl-passthrough`.
+pub(super) fn tls_router(r: &Renderer, model: &Model) -> Option<TlsRouterView> {
+    if !r.opts.ssl_passthrough {
+        return None;
+    }
+    let https = Renderer::unix(r.worker_path(HTTPS_SOCKET));
+    let passthrough = Renderer::unix(r.worker_path(PASSTHROUGH_SOCKET));
+    Some(TlsRouterView {
+        listen: r.listen(model, r.opts.https_port),
+        hosts: (model.passthrough.iter())
+            .map(|p| PassthroughView {
+                host: p.host.clone(),
+                backend: p.backend.clone(),
+            })
+            .collect(),
+        https_listen: https.clone(),
+        https_peer: https,
+        passthrough_listen: passthrough.clone(),
+        passthrough_peer: passthrough,
+    })
+}
+
+/// The view, when the model has streams or the TLS router is on.
 pub(super) fn view(r: &Renderer, model: &Model) -> Option<StreamsView> {
-    if model.streams.is_empty() {
+    if model.streams.is_empty() && !r.opts.ssl_passthrough {
         return None;
     }
     let servers = (model.streams.iter())

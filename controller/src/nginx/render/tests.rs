@@ -68,6 +68,7 @@ fn opts(prefix: &str) -> RenderOptions {
         log_to_stdio: false,
         resolvers: vec!["10.96.0.10".to_owned()],
         metrics: None,
+        ssl_passthrough: false,
     }
 }
 
@@ -1015,9 +1016,20 @@ async fn nginx_test(
     prefix: &Path,
     balancer: Balancer,
 ) -> Result<(), crate::nginx::process::TestFailure> {
+    nginx_test_with(model, prefix, balancer, false).await
+}
+
+/// [`nginx_test`], with `--enable-ssl-passthrough` or not.
+async fn nginx_test_with(
+    model: &Model,
+    prefix: &Path,
+    balancer: Balancer,
+    ssl_passthrough: bool,
+) -> Result<(), crate::nginx::process::TestFailure> {
     let mut o = opts(&prefix.to_string_lossy());
     o.balancer = balancer;
-    let streams = (!model.streams.is_empty()).then_some(STREAM_MODULES);
+    o.ssl_passthrough = ssl_passthrough;
+    let streams = (!model.streams.is_empty() || ssl_passthrough).then_some(STREAM_MODULES);
     o.modules = (balancer.modules().iter())
         .chain(streams.into_iter().flatten())
         .map(|m| format!("/usr/lib/nginx/modules/{m}"))
@@ -1441,6 +1453,56 @@ data:
     for balancer in [Balancer::Lua, Balancer::Njs] {
         let dir = tempfile::tempdir().unwrap();
         let out = nginx_test(&m, dir.path(), balancer).await;
+        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
+    }
+}
+
+/// `--enable-ssl-passthrough`: the stream block takes the HTTPS port and routes by
+/// SNI, the HTTPS servers listen behind it with the PROXY protocol, and the client
+/// address comes from it; NGINX accepts it with either balancer.
+#[tokio::test]
+async fn the_tls_router_takes_the_https_port() {
+    let yaml = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: pass
+  namespace: demo
+  annotations: { nginx.ingress.kubernetes.io/ssl-passthrough: "true" }
+spec:
+  rules:
+  - host: "*.pass.example"
+    http: { paths: [{ path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }] }
+"#;
+    let settings = Settings {
+        ssl_passthrough: true,
+        ..Settings::default()
+    };
+    let m = model(yaml, settings);
+    let mut o = opts("/ferrule");
+    o.ssl_passthrough = true;
+    let rendered = Renderer::new(o).render(&m).unwrap();
+    let conf = &rendered["conf/nginx.conf"].text;
+    let stream = &conf[conf.find("\nstream {").expect("a stream block")..];
+    insta::assert_snapshot!(stream);
+    for want in [
+        "    set_real_ip_from unix:;\n    real_ip_header proxy_protocol;",
+        "map $proxy_protocol_server_port $ferrule_server_port {",
+    ] {
+        assert!(conf.contains(want), "{want} missing from\n{conf}");
+    }
+    let host = &rendered[&server_file("*.pass.example")].text;
+    assert!(
+        host.contains("listen \"unix:/ferrule/run/https.sock\" ssl http2 proxy_protocol;"),
+        "{host}"
+    );
+    if which_nginx().is_none() {
+        eprintln!("nginx not installed: skipping nginx -t");
+        return;
+    }
+    for balancer in [Balancer::Lua, Balancer::Njs] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = nginx_test_with(&m, dir.path(), balancer, true).await;
         assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
     }
 }
