@@ -31,6 +31,12 @@
 - --admission-strict-tls
 {{- end }}
 {{- end }}
+{{- if .Values.tcp }}
+- --tcp-services-configmap={{ include "ferrule.namespace" . }}/{{ include "ferrule.controller.fullname" . }}-tcp
+{{- end }}
+{{- if .Values.udp }}
+- --udp-services-configmap={{ include "ferrule.namespace" . }}/{{ include "ferrule.controller.fullname" . }}-udp
+{{- end }}
 {{- range $key, $value := .Values.controller.extraArgs }}
 {{- if or (kindIs "invalid" $value) (eq (toString $value) "") }}
 - --{{ $key }}
@@ -129,6 +135,16 @@ spec:
         - name: webhook
           containerPort: {{ .Values.controller.admissionWebhooks.port }}
           protocol: TCP
+        {{- end }}
+        {{- range $port, $_ := .Values.tcp }}
+        - name: {{ $port }}-tcp
+          containerPort: {{ $port }}
+          protocol: TCP
+        {{- end }}
+        {{- range $port, $_ := .Values.udp }}
+        - name: {{ $port }}-udp
+          containerPort: {{ $port }}
+          protocol: UDP
         {{- end }}
       livenessProbe:
         {{- toYaml .Values.controller.livenessProbe | nindent 8 }}

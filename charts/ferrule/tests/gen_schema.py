@@ -40,6 +40,8 @@ ENUMS = {
     "controller.dnsPolicy": ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"],
 }
 PORTS = {"http", "https", "port", "servicePort"}
+# Maps from a port number to a string (the TCP and UDP services).
+PORT_MAPS = {"tcp", "udp"}
 # Optional keys not in values.yaml (a PDB's maxUnavailable replaces minAvailable).
 EXTRA = {
     "": {"global": {"type": "object"}},  # what a parent chart passes down
@@ -66,6 +68,12 @@ def schema(path, key, value):
     if isinstance(value, list):
         return {"type": "array"}
     if isinstance(value, dict):
+        if dotted in PORT_MAPS:
+            return {
+                "type": "object",
+                "propertyNames": {"pattern": "^[1-9][0-9]{0,4}$"},
+                "additionalProperties": {"type": "string"},
+            }
         if key in FREE:
             return {"type": "object"}
         sub = path + [key] if key else path
