@@ -648,10 +648,7 @@ fn ingress_nginx_flags_are_accepted_with_a_warning_or_refused_by_name() {
         log.contains("--profiling (ingress-nginx) has no effect"),
         "{log}"
     );
-    for flag in [
-        "--watch-namespace-selector=team=a",
-        "--update-status=false",
-    ] {
+    for flag in ["--watch-namespace-selector=team=a", "--update-status=false"] {
         let o = ferrule(&["validate", "--manifests", d, flag]);
         assert_eq!(o.status.code(), Some(2), "{flag}");
         let name = flag.split('=').next().unwrap();

@@ -1042,3 +1042,90 @@ async fn the_admission_webhook_refuses_invalid_ingresses_and_warns_of_conflicts(
     let (ok, text) = apply(bad);
     assert!(ok, "unchecked while the webhook is down: {text}");
 }
+
+/// An HTTP GET sent as raw bytes over a TCP service's port: the answer, or `None`
+/// when nothing answers.
+async fn over_tcp_service(port: u16) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let talk = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(b"GET /tcp HTTP/1.1\r\nHost: tcp.e2e\r\nConnection: close\r\n\r\n")
+            .await
+            .ok()?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.ok()?;
+        Some(String::from_utf8_lossy(&raw).into_owned()).filter(|t| !t.is_empty())
+    };
+    tokio::time::timeout(Duration::from_secs(5), talk)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `--tcp-services-configmap` in Kubernetes mode: the ConfigMap is watched by name,
+/// a new port is served after its change, and the Service's endpoints move without
+/// a reload.
+#[tokio::test]
+async fn tcp_services_follow_their_configmap_and_endpoints() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster();
+    let ns = "e2e-tcp";
+    c.namespace(ns);
+    let a = netns_echo("10.213.0.4").await;
+    let b = netns_echo("10.213.0.5").await;
+    c.apply(&k8s_service(ns, "echo", &["10.213.0.4"]));
+    let (first, second) = (free_port(), free_port());
+    let services = |port: u16| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: tcp-services, namespace: {ns} }}\n\
+             data: {{ \"{port}\": \"{ns}/echo:80\" }}\n"
+        )
+    };
+    c.apply(&services(first));
+    let flag = format!("{ns}/tcp-services");
+    let f = start_ferrule(c, ns, &["--tcp-services-configmap", &flag]);
+    f.wait_ready(Duration::from_secs(30)).await;
+    let answered_by = |port: u16, echo: &Echo| {
+        let want = echo.addr.to_string();
+        async move {
+            over_tcp_service(port)
+                .await
+                .is_some_and(|t| t.contains(&want))
+        }
+    };
+    assert!(
+        answered_by(first, &a).await,
+        "the TCP service is not served; log:\n{}",
+        f.logs()
+    );
+
+    // The ConfigMap moves the service to another port.
+    c.apply(&services(second));
+    let moved = wait_until(Duration::from_secs(10), || answered_by(second, &a)).await;
+    assert!(moved, "the new port is not served; log:\n{}", f.logs());
+    // Old workers close their listeners as they begin their graceful exit.
+    let closed = wait_until(Duration::from_secs(10), || async {
+        over_tcp_service(first).await.is_none()
+    })
+    .await;
+    assert!(closed, "the old port still answers");
+
+    // The endpoints move: the next connection follows, NGINX is not reloaded (the
+    // workers of the last reload may still be leaving: no new one may come).
+    let (workers, reloads) = (f.worker_pids(), f.reloads().await);
+    c.apply(&k8s_service(ns, "echo", &["10.213.0.5"]));
+    let followed = wait_until(Duration::from_secs(10), || answered_by(second, &b)).await;
+    assert!(
+        followed,
+        "the endpoint change did not reach the TCP service; log:\n{}",
+        f.logs()
+    );
+    assert_eq!(f.reloads().await, reloads, "a reload for endpoints");
+    let now = f.worker_pids();
+    assert!(
+        now.iter().all(|p| workers.contains(p)),
+        "new workers: {workers:?} -> {now:?}"
+    );
+}
