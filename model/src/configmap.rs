@@ -83,7 +83,7 @@ const GEOIP: &str = "GeoIP";
 /// Every key, in the order of ingress-nginx's `configmap.md`.
 #[rustfmt::skip]
 pub const KEYS: &[ConfigKey] = &[
-    todo("add-headers", "response headers from another ConfigMap"),
+    yes("add-headers", "ingress-nginx/custom-headers", "response headers from another ConfigMap (namespace/name)"),
     yes("allow-backend-server-header", "true", "pass the backend's Server header"),
     na("allow-cross-namespace-resources", "Ferrule never reads another namespace's objects for an Ingress"),
     yes("allow-snippet-annotations", "false", "honour snippet annotations (or --allow-snippet-annotations)"),
@@ -133,7 +133,7 @@ pub const KEYS: &[ConfigKey] = &[
     na("nginx-status-ipv4-whitelist", "NGINX's status is on a unix socket only the controller reads"),
     na("nginx-status-ipv6-whitelist", "NGINX's status is on a unix socket only the controller reads"),
     yes("proxy-real-ip-cidr", "10.0.0.0/8", "proxies trusted for the client address"),
-    todo("proxy-set-headers", "request headers from another ConfigMap"),
+    yes("proxy-set-headers", "ingress-nginx/custom-headers", "headers to backends from another ConfigMap (namespace/name)"),
     yes("server-name-hash-max-size", "4096", "server_names_hash_max_size (at least what the hosts need)"),
     yes("server-name-hash-bucket-size", "128", "server_names_hash_bucket_size (at least what the hosts need)"),
     yes("proxy-headers-hash-max-size", "1024", "proxy_headers_hash_max_size"),

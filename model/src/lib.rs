@@ -14,6 +14,7 @@ pub mod objects;
 pub mod route;
 pub mod snapshot;
 
+pub use build::header_lists::Header;
 pub use build::{build, build_endpoint_change, owned_ingresses};
 pub use diff::{Diff, diff};
 pub use model::*;

@@ -455,6 +455,13 @@ pub struct Global {
     pub http_redirect_code: u16,
     /// Default of the `load-balance` annotation.
     pub load_balance: LoadBalance,
+    /// `proxy-set-headers`: headers sent to every backend (left out of the encoding
+    /// when empty, as the next one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy_set_headers: Vec<crate::build::header_lists::Header>,
+    /// `add-headers`: headers sent to every client, replacing a backend's own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub add_headers: Vec<crate::build::header_lists::Header>,
     /// Default `client_max_body_size`.
     pub proxy_body_size: String,
     /// Default timeouts in seconds: connect, read, send.

@@ -701,8 +701,13 @@ fn each_once<'a, T: PartialEq + Clone + 'a>(items: impl Iterator<Item = &'a T>) 
 /// `Strict-Transport-Security` where Ferrule sends its own (a client would get two).
 fn hidden_headers(global: &ferrule_model::Global) -> Vec<String> {
     let mut out = global.http.hide_headers.clone();
-    if global.hsts.is_some() && !out.iter().any(|h| h.eq_ignore_ascii_case(HSTS)) {
-        out.push(HSTS.to_owned());
+    let hsts = global.hsts.as_ref().map(|_| HSTS.to_owned());
+    // add-headers replace the backend's own (as ingress-nginx's more_set_headers).
+    let added = global.add_headers.iter().map(|h| h.name.clone());
+    for name in hsts.into_iter().chain(added) {
+        if !out.iter().any(|h| h.eq_ignore_ascii_case(&name)) {
+            out.push(name);
+        }
     }
     out
 }

@@ -51,6 +51,9 @@ struct Stores {
     config_maps: Option<Store<ConfigMap>>,
     /// The TCP and UDP services ConfigMaps the settings name.
     stream_config_maps: Vec<Store<ConfigMap>>,
+    /// Every ConfigMap of the controller ConfigMap's namespace, where the header
+    /// lists it names (`add-headers`, `proxy-set-headers`) are looked up.
+    namespace_config_maps: Option<Store<ConfigMap>>,
 }
 
 /// Starts the watchers and a task publishing snapshots on `tx` until the process
@@ -101,6 +104,15 @@ pub fn start(
             .config_map
             .as_ref()
             .map(|(ns, name)| named_config_map(&client, ns, name, &dirty)),
+        namespace_config_maps: opts.config_map.as_ref().map(|(ns, _)| {
+            reflect(
+                Api::<ConfigMap>::namespaced(client.clone(), ns),
+                every(),
+                |_| {},
+                |_| true,
+                &dirty,
+            )
+        }),
         stream_config_maps: [&settings.tcp_services, &settings.udp_services]
             .into_iter()
             .flatten()
@@ -406,7 +418,10 @@ async fn wait_ready(s: &Stores) {
     let _ = s.services.wait_until_ready().await;
     let _ = s.slices.wait_until_ready().await;
     let _ = s.secrets.wait_until_ready().await;
-    for cm in s.config_maps.iter().chain(&s.stream_config_maps) {
+    for cm in (s.config_maps.iter())
+        .chain(&s.stream_config_maps)
+        .chain(&s.namespace_config_maps)
+    {
         let _ = cm.wait_until_ready().await;
     }
 }
@@ -414,25 +429,50 @@ async fn wait_ready(s: &Stores) {
 fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant>) -> Snapshot {
     let mut settings = settings.clone();
     settings.now = super::manifests::now();
+    let config_map = s
+        .config_maps
+        .as_ref()
+        .and_then(|c| c.state().into_iter().next());
     Snapshot {
         ingresses: s.ingresses.state(),
         ingress_classes: s.classes.state(),
         services: s.services.state(),
         endpoint_slices: s.slices.state(),
         secrets: s.secrets.state(),
-        config_map: s
-            .config_maps
-            .as_ref()
-            .and_then(|c| c.state().into_iter().next()),
-        config_maps: s
-            .stream_config_maps
-            .iter()
+        config_maps: (s.stream_config_maps.iter())
             .flat_map(|c| c.state())
+            .chain(referenced(
+                config_map.as_deref(),
+                s.namespace_config_maps.as_ref(),
+            ))
             .collect(),
+        config_map,
         settings,
         observed,
         ..Snapshot::default()
     }
+}
+
+/// The ConfigMaps of the controller ConfigMap's namespace that its header lists
+/// (`add-headers`, `proxy-set-headers`) name: only those, so that a change of any
+/// other leaves the snapshot's ConfigMaps the same (`Arc`s), and the endpoint fast
+/// path of the build still applies.
+fn referenced(
+    controller: Option<&ConfigMap>,
+    namespace: Option<&Store<ConfigMap>>,
+) -> Vec<Arc<ConfigMap>> {
+    let (Some(cm), Some(store)) = (controller, namespace) else {
+        return Vec::new();
+    };
+    let data = cm.data.as_ref();
+    ["add-headers", "proxy-set-headers"]
+        .iter()
+        .filter_map(|k| data?.get(*k))
+        .filter_map(|r| {
+            let (ns, name) = r.trim().split_once('/')?;
+            store.get(&reflector::ObjectRef::new(name).within(ns))
+        })
+        .collect()
 }
 
 /// A client from `--kubeconfig PATH`, else the in-cluster or default configuration.

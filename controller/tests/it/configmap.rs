@@ -800,3 +800,115 @@ async fn service_upstream_is_the_default_an_ingress_replaces() {
         (200, endpoint.addr.to_string())
     );
 }
+
+/// `add-headers` and `proxy-set-headers` name other ConfigMaps, as in ingress-nginx:
+/// every client gets the first's headers (replacing the backend's own, with HSTS
+/// kept, also where a location adds headers of its own), every backend the
+/// second's (NGINX variables expanded); an edit of either is served.
+#[tokio::test]
+async fn header_lists_from_other_configmaps_reach_clients_and_backends() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    write_tls_host(&m, Ing::new("demo", "a", "2026-01-01T00:00:00Z"));
+    let cors = Ing::new("demo", "b", "2026-01-02T00:00:00Z")
+        .nginx("enable-cors", "true")
+        .rule("a.example.com", &[("/cors", "Prefix", "echo")]);
+    m.write("b.yaml", &cors.yaml());
+    let lists = |frame: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: resp, namespace: demo }}\n\
+             data: {{ X-Frame-Options: {frame} }}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: req, namespace: demo }}\n\
+             data: {{ X-Client: $remote_addr, X-Request-Start: \"t=${{msec}}\" }}\n"
+        )
+    };
+    m.write("lists.yaml", &lists("DENY"));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("add-headers", "demo/resp"),
+            ("proxy-set-headers", "demo/req"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let client = tls_client(&f, &["a.example.com"]);
+    let get = |path: &'static str| {
+        let client = client.clone();
+        let url = format!("https://a.example.com:{}{path}", f.https);
+        async move {
+            client
+                .get(url)
+                .header("Origin", "https://app.example")
+                .header("x-echo-header", "X-Frame-Options=SAMEORIGIN")
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    for path in ["/", "/cors"] {
+        let r = get(path).await;
+        assert_eq!(r.status(), 200, "{path}: {}", f.logs());
+        let all = |name: &str| -> Vec<String> {
+            (r.headers().get_all(name).iter())
+                .map(|v| v.to_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            all("x-frame-options"),
+            ["DENY"],
+            "{path}: {:?}",
+            r.headers()
+        );
+        assert_eq!(
+            all("strict-transport-security"),
+            ["max-age=31536000; includeSubDomains"],
+            "{path}"
+        );
+        if path == "/cors" {
+            assert!(
+                r.headers().contains_key("access-control-allow-origin"),
+                "{path}"
+            );
+        }
+        let seen: Value = r.json().await.unwrap();
+        assert_eq!(seen["headers"]["x-client"], "127.0.0.1", "{seen}");
+        let start = seen["headers"]["x-request-start"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(start.starts_with("t=1"), "{seen}");
+    }
+
+    // The list is edited: the next answers carry the new value.
+    m.write("lists.yaml", &lists("SAMEORIGIN"));
+    let edited = wait_until(Duration::from_secs(10), || async {
+        get("/")
+            .await
+            .headers()
+            .get("x-frame-options")
+            .and_then(|v| v.to_str().ok())
+            == Some("SAMEORIGIN")
+    })
+    .await;
+    assert!(edited, "the edited list is not served; log:\n{}", f.logs());
+
+    // A list that names a variable NGINX may not know is refused by name, and the
+    // last good one stays.
+    m.write(
+        "lists.yaml",
+        &lists("SAMEORIGIN").replace("$remote_addr", "$no_such_variable"),
+    );
+    assert!(
+        f.reports(
+            "ConfigMap",
+            "demo",
+            "ferrule",
+            "key proxy-set-headers: invalid value \"demo/req\": ConfigMap demo/req: header X-Client: $no_such_variable is not a variable",
+            Duration::from_secs(10)
+        )
+        .await,
+        "{:?}\n{}",
+        f.resource("ConfigMap", "demo", "ferrule").await,
+        f.logs()
+    );
+}

@@ -1129,3 +1129,48 @@ async fn tcp_services_follow_their_configmap_and_endpoints() {
         "new workers: {workers:?} -> {now:?}"
     );
 }
+
+/// `proxy-set-headers` in Kubernetes mode: the list it names is found in the
+/// controller ConfigMap's namespace and followed when it is edited.
+#[tokio::test]
+async fn header_lists_named_by_the_configmap_are_watched() {
+    let _serial = SERIAL.lock().await;
+    let c = cluster();
+    let ns = "e2e-headers";
+    c.namespace(ns);
+    let _echo = netns_echo("10.213.0.6").await;
+    c.apply(&k8s_service(ns, "echo", &["10.213.0.6"]));
+    c.apply(&k8s_ingress(
+        ns,
+        "web",
+        "headers.e2e",
+        &[("/", "Prefix", "echo")],
+        &[],
+    ));
+    let list = |v: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: req, namespace: {ns} }}\n\
+             data: {{ X-Team: {v} }}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule, namespace: {ns} }}\n\
+             data: {{ proxy-set-headers: {ns}/req }}\n"
+        )
+    };
+    c.apply(&list("blue"));
+    let cm = format!("{ns}/ferrule");
+    let f = start_ferrule(c, ns, &["--configmap", &cm]);
+    f.wait_ready(Duration::from_secs(30)).await;
+    let team = || async {
+        let (status, seen) = f.get("headers.e2e", "/").await;
+        (
+            status,
+            seen["headers"]["x-team"].as_str().map(str::to_owned),
+        )
+    };
+    assert_eq!(team().await, (200, Some("blue".to_owned())), "{}", f.logs());
+    c.apply(&list("green"));
+    let edited = wait_until(Duration::from_secs(10), || async {
+        team().await.1.as_deref() == Some("green")
+    })
+    .await;
+    assert!(edited, "the edited list is not served; log:\n{}", f.logs());
+}

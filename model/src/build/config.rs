@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::annotations::{GlobalAuth, balancing, external_auth, source_ranges, value};
-use crate::build::{blocking, http_keys, real_ip, tuning};
+use crate::build::{blocking, header_lists, http_keys, real_ip, tuning};
 use crate::configmap::{self, Status};
 use crate::model::{Global, Problem, ProblemKind, ResourceRef, Severity};
 
@@ -12,6 +12,7 @@ use crate::model::{Global, Problem, ProblemKind, ResourceRef, Severity};
 pub(crate) fn global(
     cm: Option<&ConfigMap>,
     allow_snippets: bool,
+    config_maps: &[std::sync::Arc<ConfigMap>],
     problems: &mut Vec<Problem>,
 ) -> Global {
     let mut g = Global {
@@ -28,7 +29,7 @@ pub(crate) fn global(
     };
     let mut hsts = Hsts::default();
     if let Some(cm) = cm {
-        read(cm, &mut g, &mut hsts, problems);
+        read(cm, config_maps, &mut g, &mut hsts, problems);
     }
     g.hsts = hsts.header();
     g
@@ -116,7 +117,13 @@ fn unimplemented_key(r: &ResourceRef, key: &str) -> Problem {
 }
 
 /// Reads the ConfigMap's keys into `g` and `hsts`.
-fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Problem>) {
+fn read(
+    cm: &ConfigMap,
+    config_maps: &[std::sync::Arc<ConfigMap>],
+    g: &mut Global,
+    hsts: &mut Hsts,
+    problems: &mut Vec<Problem>,
+) {
     let r = ResourceRef::new(
         "ConfigMap",
         cm.metadata.namespace.as_deref().unwrap_or_default(),
@@ -231,6 +238,11 @@ fn read(cm: &ConfigMap, g: &mut Global, hsts: &mut Hsts, problems: &mut Vec<Prob
                 Ok(n) => hsts.max_age = n,
                 Err(e) => bad(key, v, e),
             },
+            "proxy-set-headers" | "add-headers" => match header_lists::resolve(v, config_maps) {
+                Ok(h) if key == "add-headers" => g.add_headers = h,
+                Ok(h) => g.proxy_set_headers = h,
+                Err(e) => bad(key, v, e),
+            },
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
             "server-snippet" => g.server_snippet = Some(v.to_owned()),
             "location-snippet" => g.location_snippet = Some(v.to_owned()),
@@ -292,8 +304,19 @@ mod tests {
             "data": data,
         }))
         .unwrap();
+        // The header lists name another ConfigMap.
+        let headers: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ingress-nginx", "name": "custom-headers"},
+            "data": {"X-Frame-Options": "DENY", "X-Client": "$remote_addr"},
+        }))
+        .unwrap();
         let mut problems = Vec::new();
-        global(Some(&cm), false, &mut problems);
+        global(
+            Some(&cm),
+            false,
+            &[std::sync::Arc::new(headers)],
+            &mut problems,
+        );
         problems
     }
 

@@ -11,6 +11,7 @@ pub mod blocking;
 pub(crate) mod classes;
 mod config;
 mod endpoints;
+pub mod header_lists;
 pub(crate) mod hosts;
 pub mod http_keys;
 mod limits;
@@ -39,6 +40,7 @@ pub fn build(snap: &Snapshot) -> Model {
     let global = config::global(
         snap.config_map.as_deref(),
         snap.settings.allow_snippet_annotations,
+        &snap.config_maps,
         &mut problems,
     );
     // The HTTPS router hands terminated connections to NGINX with the PROXY

@@ -1070,8 +1070,15 @@ async fn every_supported_configmap_key_renders_and_passes_nginx_t() {
         "metadata": {"namespace": ns, "name": name},
         "data": data,
     });
+    // add-headers and proxy-set-headers name this one.
+    let headers = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: { namespace: ingress-nginx, name: custom-headers }
+data: { X-Frame-Options: DENY, X-Request-Start: "t=${msec}", X-Client: $remote_addr }
+"#;
     let yaml = format!(
-        "{}\n---\n{}",
+        "{}\n---\n{}\n---\n{headers}",
         tls_and_protocols(),
         serde_yaml::to_string(&cm).unwrap()
     );
@@ -1110,6 +1117,16 @@ async fn every_supported_configmap_key_renders_and_passes_nginx_t() {
         "{host}"
     );
     assert!(!host.contains("http2"), "use-http2 false: {host}");
+    for want in [
+        "add_header \"X-Frame-Options\" \"DENY\" always;",
+        "proxy_set_header \"X-Request-Start\" \"t=${msec}\";",
+    ] {
+        assert!(host.contains(want), "{want} missing from\n{host}");
+    }
+    assert!(
+        conf.contains("proxy_hide_header \"X-Frame-Options\";"),
+        "{conf}"
+    );
     if which_nginx().is_none() {
         eprintln!("nginx not installed: skipping nginx -t");
         return;
