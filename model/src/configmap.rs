@@ -220,7 +220,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("main-snippet", "worker_priority 0;", "raw NGINX text in the main context"),
     yes("http-snippet", "", "raw NGINX text in http (administrator-owned)"),
     yes("server-snippet", "", "raw NGINX text in every server"),
-    todo("stream-snippet", "raw NGINX text in stream (with TCP/UDP services)"),
+    yes("stream-snippet", "", "raw NGINX text in stream (with TCP/UDP services or --enable-ssl-passthrough)"),
     yes("location-snippet", "", "raw NGINX text in every location"),
     yes("custom-http-errors", "404,503", "statuses answered by the default backend (the status kept)"),
     yes("proxy-body-size", "8m", "client_max_body_size"),

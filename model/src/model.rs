@@ -472,6 +472,10 @@ pub struct Global {
     pub proxy_send_timeout: u32,
     /// ConfigMap `http-snippet` (administrator-owned).
     pub http_snippet: Option<String>,
+    /// ConfigMap `stream-snippet`: raw text in the `stream` block (only with TCP/UDP
+    /// services or `--enable-ssl-passthrough`, which load the stream module).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_snippet: Option<String>,
     /// ConfigMap `server-snippet` (administrator-owned, every server).
     pub server_snippet: Option<String>,
     /// ConfigMap `location-snippet` (administrator-owned, every location).

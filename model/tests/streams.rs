@@ -309,3 +309,31 @@ fn passthrough_hosts_go_to_the_backend_of_their_root_rule() {
         d => panic!("{d:?}"),
     }
 }
+
+/// `stream-snippet` goes into the stream block, which exists only with TCP/UDP
+/// services or passthrough (they load the stream module): else it is reported.
+#[test]
+fn a_stream_snippet_without_a_stream_block_is_reported() {
+    let docs = |settings: Value| {
+        [
+            test_settings(settings),
+            config_map(&[("stream-snippet", "server { listen 9999; return x; }")]),
+        ]
+        .iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n")
+    };
+    let without = build(&snapshot(&docs(json!({}))));
+    assert_eq!(without.global.stream_snippet, None);
+    expect_problems(
+        &without,
+        &[(
+            "ConfigMap ingress-nginx/ferrule",
+            "key stream-snippet has a stream block only with --tcp-services-configmap",
+        )],
+    );
+    let with = build(&snapshot(&docs(json!({ "sslPassthrough": true }))));
+    assert!(with.global.stream_snippet.is_some());
+    expect_no_problems_on(&with, "ConfigMap ingress-nginx/ferrule");
+}

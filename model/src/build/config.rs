@@ -244,6 +244,7 @@ fn read(
                 Err(e) => bad(key, v, e),
             },
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
+            "stream-snippet" => g.stream_snippet = Some(v.to_owned()),
             "server-snippet" => g.server_snippet = Some(v.to_owned()),
             "location-snippet" => g.location_snippet = Some(v.to_owned()),
             // An invalid list fails closed: every location relying on it answers 403

@@ -43,6 +43,23 @@ pub fn build(snap: &Snapshot) -> Model {
         &snap.config_maps,
         &mut problems,
     );
+    let mut global = global;
+    let streams = snap.settings.tcp_services.is_some()
+        || snap.settings.udp_services.is_some()
+        || snap.settings.ssl_passthrough;
+    if let (false, Some(_), Some(cm)) = (streams, &global.stream_snippet, &snap.config_map) {
+        let (ns, name) = meta_key(&cm.metadata);
+        problems.push(Problem {
+            resource: ResourceRef::new("ConfigMap", ns, name),
+            severity: Severity::Warning,
+            message: "key stream-snippet has a stream block only with \
+                      --tcp-services-configmap, --udp-services-configmap or \
+                      --enable-ssl-passthrough; it is ignored"
+                .to_owned(),
+            kind: ProblemKind::Other,
+        });
+        global.stream_snippet = None;
+    }
     // The HTTPS router hands terminated connections to NGINX with the PROXY
     // protocol; a client address from a header cannot be believed over that hop.
     let header = global.client_address.real_ip_header.as_deref();

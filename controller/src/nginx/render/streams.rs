@@ -83,7 +83,8 @@ pub(super) fn tls_router(r: &Renderer, model: &Model) -> Option<TlsRouterView> {
 
 /// The view, when the model has streams or the TLS router is on.
 pub(super) fn view(r: &Renderer, model: &Model) -> Option<StreamsView> {
-    if model.streams.is_empty() && !r.opts.ssl_passthrough {
+    if model.streams.is_empty() && !r.opts.ssl_passthrough && model.global.stream_snippet.is_none()
+    {
         return None;
     }
     let servers = (model.streams.iter())

@@ -1451,6 +1451,8 @@ data:
   use-forwarded-headers: "true"
   proxy-stream-timeout: 1h
   proxy-stream-responses: "2"
+  stream-snippet: |
+    server { listen 127.0.0.1:9999; return "administrator's"; }
 "#;
     let settings = Settings {
         tcp_services: Some("ingress-nginx/tcp-services".to_owned()),
