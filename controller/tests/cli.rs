@@ -494,10 +494,7 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
         "guarded",
         "guarded.example.com",
         &[
-            (
-                "nginx.ingress.kubernetes.io/auth-proxy-set-headers",
-                "web/headers",
-            ),
+            ("nginx.ingress.kubernetes.io/global-rate-limit", "10"),
             ("nginx.ingress.kubernetes.io/ssl-redirect", "false"),
         ],
     ));
@@ -513,9 +510,9 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
     for line in [
         "Ingress web/guarded: annotations:",
         "  nginx.ingress.kubernetes.io/ssl-redirect: supported",
-        "  nginx.ingress.kubernetes.io/auth-proxy-set-headers: rejects the Ingress: annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers (external auth (more)) restricts access",
+        "  nginx.ingress.kubernetes.io/global-rate-limit: rejects the Ingress: annotation nginx.ingress.kubernetes.io/global-rate-limit (global rate limits) restricts access",
         "  nginx.ingress.kubernetes.io/enable-opentelemetry: ignored with a warning: annotation nginx.ingress.kubernetes.io/enable-opentelemetry (tracing) is not implemented by Ferrule and is ignored",
-        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers",
+        "Ingress web/guarded: error: annotation nginx.ingress.kubernetes.io/global-rate-limit",
         "Ingress web/traced: warning: annotation nginx.ingress.kubernetes.io/enable-opentelemetry",
         "  nginx.ingress.kubernetes.io/proxy-read-timeout: supported",
     ] {

@@ -253,7 +253,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("syslog-host", "syslog.example", "syslog server"),
     yes("syslog-port", "1514", "syslog port"),
     yes("no-tls-redirect-locations", "/.well-known/acme-challenge,/public", "paths whose locations never redirect to HTTPS"),
-    todo("global-allowed-response-headers", "headers custom-headers may set"),
+    yes("global-allowed-response-headers", "X-Team, X-Frame-Options", "header names the custom-headers annotation may set"),
     yes("global-auth-url", "http://auth.example/check", "external auth for every location"),
     yes("global-auth-method", "GET", "its method"),
     yes("global-auth-signin", "http://auth.example/signin", "its sign-in page"),

@@ -355,6 +355,9 @@ pub struct LocationSettings {
     /// `custom-http-errors` (or the ConfigMap's) with the backend answering them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_pages: Option<ErrorPages>,
+    /// `custom-headers`: response headers of the location (replacing the backend's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub custom_headers: Vec<crate::build::header_lists::Header>,
 }
 
 /// A location's custom error pages.
@@ -462,6 +465,9 @@ pub struct Global {
     /// `add-headers`: headers sent to every client, replacing a backend's own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub add_headers: Vec<crate::build::header_lists::Header>,
+    /// `global-allowed-response-headers`: the names `custom-headers` may set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_response_headers: Vec<String>,
     /// Default `client_max_body_size`.
     pub proxy_body_size: String,
     /// Default timeouts in seconds: connect, read, send.

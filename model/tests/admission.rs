@@ -103,8 +103,8 @@ fn invalid_content_is_denied_naming_the_field_and_the_value() {
             ),
             (
                 "security annotation",
-                web(new("auth"), "new.test").ann("auth-proxy-set-headers", "default/headers"),
-                Denied("nginx.ingress.kubernetes.io/auth-proxy-set-headers"),
+                web(new("auth"), "new.test").ann("global-rate-limit", "10"),
+                Denied("nginx.ingress.kubernetes.io/global-rate-limit"),
             ),
             (
                 "looks like a security annotation",
@@ -336,7 +336,7 @@ fn age_decides_who_wins() {
 #[test]
 fn other_classes_are_not_looked_at() {
     let bad = |ing: Ing| {
-        ing.ann("auth-proxy-set-headers", "default/headers")
+        ing.ann("global-rate-limit", "10")
             .ann("proxy-read-timeout", "soon")
     };
     table(
@@ -363,7 +363,7 @@ fn other_classes_are_not_looked_at() {
                 bad(web(Ing::new("default/legacy", 20), "x.test"))
                     .class(None)
                     .ann("kubernetes.io/ingress.class", "ferrule"),
-                Denied("auth-proxy-set-headers"),
+                Denied("global-rate-limit"),
             ),
         ],
     );

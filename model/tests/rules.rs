@@ -1856,10 +1856,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     let yaml = docs![
         app("default/web", "10.0.0.1"),
         Ing::new("default/basic", 1)
-            .ann(
-                "nginx.ingress.kubernetes.io/auth-proxy-set-headers",
-                "default/headers"
-            )
+            .ann("nginx.ingress.kubernetes.io/global-rate-limit-window", "1m")
             .rule("basic.test", &[("/", "Prefix", "web", "80")]),
         Ing::new("default/auth", 1)
             .ann("nginx.ingress.kubernetes.io/global-rate-limit", "10")
@@ -1887,7 +1884,7 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
         &[
             (
                 "Ingress default/basic",
-                "annotation nginx.ingress.kubernetes.io/auth-proxy-set-headers (external auth (more)) restricts access and Ferrule does not implement it yet",
+                "annotation nginx.ingress.kubernetes.io/global-rate-limit-window (global rate limits) restricts access and Ferrule does not implement it yet",
             ),
             (
                 "Ingress default/auth",

@@ -11,7 +11,9 @@
 # (the cost of the request metrics, goal >= 0.98). `ferrule-cors` is the same
 # Ferrule on a host with enable-cors (requests with an allowed Origin), and
 # `ferrule-gzip` a Ferrule whose ConfigMap turns use-gzip on (requests that accept
-# gzip): what those features cost against static.
+# gzip): what those features cost against static. `ferrule-tcp` is the same
+# Ferrule's TCP service (--tcp-services-configmap) to the same backend: HTTP over
+# NGINX's stream proxy, the peer picked by njs per connection.
 #
 #   test/bench/throughput.sh            # builds ferrule --release first
 #   SKIP_BUILD=1 DURATION=10s ROUNDS=3 CONNS=32 THREADS=2 PROXY_WORKERS=1 test/bench/throughput.sh
@@ -155,7 +157,7 @@ FL=$WORK/ferrule-lua
 FN=$WORK/ferrule-nometrics
 FG=$WORK/ferrule-gzip
 mkdir -p "$F/manifests" "$FL" "$FN" "$FG/manifests"
-FHTTP=$(free_port); FHTTPS=$(free_port); FSTATUS=$(free_port)
+FHTTP=$(free_port); FHTTPS=$(free_port); FSTATUS=$(free_port); FTCP=$(free_port)
 LHTTP=$(free_port); LHTTPS=$(free_port); LSTATUS=$(free_port)
 NHTTP=$(free_port); NHTTPS=$(free_port); NSTATUS=$(free_port)
 GHTTP=$(free_port); GHTTPS=$(free_port); GSTATUS=$(free_port)
@@ -215,13 +217,20 @@ spec:
         backend: { service: { name: echo, port: { number: 80 } } }
 YAML
 cp "$F/manifests/bench.yaml" "$FG/manifests/"
+cat > "$F/manifests/tcp.yaml" <<YAML
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: tcp-services, namespace: bench }
+data: { "$FTCP": "bench/echo:80" }
+YAML
 cat > "$FG/manifests/config.yaml" <<YAML
 apiVersion: v1
 kind: ConfigMap
 metadata: { name: ferrule, namespace: bench }
 data: { use-gzip: "true", gzip-types: "*", gzip-min-length: "0" }
 YAML
-start_ferrule "$F" "$F/manifests" "$FHTTP" "$FHTTPS" "$FSTATUS" --worker-processes "$PROXY_WORKERS"
+start_ferrule "$F" "$F/manifests" "$FHTTP" "$FHTTPS" "$FSTATUS" --worker-processes "$PROXY_WORKERS" \
+    --tcp-services-configmap bench/tcp-services
 start_ferrule "$FL" "$F/manifests" "$LHTTP" "$LHTTPS" "$LSTATUS" --worker-processes "$PROXY_WORKERS" \
     --no-fast-path
 start_ferrule "$FN" "$F/manifests" "$NHTTP" "$NHTTPS" "$NSTATUS" --worker-processes "$PROXY_WORKERS" \
@@ -233,7 +242,7 @@ wait_ready "$GSTATUS"
 wait_ready "$LSTATUS"
 wait_ready "$NSTATUS"
 
-for port in "$FHTTP" "$LHTTP" "$NHTTP" "$GHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
+for port in "$FHTTP" "$FTCP" "$LHTTP" "$NHTTP" "$GHTTP" "$SPORT" "$BAREPORT" "$FLOORPORT" "$BALFLOORPORT"; do
     wait_http "http://127.0.0.1:$port/" bench.test "$BACKEND_IP:$BPORT ferrule-bench-body"
 done
 wait_http "http://127.0.0.1:$FHTTP/" cors.test "$BACKEND_IP:$BPORT ferrule-bench-body"
@@ -283,11 +292,11 @@ if [ "$PIN" = 1 ]; then
     WRK=(taskset -c "$CLIENT_CPUS" wrk)
 fi
 
-TARGETS=(ferrule ferrule-nometrics ferrule-lua ferrule-cors ferrule-gzip static lua-floor balancer-floor static-bare)
-declare -A PORT=([ferrule]=$FHTTP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [ferrule-cors]=$FHTTP [ferrule-gzip]=$GHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
+TARGETS=(ferrule ferrule-nometrics ferrule-lua ferrule-cors ferrule-gzip ferrule-tcp static lua-floor balancer-floor static-bare)
+declare -A PORT=([ferrule]=$FHTTP [ferrule-tcp]=$FTCP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [ferrule-cors]=$FHTTP [ferrule-gzip]=$GHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
 # What each target's requests carry besides Host: bench.test.
 declare -A HEADERS=([ferrule-cors]="Host: cors.test|Origin: https://app.example" [ferrule-gzip]="Host: bench.test|Accept-Encoding: gzip")
-declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [ferrule-cors]="$F/nginx/run/nginx.pid" [ferrule-gzip]="$FG/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
+declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-tcp]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [ferrule-cors]="$F/nginx/run/nginx.pid" [ferrule-gzip]="$FG/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
     [static-bare]="$WORK/bare/logs/nginx.pid" [lua-floor]="$WORK/floor/logs/nginx.pid"
     [balancer-floor]="$WORK/balfloor/logs/nginx.pid")
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
@@ -371,7 +380,7 @@ def ratio(name, d, inverse=False):
     v = [(d["static"][r] / d[name][r]) if inverse else (d[name][r] / d["static"][r]) for r in d[name]]
     return statistics.median(v)
 print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
-for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "ferrule-cors", "ferrule-gzip", "static", "lua-floor", "balancer-floor", "static-bare"]:
+for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "ferrule-cors", "ferrule-gzip", "ferrule-tcp", "static", "lua-floor", "balancer-floor", "static-bare"]:
     print(f"  {name:<15} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
@@ -383,7 +392,7 @@ mr = ratio("ferrule", rps) / ratio("ferrule-nometrics", rps)
 mc = ratio("ferrule", us, True) / ratio("ferrule-nometrics", us, True)
 verdict = "goal met" if min(mr, mc) >= 0.98 else ("GOAL MISSED" if max(mr, mc) < 0.98 else "borderline")
 print(f"  metrics on / off (ferrule / ferrule-nometrics): req/s x{mr:.3f}, by CPU per request x{mc:.3f} ({verdict}, goal >= 0.98)")
-for name, what in [("ferrule-cors", "CORS on"), ("ferrule-gzip", "gzip on")]:
+for name, what in [("ferrule-cors", "CORS on"), ("ferrule-gzip", "gzip on"), ("ferrule-tcp", "a TCP service")]:
     print(f"  {what} / static: req/s x{ratio(name, rps):.3f}, by CPU per request x{ratio(name, us, True):.3f}")
 PY
 )

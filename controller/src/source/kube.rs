@@ -51,9 +51,11 @@ struct Stores {
     config_maps: Option<Store<ConfigMap>>,
     /// The TCP and UDP services ConfigMaps the settings name.
     stream_config_maps: Vec<Store<ConfigMap>>,
-    /// Every ConfigMap of the controller ConfigMap's namespace, where the header
-    /// lists it names (`add-headers`, `proxy-set-headers`) are looked up.
-    namespace_config_maps: Option<Store<ConfigMap>>,
+    /// Every ConfigMap of the watched namespaces, and of the controller ConfigMap's
+    /// namespace, where the header lists are looked up: those the controller
+    /// ConfigMap names (`add-headers`, `proxy-set-headers`) and those an Ingress
+    /// names in its own namespace (`custom-headers`, `auth-proxy-set-headers`).
+    namespace_config_maps: Vec<Store<ConfigMap>>,
 }
 
 /// Starts the watchers and a task publishing snapshots on `tx` until the process
@@ -104,15 +106,21 @@ pub fn start(
             .config_map
             .as_ref()
             .map(|(ns, name)| named_config_map(&client, ns, name, &dirty)),
-        namespace_config_maps: opts.config_map.as_ref().map(|(ns, _)| {
-            reflect(
-                Api::<ConfigMap>::namespaced(client.clone(), ns),
-                every(),
-                |_| {},
-                |_| true,
-                &dirty,
-            )
-        }),
+        namespace_config_maps: {
+            let watched = match ns {
+                Some(n) => Api::<ConfigMap>::namespaced(client.clone(), n),
+                None => Api::<ConfigMap>::all(client.clone()),
+            };
+            let controller = opts
+                .config_map
+                .as_ref()
+                .filter(|(cns, _)| ns.is_some_and(|n| n != cns))
+                .map(|(cns, _)| Api::<ConfigMap>::namespaced(client.clone(), cns));
+            std::iter::once(watched)
+                .chain(controller)
+                .map(|api| reflect(api, every(), strip_config_map, |_| true, &dirty))
+                .collect()
+        },
         stream_config_maps: [&settings.tcp_services, &settings.udp_services]
             .into_iter()
             .flatten()
@@ -433,8 +441,9 @@ fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant
         .config_maps
         .as_ref()
         .and_then(|c| c.state().into_iter().next());
+    let ingresses = s.ingresses.state();
     Snapshot {
-        ingresses: s.ingresses.state(),
+        ingresses: ingresses.clone(),
         ingress_classes: s.classes.state(),
         services: s.services.state(),
         endpoint_slices: s.slices.state(),
@@ -443,7 +452,9 @@ fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant
             .flat_map(|c| c.state())
             .chain(referenced(
                 config_map.as_deref(),
-                s.namespace_config_maps.as_ref(),
+                &ingresses,
+                &s.namespace_config_maps,
+                &settings.annotations_prefix,
             ))
             .collect(),
         config_map,
@@ -453,26 +464,54 @@ fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant
     }
 }
 
-/// The ConfigMaps of the controller ConfigMap's namespace that its header lists
-/// (`add-headers`, `proxy-set-headers`) name: only those, so that a change of any
-/// other leaves the snapshot's ConfigMaps the same (`Arc`s), and the endpoint fast
-/// path of the build still applies.
+/// The header lists the controller ConfigMap (`add-headers`, `proxy-set-headers`)
+/// and the Ingresses (`custom-headers`, `auth-proxy-set-headers`, in their own
+/// namespace) name: only those, once each, so that a change of any other ConfigMap
+/// leaves the snapshot's ConfigMaps the same (`Arc`s), and the endpoint fast path
+/// of the build still applies.
 fn referenced(
     controller: Option<&ConfigMap>,
-    namespace: Option<&Store<ConfigMap>>,
+    ingresses: &[Arc<Ingress>],
+    stores: &[Store<ConfigMap>],
+    prefix: &str,
 ) -> Vec<Arc<ConfigMap>> {
-    let (Some(cm), Some(store)) = (controller, namespace) else {
-        return Vec::new();
-    };
-    let data = cm.data.as_ref();
-    ["add-headers", "proxy-set-headers"]
+    let mut names = std::collections::BTreeSet::new();
+    let lists = controller.and_then(|c| c.data.as_ref());
+    for k in ["add-headers", "proxy-set-headers"] {
+        if let Some((ns, name)) = lists.and_then(|d| d.get(k)?.trim().split_once('/')) {
+            names.insert((ns.to_owned(), name.to_owned()));
+        }
+    }
+    let keys = [
+        format!("{prefix}/custom-headers"),
+        format!("{prefix}/auth-proxy-set-headers"),
+    ];
+    for ing in ingresses {
+        let own = ing.metadata.namespace.as_deref().unwrap_or_default();
+        for written in keys.iter().filter_map(|k| ing.annotations().get(k)) {
+            let (ns, name) = written
+                .trim()
+                .split_once('/')
+                .unwrap_or((own, written.trim()));
+            names.insert((ns.to_owned(), name.to_owned()));
+        }
+    }
+    names
         .iter()
-        .filter_map(|k| data?.get(*k))
-        .filter_map(|r| {
-            let (ns, name) = r.trim().split_once('/')?;
-            store.get(&reflector::ObjectRef::new(name).within(ns))
+        .filter_map(|(ns, name)| {
+            let key = reflector::ObjectRef::new(name).within(ns);
+            stores.iter().find_map(|s| s.get(&key))
         })
         .collect()
+}
+
+/// Only what the header lists need of a ConfigMap: its name and `data`.
+fn strip_config_map(o: &mut ConfigMap) {
+    o.metadata.annotations = None;
+    o.metadata.labels = None;
+    o.metadata.owner_references = None;
+    o.metadata.managed_fields = None;
+    o.binary_data = None;
 }
 
 /// A client from `--kubeconfig PATH`, else the in-cluster or default configuration.

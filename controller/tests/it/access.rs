@@ -1428,3 +1428,97 @@ async fn an_error_page_never_lets_a_request_past_external_auth() {
     let (s, _, _) = get_with_verdict(&f, "secure.test", "/private", "ok").await;
     assert_eq!(s, 200);
 }
+
+/// `auth-proxy-set-headers` and `custom-headers` read a ConfigMap of the Ingress's
+/// own namespace: the auth service and the client get its headers as written (a
+/// `$` is no variable); another namespace's ConfigMap, or a response header the
+/// administrator does not allow, rejects the Ingress by name.
+#[tokio::test]
+async fn header_lists_of_the_ingress_s_namespace_reach_the_auth_service_and_clients() {
+    let echo = Echo::start("127.0.0.2").await;
+    let auth = AuthService::start().await;
+    let url = format!("http://{}/check", auth.addr);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let cm = |ns: &str, name: &str, data: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: {name}, namespace: {ns} }}\ndata: {data}\n---\n"
+        )
+    };
+    m.write(
+        "lists.yaml",
+        &[
+            cm("demo", "auth-headers", r#"{ X-Team: "blue $host" }"#),
+            cm(
+                "demo",
+                "resp",
+                r#"{ X-Team: "red $host", X-Frame-Options: DENY }"#,
+            ),
+            cm("demo", "secret-ish", "{ X-Internal: yes }"),
+            cm("other", "resp", "{ X-Team: theirs }"),
+        ]
+        .concat(),
+    );
+    m.write(
+        "cm.yaml",
+        &configmap(&[("global-allowed-response-headers", "X-Team, x-frame-options")]),
+    );
+    let ing = |name: &str, host: &str, ann: &[(&str, &str)]| {
+        m.write(&format!("{name}.yaml"), &demo_ingress(name, host, ann))
+    };
+    ing(
+        "authed",
+        "auth.test",
+        &[
+            ("auth-url", &url),
+            ("auth-proxy-set-headers", "auth-headers"),
+        ],
+    );
+    ing("custom", "custom.test", &[("custom-headers", "resp")]);
+    ing("cross", "cross.test", &[("custom-headers", "other/resp")]);
+    ing(
+        "unlisted",
+        "unlisted.test",
+        &[("custom-headers", "secret-ish")],
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+
+    let (s, _, _) = get_with_verdict(&f, "auth.test", "/", "ok").await;
+    assert_eq!(s, 200, "{}", f.logs());
+    assert_eq!(auth.last()["team"], "blue $host", "{}", auth.last());
+
+    let r = client()
+        .get(format!("http://127.0.0.1:{}/", f.http))
+        .header("Host", "custom.test")
+        .header("x-echo-header", "X-Frame-Options=SAMEORIGIN")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let all = |name: &str| -> Vec<String> {
+        (r.headers().get_all(name).iter())
+            .map(|v| v.to_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(all("x-frame-options"), ["DENY"], "{:?}", r.headers());
+    assert_eq!(all("x-team"), ["red $host"], "{:?}", r.headers());
+
+    for (name, needle) in [
+        (
+            "cross",
+            "custom-headers other/resp: a ConfigMap of another namespace is not read",
+        ),
+        (
+            "unlisted",
+            "header X-Internal is not allowed by the ConfigMap's global-allowed-response-headers",
+        ),
+    ] {
+        assert!(
+            f.reports("Ingress", "demo", name, needle, Duration::from_secs(5))
+                .await,
+            "{name}: {:?}",
+            f.resource("Ingress", "demo", name).await
+        );
+    }
+    assert_eq!(f.get("cross.test", "/").await.0, 404);
+}

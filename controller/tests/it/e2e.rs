@@ -1147,12 +1147,21 @@ async fn header_lists_named_by_the_configmap_are_watched() {
         &[("/", "Prefix", "echo")],
         &[],
     ));
+    c.apply(&k8s_ingress(
+        ns,
+        "custom",
+        "custom.e2e",
+        &[("/", "Prefix", "echo")],
+        &[("custom-headers", "resp")],
+    ));
     let list = |v: &str| {
         format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: req, namespace: {ns} }}\n\
              data: {{ X-Team: {v} }}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: resp, namespace: {ns} }}\n\
+             data: {{ X-Team: {v} }}\n---\n\
              apiVersion: v1\nkind: ConfigMap\nmetadata: {{ name: ferrule, namespace: {ns} }}\n\
-             data: {{ proxy-set-headers: {ns}/req }}\n"
+             data: {{ proxy-set-headers: {ns}/req, global-allowed-response-headers: X-Team }}\n"
         )
     };
     c.apply(&list("blue"));
@@ -1173,4 +1182,26 @@ async fn header_lists_named_by_the_configmap_are_watched() {
     })
     .await;
     assert!(edited, "the edited list is not served; log:\n{}", f.logs());
+    // An Ingress's own list (custom-headers), read from its namespace.
+    let answered = || async {
+        let r = client()
+            .get(format!("http://127.0.0.1:{}/", f.http))
+            .header("Host", "custom.e2e")
+            .send()
+            .await
+            .unwrap();
+        (r.headers().get("x-team"))
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let custom = wait_until(Duration::from_secs(10), || async {
+        answered().await.as_deref() == Some("green")
+    })
+    .await;
+    assert!(
+        custom,
+        "custom-headers not served: {:?}; log:\n{}",
+        answered().await,
+        f.logs()
+    );
 }

@@ -68,6 +68,11 @@ pub(super) const FAMILY: Family = Family {
             "the auth service's Set-Cookie also on error answers",
         ),
         security(
+            "auth-proxy-set-headers",
+            Risk::Medium,
+            "headers sent to the auth service, from a ConfigMap of the Ingress's namespace",
+        ),
+        security(
             "auth-snippet",
             Risk::Critical,
             "raw NGINX text in the auth subrequest's location (administrator-enabled: without allow-snippet-annotations the Ingress is rejected)",
@@ -116,6 +121,14 @@ pub struct ExternalAuth {
     /// administrator's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snippet: Option<Snippet>,
+    /// `auth-proxy-set-headers`: the ConfigMap (`name` or `namespace/name`, the
+    /// Ingress's namespace only) whose headers the subrequest sends; its headers,
+    /// once the build has read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_set_headers_ref: Option<String>,
+    /// See `proxy_set_headers_ref`: sent as written (a `$` is no variable).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proxy_set_headers: Vec<crate::build::header_lists::Header>,
 }
 
 /// `auth-cache-key` and `auth-cache-duration`: NGINX caches the auth service's
@@ -136,6 +149,19 @@ pub const SIGNIN_VARIABLES: &[&str] = &["host", "scheme", "request_uri", "escape
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     out.enable_global_auth = r.parse("enable-global-auth", value::boolean)?;
     out.external_auth = read(|k| r.get(k)).map_err(|(key, reason)| r.invalid(key, &reason))?;
+    // Annotation-only (no global-auth twin): a ConfigMap the build reads.
+    let headers = r.parse(
+        "auth-proxy-set-headers",
+        super::custom_headers::config_map_ref,
+    )?;
+    match (&mut out.external_auth, headers) {
+        (Some(auth), headers) => auth.proxy_set_headers_ref = headers,
+        (None, Some(_)) => {
+            let reason = "without auth-url, nothing would be checked";
+            return Err(r.invalid("auth-proxy-set-headers", reason));
+        }
+        (None, None) => {}
+    }
     Ok(())
 }
 
@@ -201,6 +227,8 @@ fn read<'v>(
         }),
         always_set_cookie: always_set_cookie.unwrap_or(false),
         snippet,
+        proxy_set_headers_ref: None,
+        proxy_set_headers: Vec::new(),
     }))
 }
 

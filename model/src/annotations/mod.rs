@@ -13,6 +13,7 @@ pub mod buffering;
 mod canary;
 pub mod client_certificates;
 pub mod cors;
+pub(crate) mod custom_headers;
 pub mod errors;
 pub mod external_auth;
 pub mod forwarding;
@@ -99,6 +100,10 @@ pub struct IngressAnnotations {
     pub server_aliases: Vec<String>,
     /// `ssl-passthrough`.
     pub ssl_passthrough: bool,
+    /// `custom-headers`: the ConfigMap (`name` or `namespace/name`).
+    pub custom_headers: Option<String>,
+    /// Its headers, once the build has read the ConfigMap.
+    pub custom_header_list: Vec<crate::build::header_lists::Header>,
     /// `enable-cors` and its `cors-*` settings.
     pub cors: Option<Cors>,
     /// `proxy-buffering`, the buffers, `proxy-request-buffering`, ...
@@ -256,6 +261,7 @@ pub fn parse(
     errors::parse(&r, &mut out)?;
     server_alias::parse(&r, &mut out)?;
     passthrough::parse(&r, &mut out)?;
+    custom_headers::parse(&r, &mut out)?;
     client_certificates::parse(&r, &mut out)?;
     Ok(Parsed {
         values: out,

@@ -92,6 +92,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::errors::FAMILY,
     &super::server_alias::FAMILY,
     &super::passthrough::FAMILY,
+    &super::custom_headers::FAMILY,
     &super::unsupported::MODSECURITY,
     &super::unsupported::REDIRECTS,
     &super::unsupported::PROXYING,
@@ -226,10 +227,7 @@ mod tests {
         check("denylist-source-range", "supported");
         check("auth-url", "supported");
         check("auth-cache-key", "supported");
-        check(
-            "auth-proxy-set-headers",
-            "rejecting: annotation p/auth-proxy-set-headers (external auth (more))",
-        );
+        check("auth-proxy-set-headers", "supported");
         check(
             "auth-keepalive",
             "ignored: annotation p/auth-keepalive (external auth (more))",

@@ -245,12 +245,7 @@ fn unknown_annotations_are_warnings_and_unknown_security_ones_reject() {
         &[("enable-opentelemetry", "true")],
         "ignored: [\"annotation nginx.ingress.kubernetes.io/enable-opentelemetry (tracing) is not implemented by Ferrule and is ignored\"]",
     );
-    for key in [
-        "auth-proxy-set-headers",
-        "global-rate-limit",
-        "enable-modsecurity",
-        "auth-brand-new",
-    ] {
+    for key in ["global-rate-limit", "enable-modsecurity", "auth-brand-new"] {
         check(
             &[(key, "x"), ("ssl-redirect", "false")],
             &format!("error: annotation nginx.ingress.kubernetes.io/{key} "),

@@ -34,13 +34,6 @@ pub(super) const EXTERNAL_AUTH: Family = Family {
     name: "external auth (more)",
     keys: &[
         todo(
-            "auth-proxy-set-headers",
-            Location,
-            Medium,
-            true,
-            "ConfigMap of headers sent to the auth service",
-        ),
-        todo(
             "auth-keepalive",
             Location,
             Low,
@@ -157,22 +150,13 @@ pub(super) const REDIRECTS: Family = Family {
 /// Proxying settings not implemented yet.
 pub(super) const PROXYING: Family = Family {
     name: "proxying",
-    keys: &[
-        todo(
-            "custom-headers",
-            Location,
-            Medium,
-            false,
-            "response headers from a ConfigMap",
-        ),
-        todo(
-            "http2-push-preload",
-            Location,
-            Low,
-            false,
-            "HTTP/2 push from Link headers (removed from NGINX)",
-        ),
-    ],
+    keys: &[todo(
+        "http2-push-preload",
+        Location,
+        Low,
+        false,
+        "HTTP/2 push from Link headers (removed from NGINX)",
+    )],
 };
 
 /// The server's TLS ciphers.

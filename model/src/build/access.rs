@@ -38,6 +38,72 @@ impl<'a> Builder<'a> {
         Ok((secret, format!("{ns}/{name}")))
     }
 
+    /// The ConfigMap `written` (`name` or `namespace/name`) that an annotation of
+    /// Ingress `r` names: only one of `r`'s own namespace is read (another
+    /// namespace's would be read into this tenant's requests).
+    fn own_config_map(
+        &self,
+        r: &ResourceRef,
+        written: &str,
+        what: &str,
+    ) -> Result<&'a k8s_openapi::api::core::v1::ConfigMap, String> {
+        let (ns, name) = written
+            .split_once('/')
+            .unwrap_or((r.namespace.as_str(), written));
+        if ns != r.namespace {
+            return Err(format!(
+                "{what}: a ConfigMap of another namespace is not read (it must be in {})",
+                r.namespace
+            ));
+        }
+        self.config_maps
+            .get(&(ns, name))
+            .copied()
+            .ok_or_else(|| format!("{what}: ConfigMap {ns}/{name} not found"))
+    }
+
+    /// The header lists Ingress `r`'s annotations name (`custom-headers`,
+    /// `auth-proxy-set-headers`), read into `a`. A custom header the administrator
+    /// does not allow (`global-allowed-response-headers`) rejects the Ingress.
+    pub(super) fn header_lists(
+        &self,
+        r: &ResourceRef,
+        a: &mut IngressAnnotations,
+    ) -> Result<(), String> {
+        let prefix = &self.snap.settings.annotations_prefix;
+        if let Some(written) = a.custom_headers.clone() {
+            let what = format!("annotation {prefix}/custom-headers {written}");
+            let cm = self.own_config_map(r, &written, &what)?;
+            let headers =
+                super::header_lists::tenant_headers(cm).map_err(|e| format!("{what}: {e}"))?;
+            let allowed = &self.global.allowed_response_headers;
+            if let Some(h) = headers
+                .iter()
+                .find(|h| !allowed.iter().any(|a| a.eq_ignore_ascii_case(&h.name)))
+            {
+                return Err(format!(
+                    "{what}: header {} is not allowed by the ConfigMap's \
+                     global-allowed-response-headers ({})",
+                    h.name,
+                    match allowed.is_empty() {
+                        true => "empty".to_owned(),
+                        false => allowed.join(", "),
+                    }
+                ));
+            }
+            a.custom_header_list = headers;
+        }
+        if let Some(auth) = a.external_auth.as_mut()
+            && let Some(written) = auth.proxy_set_headers_ref.clone()
+        {
+            let what = format!("annotation {prefix}/auth-proxy-set-headers {written}");
+            let cm = self.own_config_map(r, &written, &what)?;
+            auth.proxy_set_headers =
+                super::header_lists::tenant_headers(cm).map_err(|e| format!("{what}: {e}"))?;
+        }
+        Ok(())
+    }
+
     /// The basic authentication of Ingress `r`: its Secret (of `r`'s namespace)
     /// read and checked.
     pub(super) fn basic_auth(

@@ -245,6 +245,17 @@ fn read(
             },
             "http-snippet" => g.http_snippet = Some(v.to_owned()),
             "stream-snippet" => g.stream_snippet = Some(v.to_owned()),
+            "global-allowed-response-headers" => {
+                let names: Vec<String> = (v.split(','))
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                match names.iter().try_for_each(|n| header_lists::header_name(n)) {
+                    Ok(()) => g.allowed_response_headers = names,
+                    Err(e) => bad(key, v, e),
+                }
+            }
             "server-snippet" => g.server_snippet = Some(v.to_owned()),
             "location-snippet" => g.location_snippet = Some(v.to_owned()),
             // An invalid list fails closed: every location relying on it answers 403

@@ -94,6 +94,26 @@ pub(crate) fn resolve(
     Ok(out)
 }
 
+/// The headers of an Ingress's own ConfigMap `cm` (`custom-headers`,
+/// `auth-proxy-set-headers`): names checked, values printable and sent as written
+/// (the renderer makes every `$` literal: a tenant's value names no variable).
+pub(crate) fn tenant_headers(cm: &ConfigMap) -> Result<Vec<Header>, String> {
+    let mut out = Vec::new();
+    for (k, v) in cm.data.iter().flatten() {
+        header_name(k).map_err(|e| format!("header {k:?}: {e}"))?;
+        if v.len() > 4096 || v.chars().any(char::is_control) {
+            return Err(format!(
+                "header {k}: a value of at most 4096 printable characters is expected"
+            ));
+        }
+        out.push(Header {
+            name: k.clone(),
+            value: v.clone(),
+        });
+    }
+    Ok(out)
+}
+
 /// A header name: letters, digits, `-` and `_` (ingress-nginx's rule), at most 256.
 pub(crate) fn header_name(k: &str) -> Result<(), String> {
     let ok = !k.is_empty()

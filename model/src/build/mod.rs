@@ -91,6 +91,11 @@ pub fn build(snap: &Snapshot) -> Model {
             .iter()
             .map(|s| (meta_key(&s.metadata), &**s))
             .collect(),
+        config_maps: snap
+            .config_maps
+            .iter()
+            .map(|c| (meta_key(&c.metadata), &**c))
+            .collect(),
         global,
         problems,
         servers: HashMap::new(),
@@ -126,7 +131,7 @@ pub fn build(snap: &Snapshot) -> Model {
             annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty), &prefix)
                 .map_err(|e| e.to_string())
         });
-        let a = match parsed {
+        let mut a = match parsed {
             Err(e) => {
                 b.problem(
                     &r,
@@ -165,7 +170,8 @@ pub fn build(snap: &Snapshot) -> Model {
             .external_auth
             .as_ref()
             .is_some_and(|e| e.snippet.is_some());
-        let resolved = b.basic_auth(&r, &a).and_then(|auth| {
+        let lists = b.header_lists(&r, &mut a);
+        let resolved = lists.and_then(|()| b.basic_auth(&r, &a)).and_then(|auth| {
             if auth_snippet && !b.global.allow_snippet_annotations {
                 return Err(format!(
                     "annotation {prefix}auth-snippet: snippets are not allowed \
@@ -253,6 +259,8 @@ struct Builder<'a> {
     snap: &'a Snapshot,
     index: backends::ServiceIndex<'a>,
     secrets: HashMap<(&'a str, &'a str), &'a Secret>,
+    /// The ConfigMaps annotations may name, by namespace and name.
+    config_maps: HashMap<(&'a str, &'a str), &'a k8s_openapi::api::core::v1::ConfigMap>,
     global: Global,
     problems: Vec<Problem>,
     servers: HashMap<String, ServerAcc>,
@@ -611,6 +619,7 @@ impl Builder<'_> {
             rate_limits: a.rate_limits.clone(),
             satisfy: a.satisfy,
             error_pages: None,
+            custom_headers: a.custom_header_list.clone(),
         }
     }
 

@@ -111,7 +111,10 @@ pub(super) fn location_view(
             backend_tls::view(t, st.backend_protocol == BackendProtocol::Grpcs, &service)
         }),
         // Any add_header of a location replaces every one of its server.
-        own_headers: st.external_auth.is_some() || st.cors.is_some(),
+        own_headers: st.external_auth.is_some()
+            || st.cors.is_some()
+            || !st.custom_headers.is_empty(),
+        custom_headers: external_auth::literal_headers(&st.custom_headers),
         rate_limits: rate_limits::location(l),
         satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
         client_certificate: None,
@@ -268,6 +271,8 @@ pub(super) struct LocationView {
     /// Whether the location has `add_header`s of its own: the server's (HSTS) are
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,
+    /// `custom-headers`: sent to the client as written, the backend's own hidden.
+    pub(super) custom_headers: Vec<external_auth::SetHeaderView>,
     /// `limit_req`, `limit_conn`, `limit_rate` (preaccess phase and after).
     pub(super) rate_limits: Option<rate_limits::LocationLimitsView>,
     /// `satisfy any` (else NGINX's default, all).
