@@ -178,14 +178,6 @@ const FLAGS: &[(&str, bool, Fate)] = &[
         ),
     ),
     (
-        "disable-catch-all",
-        false,
-        Fate::RefusedUnless(
-            "false",
-            "not implemented; catch-all Ingresses would be served",
-        ),
-    ),
-    (
         "disable-leader-election",
         false,
         Fate::RefusedUnless(
@@ -305,10 +297,9 @@ mod tests {
         );
         check(
             "ferrule run --update-status=true --disable-catch-all=false",
-            Ok("ferrule run"),
+            Ok("ferrule run --disable-catch-all=false"),
         );
         check("ferrule run --update-status=false", Err("--update-status"));
-        check("ferrule run --disable-catch-all", Err("catch-all"));
         check("ferrule run --election-ttl", Err("needs a value"));
         check(
             "ferrule run --unknown-flag",

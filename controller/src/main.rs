@@ -110,6 +110,11 @@ struct ModelFlags {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false,
           action = clap::ArgAction::Set, value_name = "BOOL")]
     enable_ssl_passthrough: bool,
+    /// Refuse Ingresses with `spec.defaultBackend` (catch-all Ingresses), as
+    /// ingress-nginx's flag: each is reported and not served.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false,
+          action = clap::ArgAction::Set, value_name = "BOOL")]
+    disable_catch_all: bool,
     /// The most bytes Ferrule reads of one Ingress (annotations, hosts, paths,
     /// Service names); a larger Ingress is rejected alone.
     #[arg(long, default_value_t = ferrule_model::Limits::default().ingress_bytes)]
@@ -190,6 +195,7 @@ impl ModelFlags {
             tcp_services: self.tcp_services_configmap.clone(),
             udp_services: self.udp_services_configmap.clone(),
             ssl_passthrough: self.enable_ssl_passthrough,
+            disable_catch_all: self.disable_catch_all,
             // `ferrule run` adds its ports; the others serve none.
             reserved_ports: Vec::new(),
             now,

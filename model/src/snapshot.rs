@@ -40,6 +40,9 @@ pub struct Settings {
     pub tcp_services: Option<String>,
     /// `namespace/name` of the UDP services ConfigMap (`--udp-services-configmap`).
     pub udp_services: Option<String>,
+    /// `--disable-catch-all`: an Ingress with `spec.defaultBackend` is not served
+    /// (as ingress-nginx, which ignores it), with an error on it.
+    pub disable_catch_all: bool,
     /// `--enable-ssl-passthrough`: the `ssl-passthrough` annotation is honoured
     /// (NGINX routes the HTTPS port by SNI before terminating TLS).
     pub ssl_passthrough: bool,
@@ -66,6 +69,7 @@ impl Default for Settings {
             tcp_services: None,
             udp_services: None,
             ssl_passthrough: false,
+            disable_catch_all: false,
             reserved_ports: Vec::new(),
             now: 0,
         }

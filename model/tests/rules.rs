@@ -553,6 +553,43 @@ fn default_catch_all_ingress_serves_unknown_hosts_and_unmatched_paths() {
     );
 }
 
+/// `--disable-catch-all`, as ingress-nginx's: an Ingress with `spec.defaultBackend`
+/// is not served at all (its rules neither), and says why; the flag's Service still
+/// answers unknown hosts.
+#[test]
+fn catch_all_ingresses_are_refused_with_disable_catch_all() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("default/fallback", "10.0.0.9"),
+        ingress(
+            "default/x",
+            1,
+            "known.test",
+            &[("/app", "Prefix", "a", "80")]
+        ),
+        Ing::new("default/catch-all", 5)
+            .default_backend("fallback", "http")
+            .rule("also.test", &[("/", "Prefix", "a", "80")]),
+        test_settings(json!({ "disableCatchAll": true, "defaultBackendService": "default/a" })),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("unknown.test", "/", "default_a_80"),
+            ("known.test", "/app", "default_a_80"),
+            // its rules are not served either: the flag's Service answers
+            ("also.test", "/", "default_a_80"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[(
+            "Ingress default/catch-all",
+            "spec.defaultBackend: catch-all Ingresses are disabled (--disable-catch-all); the Ingress is not served",
+        )],
+    );
+}
+
 #[test]
 fn default_backend_service_flag() {
     let yaml = docs![

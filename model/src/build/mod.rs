@@ -148,6 +148,21 @@ pub fn build(snap: &Snapshot) -> Model {
                 p.values
             }
         };
+        let catch_all = ing
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.default_backend.is_some());
+        if catch_all && snap.settings.disable_catch_all {
+            b.problem(
+                &r,
+                Severity::Error,
+                ProblemKind::Invalid,
+                "spec.defaultBackend: catch-all Ingresses are disabled (--disable-catch-all); \
+                 the Ingress is not served"
+                    .to_owned(),
+            );
+            continue;
+        }
         if a.ssl_passthrough && !snap.settings.ssl_passthrough {
             b.problem(
                 &r,
