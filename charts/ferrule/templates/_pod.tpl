@@ -31,6 +31,11 @@
 - --admission-strict-tls
 {{- end }}
 {{- end }}
+{{- range $value, $flag := dict "ingressBytes" "max-ingress-bytes" "annotationValueBytes" "max-annotation-value-bytes" "pathsPerIngress" "max-paths-per-ingress" "regexPathsPerIngress" "max-regex-paths-per-ingress" "hostsPerIngress" "max-hosts-per-ingress" }}
+{{- with index $.Values.controller.limits $value }}
+- --{{ $flag }}={{ . }}
+{{- end }}
+{{- end }}
 {{- if .Values.tcp }}
 - --tcp-services-configmap={{ include "ferrule.namespace" . }}/{{ include "ferrule.controller.fullname" . }}-tcp
 {{- end }}

@@ -61,8 +61,8 @@ def schema(path, key, value):
             s.update(minimum=1, maximum=65535)
         return s
     if isinstance(value, str):
-        # Node ports may be left empty or set to a number.
-        if path and path[-1] == "nodePorts":
+        # Node ports and limits may be left empty or set to a number.
+        if path and path[-1] in ("nodePorts", "limits"):
             return {"type": ["string", "integer"]}
         return {"type": "string"}
     if isinstance(value, list):
