@@ -128,6 +128,10 @@ struct ModelFlags {
     /// The most path rules of one Ingress whose paths are regular expressions.
     #[arg(long, default_value_t = ferrule_model::Limits::default().regex_paths_per_ingress)]
     max_regex_paths_per_ingress: usize,
+    /// The most regex path rules of one host, from every Ingress that serves it (the
+    /// oldest Ingresses' are kept).
+    #[arg(long, default_value_t = ferrule_model::Limits::default().regex_paths_per_host)]
+    max_regex_paths_per_host: usize,
     /// The most hosts (rules and TLS entries) of one Ingress.
     #[arg(long, default_value_t = ferrule_model::Limits::default().hosts_per_ingress)]
     max_hosts_per_ingress: usize,
@@ -190,6 +194,7 @@ impl ModelFlags {
                 annotation_value_bytes: self.max_annotation_value_bytes,
                 paths_per_ingress: self.max_paths_per_ingress,
                 regex_paths_per_ingress: self.max_regex_paths_per_ingress,
+                regex_paths_per_host: self.max_regex_paths_per_host,
                 hosts_per_ingress: self.max_hosts_per_ingress,
             },
             tcp_services: self.tcp_services_configmap.clone(),

@@ -91,6 +91,10 @@ pub struct Limits {
     /// Regex path rules of one Ingress (`--max-regex-paths-per-ingress`): each is
     /// compiled by NGINX and tried in turn for every request to its host.
     pub regex_paths_per_ingress: usize,
+    /// Regex path rules of one host, from every Ingress that serves it
+    /// (`--max-regex-paths-per-host`): the oldest Ingresses' are kept, so that a
+    /// tenant sharing a host cannot make every request to it try thousands.
+    pub regex_paths_per_host: usize,
     /// Hosts of one Ingress, its rules' and its TLS entries' (`--max-hosts-per-ingress`).
     pub hosts_per_ingress: usize,
 }
@@ -102,6 +106,7 @@ impl Default for Limits {
             annotation_value_bytes: 64 * 1024,
             paths_per_ingress: 2000,
             regex_paths_per_ingress: 200,
+            regex_paths_per_host: 1000,
             hosts_per_ingress: 1000,
         }
     }

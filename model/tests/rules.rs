@@ -1533,6 +1533,64 @@ fn canary_pairs_with_its_primary_by_host_and_path() {
 /// A host with a regex path tries its prefix and regex paths longest first (as
 /// ingress-nginx, which makes them all regexes): a short pattern does not take a
 /// longer literal path, and a literal path beats a pattern of the same length.
+/// Regex paths are tried one after the other for every request to their host:
+/// a host holds at most `--max-regex-paths-per-host` of them, the oldest
+/// Ingresses' first, so that a tenant sharing a host cannot slow everyone's.
+#[test]
+fn a_host_holds_at_most_its_regex_paths_and_the_oldest_keep_theirs() {
+    let regex = |ns_name: &str, t: u32, paths: &[(&str, &str, &str, &str)]| {
+        Ing::new(ns_name, t)
+            .ann("nginx.ingress.kubernetes.io/use-regex", "true")
+            .rule("shared.test", paths)
+    };
+    let yaml = docs![
+        app("team-a/a", "10.0.0.1"),
+        app("team-b/b", "10.0.0.2"),
+        regex(
+            "team-a/first",
+            1,
+            &[
+                ("/a/[0-9]+", "Prefix", "a", "80"),
+                ("/b/[0-9]+", "Prefix", "a", "80")
+            ]
+        ),
+        regex(
+            "team-b/late",
+            2,
+            &[
+                ("/c/[0-9]+", "Prefix", "b", "80"),
+                ("/d/[0-9]+", "Prefix", "b", "80")
+            ]
+        ),
+        // a plain path is not limited
+        ingress(
+            "team-b/plain",
+            3,
+            "shared.test",
+            &[("/plain", "Prefix", "b", "80")]
+        ),
+        test_settings(json!({ "regexPathsPerHost": 3 })),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            ("shared.test", "/a/1", "team-a_a_80"),
+            ("shared.test", "/b/2", "team-a_a_80"),
+            ("shared.test", "/c/3", "team-b_b_80"),
+            ("shared.test", "/d/4", "404"),
+            ("shared.test", "/plain", "team-b_b_80"),
+        ],
+    );
+    expect_problems(
+        &m,
+        &[(
+            "Ingress team-b/late",
+            "host shared.test path /d/[0-9]+: the host has 3 regex paths of older Ingresses already (--max-regex-paths-per-host); path skipped",
+        )],
+    );
+    expect_no_problems_on(&m, "Ingress team-a/first");
+}
+
 #[test]
 fn regex_and_prefix_paths_of_a_host_are_tried_longest_first() {
     let yaml = docs![

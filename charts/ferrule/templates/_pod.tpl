@@ -31,7 +31,7 @@
 - --admission-strict-tls
 {{- end }}
 {{- end }}
-{{- range $value, $flag := dict "ingressBytes" "max-ingress-bytes" "annotationValueBytes" "max-annotation-value-bytes" "pathsPerIngress" "max-paths-per-ingress" "regexPathsPerIngress" "max-regex-paths-per-ingress" "hostsPerIngress" "max-hosts-per-ingress" }}
+{{- range $value, $flag := dict "ingressBytes" "max-ingress-bytes" "annotationValueBytes" "max-annotation-value-bytes" "pathsPerIngress" "max-paths-per-ingress" "regexPathsPerIngress" "max-regex-paths-per-ingress" "regexPathsPerHost" "max-regex-paths-per-host" "hostsPerIngress" "max-hosts-per-ingress" }}
 {{- with index $.Values.controller.limits $value }}
 - --{{ $flag }}={{ . }}
 {{- end }}

@@ -113,6 +113,7 @@ mod tests {
             annotation_value_bytes: 100,
             paths_per_ingress: 10,
             regex_paths_per_ingress: 2,
+            regex_paths_per_host: 4,
             hosts_per_ingress: 5,
         };
         let none = serde_json::json!({});

@@ -263,6 +263,8 @@ struct ServerAcc {
     aliases: Vec<String>,
     /// The owner's `ssl-passthrough`.
     passthrough: bool,
+    /// Regex locations so far (`Limits::regex_paths_per_host`).
+    regex_paths: usize,
     /// When it was created: owners are visited oldest first.
     order: usize,
     server_snippet: Option<annotations::Snippet>,
@@ -410,6 +412,17 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, ProblemKind::Conflict, msg);
                     continue;
                 }
+                let regex_limit = self.snap.settings.limits.regex_paths_per_host;
+                if path_match == PathMatch::Regex
+                    && (self.servers.get(&host)).is_some_and(|s| s.regex_paths >= regex_limit)
+                {
+                    let msg = format!(
+                        "host {host} path {path}: the host has {regex_limit} regex paths of older \
+                         Ingresses already (--max-regex-paths-per-host); path skipped"
+                    );
+                    self.problem(r, Severity::Error, ProblemKind::Invalid, msg);
+                    continue;
+                }
                 let target =
                     self.target(ns, r, &p.backend, (self.service_upstream(a), false), || {
                         format!("host {host} path {path}")
@@ -423,6 +436,7 @@ impl Builder<'_> {
                         from_to_www: a.from_to_www_redirect,
                         aliases: a.server_aliases.clone(),
                         passthrough: a.ssl_passthrough,
+                        regex_paths: 0,
                         order: self.servers.len(),
                         server_snippet: server_snippet.clone(),
                         client_certificates: client_certificates.clone(),
@@ -458,6 +472,7 @@ impl Builder<'_> {
                     target,
                     settings,
                 };
+                server.regex_paths += usize::from(path_match == PathMatch::Regex);
                 server.locations.insert(key, location);
             }
         }

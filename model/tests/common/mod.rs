@@ -271,7 +271,7 @@ pub fn config_map(data: &[(&str, &str)]) -> Value {
 /// A pseudo-document only the tests read: controller settings, so that a rule table
 /// stays one YAML string. Fields: `watchWithoutClass`, `defaultBackendService`,
 /// `defaultSslCertificate`, `allowLocalEndpoints`, `now`, `tcpServices`,
-/// `udpServices`, `reservedPorts`, `sslPassthrough`, `disableCatchAll`.
+/// `udpServices`, `reservedPorts`, `sslPassthrough`, `disableCatchAll`, `regexPathsPerHost`.
 pub fn test_settings(fields: Value) -> Value {
     json!({ "kind": "TestSettings", "spec": fields })
 }
@@ -378,6 +378,9 @@ pub fn snapshot(manifests: &str) -> Snapshot {
             }
             if let Some(c) = spec["udpServices"].as_str() {
                 s.udp_services = Some(c.to_owned());
+            }
+            if let Some(n) = spec["regexPathsPerHost"].as_u64() {
+                s.limits.regex_paths_per_host = n as usize;
             }
             if let Some(b) = spec["disableCatchAll"].as_bool() {
                 s.disable_catch_all = b;
