@@ -1019,6 +1019,19 @@ async fn nginx_test(
     nginx_test_with(model, prefix, balancer, false).await
 }
 
+/// `nginx -t` accepts `m`'s files with either balancer (skipped without NGINX).
+async fn passes_nginx_t_with_both_balancers(m: &Model, ssl_passthrough: bool) {
+    if which_nginx().is_none() {
+        eprintln!("nginx not installed: skipping nginx -t");
+        return;
+    }
+    for balancer in [Balancer::Lua, Balancer::Njs] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = nginx_test_with(m, dir.path(), balancer, ssl_passthrough).await;
+        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
+    }
+}
+
 /// [`nginx_test`], with `--enable-ssl-passthrough` or not.
 async fn nginx_test_with(
     model: &Model,
@@ -1127,15 +1140,7 @@ data: { X-Frame-Options: DENY, X-Request-Start: "t=${msec}", X-Client: $remote_a
         conf.contains("proxy_hide_header \"X-Frame-Options\";"),
         "{conf}"
     );
-    if which_nginx().is_none() {
-        eprintln!("nginx not installed: skipping nginx -t");
-        return;
-    }
-    for balancer in [Balancer::Lua, Balancer::Njs] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = nginx_test(&m, dir.path(), balancer).await;
-        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
-    }
+    passes_nginx_t_with_both_balancers(&m, false).await;
 }
 
 #[test]
@@ -1465,15 +1470,7 @@ data:
         .clone();
     let stream = &conf[conf.find("\nstream {").expect("a stream block")..];
     insta::assert_snapshot!(stream);
-    if which_nginx().is_none() {
-        eprintln!("nginx not installed: skipping nginx -t");
-        return;
-    }
-    for balancer in [Balancer::Lua, Balancer::Njs] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = nginx_test(&m, dir.path(), balancer).await;
-        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
-    }
+    passes_nginx_t_with_both_balancers(&m, false).await;
 }
 
 /// `--enable-ssl-passthrough`: the stream block takes the HTTPS port and routes by
@@ -1515,13 +1512,5 @@ spec:
         host.contains("listen \"unix:/ferrule/run/https.sock\" ssl http2 proxy_protocol;"),
         "{host}"
     );
-    if which_nginx().is_none() {
-        eprintln!("nginx not installed: skipping nginx -t");
-        return;
-    }
-    for balancer in [Balancer::Lua, Balancer::Njs] {
-        let dir = tempfile::tempdir().unwrap();
-        let out = nginx_test_with(&m, dir.path(), balancer, true).await;
-        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
-    }
+    passes_nginx_t_with_both_balancers(&m, true).await;
 }
