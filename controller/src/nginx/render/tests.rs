@@ -1503,7 +1503,7 @@ spec:
     insta::assert_snapshot!(stream);
     for want in [
         "    set_real_ip_from unix:;\n    real_ip_header proxy_protocol;",
-        "map $proxy_protocol_server_port $ferrule_server_port {",
+        "map $https $ferrule_server_port { on 443; default $server_port; }",
     ] {
         assert!(conf.contains(want), "{want} missing from\n{conf}");
     }
