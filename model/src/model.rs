@@ -307,6 +307,10 @@ pub struct LocationSettings {
     pub ssl_redirect: bool,
     /// Redirect HTTP to HTTPS even without TLS on the server (`force-ssl-redirect`).
     pub force_ssl_redirect: bool,
+    /// `preserve-trailing-slash`: the redirect to HTTPS keeps the URI as it came
+    /// (by default one trailing slash is stripped, as ingress-nginx does).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub preserve_trailing_slash: bool,
     /// Redirect every request elsewhere (`permanent-redirect`, `temporal-redirect`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redirect: Option<Redirect>,

@@ -537,11 +537,59 @@ async fn force_ssl_redirect_and_the_redirect_code_come_from_the_configmap() {
             .0,
         200
     );
-    // The ssl-redirect of a TLS host (decided by the balancer) has the code too.
+    // The ssl-redirect of a TLS host (decided by the balancer) has the code too, and
+    // as ingress-nginx no trailing slash (the bare host's `/` included).
     assert_eq!(
         location_of(&f, "a.example.com", "/").await,
-        (301, "https://a.example.com/".to_owned())
+        (301, "https://a.example.com".to_owned())
     );
+}
+
+/// The redirect to HTTPS strips one trailing slash, as ingress-nginx's does,
+/// unless the location has `preserve-trailing-slash`; with either balancer (the
+/// Lua one answers from its redirect socket, njs in the location).
+#[tokio::test]
+async fn the_redirect_to_https_strips_a_trailing_slash_unless_preserved() {
+    trailing_slash(&[]).await;
+}
+
+#[tokio::test]
+async fn the_redirect_to_https_strips_a_trailing_slash_with_njs_too() {
+    trailing_slash(&["--balancer", "njs"]).await;
+}
+
+async fn trailing_slash(flags: &[&str]) {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    write_tls_host(&m, Ing::new("demo", "a", "2026-01-01T00:00:00Z"));
+    let kept = Ing::new("demo", "kept", "2026-01-02T00:00:00Z")
+        .nginx("preserve-trailing-slash", "true")
+        .rule("a.example.com", &[("/kept", "Prefix", "echo")]);
+    m.write("kept.yaml", &kept.yaml());
+    let forced = Ing::new("demo", "forced", "2026-01-03T00:00:00Z")
+        .nginx("force-ssl-redirect", "true")
+        .rule("forced.test", &[("/", "Prefix", "echo")]);
+    m.write("forced.yaml", &forced.yaml());
+    let f = Ferrule::start(m.path(), flags).await;
+    for (host, path, want) in [
+        ("a.example.com", "/app/", "https://a.example.com/app"),
+        (
+            "a.example.com",
+            "/app/?q=1",
+            "https://a.example.com/app/?q=1",
+        ),
+        ("a.example.com", "/", "https://a.example.com"),
+        ("a.example.com", "/kept/", "https://a.example.com/kept/"),
+        ("forced.test", "/x/", "https://forced.test/x"),
+    ] {
+        assert_eq!(
+            location_of(&f, host, path).await,
+            (308, want.to_owned()),
+            "{host}{path}; log:\n{}",
+            f.logs()
+        );
+    }
 }
 
 /// ConfigMap `proxy-cookie-path` and `-domain` rewrite every backend's cookies;

@@ -90,6 +90,8 @@ pub struct IngressAnnotations {
     pub ssl_redirect: Option<bool>,
     /// `force-ssl-redirect`.
     pub force_ssl_redirect: Option<bool>,
+    /// `preserve-trailing-slash`.
+    pub preserve_trailing_slash: bool,
     /// `temporal-redirect` or `permanent-redirect`, with its code.
     pub redirect: Option<Redirect>,
     /// `app-root`: where a request for `/` is redirected.

@@ -22,6 +22,13 @@ pub(super) const FAMILY: Family = Family {
             "redirect plain HTTP to HTTPS even without TLS on the host",
         ),
         key(
+            "preserve-trailing-slash",
+            Location,
+            Low,
+            "keep the URI's trailing slash in the redirect to HTTPS (by default one is \
+             stripped, as ingress-nginx does)",
+        ),
+        key(
             "permanent-redirect",
             Location,
             Medium,
@@ -97,6 +104,9 @@ fn code(v: &str) -> Result<u16, String> {
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     out.ssl_redirect = r.parse("ssl-redirect", value::boolean)?;
     out.force_ssl_redirect = r.parse("force-ssl-redirect", value::boolean)?;
+    out.preserve_trailing_slash = r
+        .parse("preserve-trailing-slash", value::boolean)?
+        .unwrap_or(false);
     let permanent = r.parse("permanent-redirect", url)?;
     let permanent_code = r.parse("permanent-redirect-code", code)?;
     let temporal = r.parse("temporal-redirect", url)?;

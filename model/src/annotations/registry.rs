@@ -94,7 +94,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::passthrough::FAMILY,
     &super::custom_headers::FAMILY,
     &super::unsupported::MODSECURITY,
-    &super::unsupported::REDIRECTS,
     &super::unsupported::PROXYING,
     &super::unsupported::SERVER_TLS,
     &super::unsupported::SERVER,

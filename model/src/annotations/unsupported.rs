@@ -134,19 +134,6 @@ pub(super) const MODSECURITY: Family = Family {
     ],
 };
 
-/// Redirects other than the ssl-redirect and the redirects of every request
-/// (`redirect.rs`).
-pub(super) const REDIRECTS: Family = Family {
-    name: "redirects",
-    keys: &[todo(
-        "preserve-trailing-slash",
-        Location,
-        Low,
-        false,
-        "keep the trailing slash in the ssl-redirect",
-    )],
-};
-
 /// Proxying settings not implemented yet.
 pub(super) const PROXYING: Family = Family {
     name: "proxying",

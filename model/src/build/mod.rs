@@ -625,6 +625,7 @@ impl Builder<'_> {
             force_ssl_redirect: a
                 .force_ssl_redirect
                 .unwrap_or(self.global.force_ssl_redirect),
+            preserve_trailing_slash: a.preserve_trailing_slash,
             redirect: a.redirect.clone(),
             app_root: a.app_root.clone(),
             cors: a.cors.clone(),

@@ -42,6 +42,7 @@ pub(super) fn location_view(
         modifier: modifier.to_owned(),
         path: path.to_owned(),
         force_redirect: st.force_ssl_redirect,
+        preserve_trailing_slash: st.preserve_trailing_slash,
         redirect: st.redirect.clone(),
         // `$host`, not the client's Host header: server_name matched it. The path
         // has no `$` (typed), so only these two variables expand.
@@ -219,6 +220,8 @@ pub(super) struct LocationView {
     pub(super) path: String,
     /// `force-ssl-redirect`: static.
     pub(super) force_redirect: bool,
+    /// `preserve-trailing-slash`: the redirect to HTTPS keeps the URI as it came.
+    pub(super) preserve_trailing_slash: bool,
     /// `ssl-redirect`: the server's host, for the balancer's per-request decision.
     pub(super) redirect_host: Option<String>,
     /// `permanent-redirect` / `temporal-redirect`: a `return` before anything else
