@@ -438,16 +438,39 @@ fn expected(w: &World) -> Expected {
         canaries: BTreeMap::new(),
     };
     let mut default_set = false;
+    // Hosts with a server so far, and the `/` an Ingress with rules gives its
+    // spec.defaultBackend on each host its rules create (where no rule has `/`).
+    let mut with_server: std::collections::HashSet<String> = Default::default();
+    let mut root_defaults = Vec::new();
     for &i in order.iter().filter(|i| !w.ings[**i].canary) {
         let ing = &w.ings[i];
         if let Some((svc, port)) = ing.default_backend
             && !default_set
+            && ing.rules.is_empty()
         {
             default_set = true;
             e.default_backend = match resolve(w, ing.ns, svc, port) {
                 Some(b) => Target::Backend(b),
                 None => Target::Status(503),
             };
+        }
+        let older: std::collections::HashSet<String> = (ing.rules.iter())
+            .map(|r| host_key(HOSTS[r.host]))
+            .filter(|h| with_server.contains(h))
+            .collect();
+        if let (Some((svc, port)), false) = (ing.default_backend, ing.rules.is_empty()) {
+            for r in &ing.rules {
+                let host = host_key(HOSTS[r.host]);
+                if host != "_" && !older.contains(&host) {
+                    root_defaults.push((host.clone(), i, resolve(w, ing.ns, svc, port)));
+                    with_server.insert(host);
+                }
+            }
+        }
+        for r in &ing.rules {
+            if !r.paths.is_empty() {
+                with_server.insert(host_key(HOSTS[r.host]));
+            }
         }
         for r in &ing.rules {
             for p in &r.paths {
@@ -508,6 +531,12 @@ fn expected(w: &World) -> Expected {
                 }
             }
         }
+    }
+    // Filled in last: any rule's `/` (a younger Ingress's too) wins over them.
+    for (host, i, target) in root_defaults {
+        e.locations
+            .entry((host, "/".to_owned(), PathMatch::Prefix))
+            .or_insert((i, target));
     }
     e
 }

@@ -553,6 +553,47 @@ fn default_catch_all_ingress_serves_unknown_hosts_and_unmatched_paths() {
     );
 }
 
+/// As ingress-nginx: an Ingress with rules does not give the catch-all its
+/// spec.defaultBackend; it answers `/` of the hosts its rules create, where no
+/// rule (a younger Ingress's too) has `/`, and never a host an older Ingress has.
+#[test]
+fn the_default_backend_of_an_ingress_with_rules_fills_its_own_hosts_only() {
+    let yaml = docs![
+        app("default/a", "10.0.0.1"),
+        app("default/fallback", "10.0.0.9"),
+        app("default/late", "10.0.0.8"),
+        ingress(
+            "default/older",
+            1,
+            "taken.test",
+            &[("/x", "Prefix", "a", "80")]
+        ),
+        Ing::new("default/ruled", 2)
+            .default_backend("fallback", "http")
+            .rule("own.test", &[("/app", "Prefix", "a", "80")])
+            .rule("taken.test", &[("/y", "Prefix", "a", "80")])
+            .rule("claimed.test", &[("/app", "Prefix", "a", "80")]),
+        // a younger Ingress's `/` wins over the default
+        ingress(
+            "default/younger",
+            3,
+            "claimed.test",
+            &[("/", "Prefix", "late", "80")]
+        ),
+    ];
+    check(
+        &yaml,
+        &[
+            ("own.test", "/app", "default_a_80"),
+            ("own.test", "/other", "default_fallback_http"),
+            ("taken.test", "/y", "default_a_80"),
+            ("taken.test", "/other", "404"),
+            ("claimed.test", "/other", "default_late_80"),
+            ("unknown.test", "/", "404"),
+        ],
+    );
+}
+
 /// `--disable-catch-all`, as ingress-nginx's: an Ingress with `spec.defaultBackend`
 /// is not served at all (its rules neither), and says why; the flag's Service still
 /// answers unknown hosts.

@@ -110,6 +110,7 @@ pub fn build(snap: &Snapshot) -> Model {
         catch_all: None,
         streams: Vec::new(),
         passthrough: Vec::new(),
+        root_defaults: Vec::new(),
     };
 
     let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
@@ -303,6 +304,9 @@ struct Builder<'a> {
     streams: Vec<crate::model::Stream>,
     /// `ssl-passthrough` hosts, found by `finish`.
     passthrough: Vec<crate::model::Passthrough>,
+    /// `/` of the hosts an Ingress with rules creates, to its spec.defaultBackend,
+    /// where no rule of any Ingress has `/` (filled in by `finish`).
+    root_defaults: Vec<(String, Location)>,
 }
 
 impl Builder<'_> {
@@ -336,6 +340,12 @@ impl Builder<'_> {
             None
         };
 
+        // As ingress-nginx: an Ingress without rules gives the catch-all its
+        // spec.defaultBackend; one with rules gives it to `/` of each host its
+        // rules create (a host an older Ingress has is not its to fill), where no
+        // rule of any Ingress has `/`.
+        let has_rules = spec.rules.as_ref().is_some_and(|r| !r.is_empty());
+        let mut rule_default = None;
         if let Some(default) = &spec.default_backend {
             let target = self.target(ns, r, default, (self.service_upstream(a), false), || {
                 "spec.defaultBackend".to_owned()
@@ -343,16 +353,26 @@ impl Builder<'_> {
             if let Target::Backend(name) = &target {
                 self.set_balancing(name, r, a);
             }
-            match &self.catch_all {
-                None => self.catch_all = Some((r.clone(), target)),
-                Some((winner, _)) => {
-                    let msg = format!(
-                        "spec.defaultBackend ignored: {winner} is older and already provides the catch-all backend"
-                    );
-                    self.problem(r, Severity::Warning, ProblemKind::Conflict, msg)
+            if has_rules {
+                rule_default = Some(target);
+            } else {
+                match &self.catch_all {
+                    None => self.catch_all = Some((r.clone(), target)),
+                    Some((winner, _)) => {
+                        let msg = format!(
+                            "spec.defaultBackend ignored: {winner} is older and already provides the catch-all backend"
+                        );
+                        self.problem(r, Severity::Warning, ProblemKind::Conflict, msg)
+                    }
                 }
             }
         }
+        // The rule hosts older Ingresses already have.
+        let older_hosts: HashSet<String> = (spec.rules.iter().flatten())
+            .filter_map(|rule| rule.host.as_deref().filter(|h| !h.is_empty()))
+            .filter_map(|h| hosts::host(h).ok())
+            .filter(|h| self.servers.contains_key(h))
+            .collect();
 
         // The hosts this Ingress's `spec.tls` may give a certificate to (below).
         let mut rule_hosts = HashSet::new();
@@ -474,6 +494,35 @@ impl Builder<'_> {
                 };
                 server.regex_paths += usize::from(path_match == PathMatch::Regex);
                 server.locations.insert(key, location);
+            }
+        }
+        if let Some(target) = rule_default {
+            // The catch-all server is always there in ingress-nginx: never filled so.
+            let new_hosts = (rule_hosts.iter())
+                .filter(|h| !older_hosts.contains(*h) && h.as_str() != DEFAULT_SERVER);
+            for host in new_hosts {
+                let order = self.servers.len();
+                self.servers
+                    .entry(host.clone())
+                    .or_insert_with(|| ServerAcc {
+                        owner: r.clone(),
+                        from_to_www: a.from_to_www_redirect,
+                        aliases: a.server_aliases.clone(),
+                        passthrough: a.ssl_passthrough,
+                        regex_paths: 0,
+                        order,
+                        server_snippet: server_snippet.clone(),
+                        client_certificates: client_certificates.clone(),
+                        locations: HashMap::new(),
+                    });
+                let location = Location {
+                    path: "/".to_owned(),
+                    path_match: PathMatch::Prefix,
+                    owner: r.clone(),
+                    target: target.clone(),
+                    settings: settings.clone(),
+                };
+                self.root_defaults.push((host.clone(), location));
             }
         }
 
@@ -988,6 +1037,12 @@ impl Builder<'_> {
     }
 
     fn finish(mut self) -> Model {
+        for (host, location) in std::mem::take(&mut self.root_defaults) {
+            if let Some(acc) = self.servers.get_mut(&host) {
+                let key = ("/".to_owned(), PathMatch::Prefix);
+                acc.locations.entry(key).or_insert(location);
+            }
+        }
         let mut certificates = BTreeMap::new();
         let default_certificate = self.default_certificate_flag(&mut certificates);
         let mut servers = Vec::with_capacity(self.servers.len());

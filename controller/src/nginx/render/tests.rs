@@ -586,6 +586,11 @@ kind: Ingress
 metadata: { name: catch-all, namespace: demo, creationTimestamp: "2026-01-01T00:00:00Z" }
 spec:
   defaultBackend: { service: { name: app, port: { number: 80 } } }
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: { name: api, namespace: demo, creationTimestamp: "2026-01-02T00:00:00Z" }
+spec:
   rules:
   - http:
       paths:
