@@ -408,6 +408,16 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+impl fmt::Display for Endpoint {
+    /// `addr:port`, `[v6]:port`: as `proxy_pass` takes it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.address.contains(':') {
+            true => write!(f, "[{}]:{}", self.address, self.port),
+            false => write!(f, "{}:{}", self.address, self.port),
+        }
+    }
+}
+
 /// How the in-NGINX balancer spreads requests over a backend's endpoints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, Hash)]
 pub struct Balancing {

@@ -51,7 +51,7 @@ impl StreamPeers {
         for name in &names {
             let peers: Vec<String> = (view.backends.get(name))
                 .or_else(|| running.and_then(|r| r.backends.get(name)))
-                .map(|b| b.endpoints.iter().map(peer).collect())
+                .map(|b| b.endpoints.iter().map(ToString::to_string).collect())
                 .unwrap_or_default();
             if self.written.get(name) == Some(&peers) {
                 continue;
@@ -84,13 +84,5 @@ impl StreamPeers {
         self.written.retain(|n, _| names.contains(n));
         self.clean = true;
         Ok(changed)
-    }
-}
-
-/// `addr:port`, `[v6]:port`: what `proxy_pass` takes.
-fn peer(e: &ferrule_model::Endpoint) -> String {
-    match e.address.contains(':') {
-        true => format!("[{}]:{}", e.address, e.port),
-        false => format!("{}:{}", e.address, e.port),
     }
 }

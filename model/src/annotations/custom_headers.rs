@@ -4,7 +4,7 @@
 //! ConfigMap (`build/access.rs`); a value is sent as written (a `$` is no variable).
 
 use super::registry::{Family, Risk::*, Scope::*, key};
-use super::{AnnotationError, IngressAnnotations, Reader};
+use super::{AnnotationError, IngressAnnotations, Reader, value};
 
 /// The family's keys (see `registry.rs`).
 pub(super) const FAMILY: Family = Family {
@@ -20,18 +20,10 @@ pub(super) const FAMILY: Family = Family {
 
 /// A ConfigMap's `name` or `namespace/name`.
 pub(crate) fn config_map_ref(v: &str) -> Result<String, String> {
-    let v = v.trim();
-    let label = |l: &str| {
-        !l.is_empty()
-            && l.len() <= 253
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-    };
-    match v.split_once('/') {
-        Some((ns, name)) if label(ns) && label(name) => Ok(v.to_owned()),
-        None if label(v) => Ok(v.to_owned()),
-        _ => Err("expected the name (or namespace/name) of a ConfigMap".to_owned()),
-    }
+    value::object_ref(
+        v.trim(),
+        "expected the name (or namespace/name) of a ConfigMap",
+    )
 }
 
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {

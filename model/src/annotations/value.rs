@@ -109,6 +109,12 @@ pub(crate) fn url_chars(v: &str, also: &str) -> Result<(), String> {
 /// A Secret reference: `name` or `namespace/name`, each a DNS subdomain (the build
 /// checks the namespace is the Ingress's own).
 pub(crate) fn secret_ref(v: &str) -> Result<String, String> {
+    object_ref(v, "expected a Secret name, or namespace/name")
+}
+
+/// A reference to an object of the Ingress's namespace (a Secret, a ConfigMap):
+/// `name` or `namespace/name`, each a DNS subdomain; else the error `expected`.
+pub(crate) fn object_ref(v: &str, expected: &str) -> Result<String, String> {
     let ok = |s: &str| {
         !s.is_empty()
             && s.len() <= 253
@@ -118,7 +124,7 @@ pub(crate) fn secret_ref(v: &str) -> Result<String, String> {
     match v.split_once('/') {
         Some((ns, name)) if ok(ns) && ok(name) => Ok(v.to_owned()),
         None if ok(v) => Ok(v.to_owned()),
-        _ => Err("expected a Secret name, or namespace/name".to_owned()),
+        _ => Err(expected.to_owned()),
     }
 }
 

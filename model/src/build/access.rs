@@ -3,7 +3,7 @@
 //! certificate): what cannot be set up rejects the Ingress, with a message naming
 //! the annotation and the Secret.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::Ingress;
@@ -22,24 +22,11 @@ impl<'a> Builder<'a> {
         written: &str,
         what: &str,
     ) -> Result<(&'a Secret, String), String> {
-        let (ns, name) = written
-            .split_once('/')
-            .unwrap_or((r.namespace.as_str(), written));
-        if ns != r.namespace {
-            return Err(format!(
-                "{what}: a Secret of another namespace is not read (it must be in {})",
-                r.namespace
-            ));
-        }
-        let secret = self
-            .secrets
-            .get(&(ns, name))
-            .ok_or_else(|| format!("{what}: Secret {ns}/{name} not found"))?;
+        let (secret, (ns, name)) = own(&self.secrets, "Secret", r, written, what)?;
         Ok((secret, format!("{ns}/{name}")))
     }
 
-    /// The ConfigMap `written` (`name` or `namespace/name`) that an annotation of
-    /// Ingress `r` names: only one of `r`'s own namespace is read (another
+    /// The ConfigMap `written` names, as [`Builder::own_secret`] a Secret (another
     /// namespace's would be read into this tenant's requests).
     fn own_config_map(
         &self,
@@ -47,19 +34,7 @@ impl<'a> Builder<'a> {
         written: &str,
         what: &str,
     ) -> Result<&'a k8s_openapi::api::core::v1::ConfigMap, String> {
-        let (ns, name) = written
-            .split_once('/')
-            .unwrap_or((r.namespace.as_str(), written));
-        if ns != r.namespace {
-            return Err(format!(
-                "{what}: a ConfigMap of another namespace is not read (it must be in {})",
-                r.namespace
-            ));
-        }
-        self.config_maps
-            .get(&(ns, name))
-            .copied()
-            .ok_or_else(|| format!("{what}: ConfigMap {ns}/{name} not found"))
+        own(&self.config_maps, "ConfigMap", r, written, what).map(|(cm, _)| cm)
     }
 
     /// The header lists Ingress `r`'s annotations name (`custom-headers`,
@@ -250,4 +225,29 @@ impl<'a> Builder<'a> {
             settings: ann.settings.clone(),
         }))
     }
+}
+
+/// The object of `kind` that `written` (`name` or `namespace/name`) names among
+/// `objects`, for an annotation of Ingress `r`: only one of `r`'s own namespace is
+/// read. Errors start with `what`.
+fn own<'a, 'w, T>(
+    objects: &HashMap<(&str, &str), &'a T>,
+    kind: &str,
+    r: &'w ResourceRef,
+    written: &'w str,
+    what: &str,
+) -> Result<(&'a T, (&'w str, &'w str)), String> {
+    let (ns, name) = written
+        .split_once('/')
+        .unwrap_or((r.namespace.as_str(), written));
+    if ns != r.namespace {
+        return Err(format!(
+            "{what}: a {kind} of another namespace is not read (it must be in {})",
+            r.namespace
+        ));
+    }
+    let found = objects
+        .get(&(ns, name))
+        .ok_or_else(|| format!("{what}: {kind} {ns}/{name} not found"))?;
+    Ok((*found, (ns, name)))
 }

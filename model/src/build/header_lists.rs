@@ -82,10 +82,22 @@ pub(crate) fn resolve(
             c.metadata.namespace.as_deref() == Some(ns) && c.metadata.name.as_deref() == Some(name)
         })
         .ok_or_else(|| format!("ConfigMap {ns}/{name} not found"))?;
+    headers(cm, header_value).map_err(|e| format!("ConfigMap {ns}/{name}: {e}"))
+}
+
+/// The headers of an Ingress's own ConfigMap `cm` (`custom-headers`,
+/// `auth-proxy-set-headers`): names checked, values printable and sent as written
+/// (the renderer makes every `$` literal: a tenant's value names no variable).
+pub(crate) fn tenant_headers(cm: &ConfigMap) -> Result<Vec<Header>, String> {
+    headers(cm, printable)
+}
+
+/// `cm`'s data as headers, each name checked and each value by `value`.
+fn headers(cm: &ConfigMap, value: fn(&str) -> Result<(), String>) -> Result<Vec<Header>, String> {
     let mut out = Vec::new();
     for (k, v) in cm.data.iter().flatten() {
-        header_name(k).map_err(|e| format!("ConfigMap {ns}/{name}: header {k:?}: {e}"))?;
-        header_value(v).map_err(|e| format!("ConfigMap {ns}/{name}: header {k}: {e}"))?;
+        header_name(k).map_err(|e| format!("header {k:?}: {e}"))?;
+        value(v).map_err(|e| format!("header {k}: {e}"))?;
         out.push(Header {
             name: k.clone(),
             value: v.clone(),
@@ -94,24 +106,12 @@ pub(crate) fn resolve(
     Ok(out)
 }
 
-/// The headers of an Ingress's own ConfigMap `cm` (`custom-headers`,
-/// `auth-proxy-set-headers`): names checked, values printable and sent as written
-/// (the renderer makes every `$` literal: a tenant's value names no variable).
-pub(crate) fn tenant_headers(cm: &ConfigMap) -> Result<Vec<Header>, String> {
-    let mut out = Vec::new();
-    for (k, v) in cm.data.iter().flatten() {
-        header_name(k).map_err(|e| format!("header {k:?}: {e}"))?;
-        if v.len() > 4096 || v.chars().any(char::is_control) {
-            return Err(format!(
-                "header {k}: a value of at most 4096 printable characters is expected"
-            ));
-        }
-        out.push(Header {
-            name: k.clone(),
-            value: v.clone(),
-        });
+/// A value: printable, at most 4 KiB.
+fn printable(v: &str) -> Result<(), String> {
+    if v.len() > 4096 || v.chars().any(char::is_control) {
+        return Err("a value of at most 4096 printable characters is expected".to_owned());
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A header name: letters, digits, `-` and `_` (ingress-nginx's rule), at most 256.
@@ -126,11 +126,9 @@ pub(crate) fn header_name(k: &str) -> Result<(), String> {
     }
 }
 
-/// A value: printable, at most 4 KiB, every `$` the start of a known variable.
+/// A value: [`printable`], every `$` the start of a known variable.
 fn header_value(v: &str) -> Result<(), String> {
-    if v.len() > 4096 || v.chars().any(char::is_control) {
-        return Err("a value of at most 4096 printable characters is expected".to_owned());
-    }
+    printable(v)?;
     let mut rest = v;
     while let Some(at) = rest.find('$') {
         let after = &rest[at + 1..];

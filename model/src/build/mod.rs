@@ -44,39 +44,38 @@ pub fn build(snap: &Snapshot) -> Model {
         &mut problems,
     );
     let mut global = global;
-    let streams = snap.settings.tcp_services.is_some()
-        || snap.settings.udp_services.is_some()
-        || snap.settings.ssl_passthrough;
-    if let (false, Some(_), Some(cm)) = (streams, &global.stream_snippet, &snap.config_map) {
+    // What the flags make of the ConfigMap's keys (config.rs reads it without them).
+    if let Some(cm) = &snap.config_map {
         let (ns, name) = meta_key(&cm.metadata);
-        problems.push(Problem {
-            resource: ResourceRef::new("ConfigMap", ns, name),
-            severity: Severity::Warning,
-            message: "key stream-snippet has a stream block only with \
-                      --tcp-services-configmap, --udp-services-configmap or \
-                      --enable-ssl-passthrough; it is ignored"
-                .to_owned(),
-            kind: ProblemKind::Other,
-        });
-        global.stream_snippet = None;
-    }
-    // The HTTPS router hands terminated connections to NGINX with the PROXY
-    // protocol; a client address from a header cannot be believed over that hop.
-    let header = global.client_address.real_ip_header.as_deref();
-    if let (true, Some(cm), Some(h)) = (snap.settings.ssl_passthrough, &snap.config_map, header)
-        && h != "proxy_protocol"
-    {
-        let (ns, name) = meta_key(&cm.metadata);
-        problems.push(Problem {
-            resource: ResourceRef::new("ConfigMap", ns, name),
-            severity: Severity::Warning,
-            message: format!(
+        let mut warn = |message: String| {
+            problems.push(Problem {
+                resource: ResourceRef::new("ConfigMap", ns, name),
+                severity: Severity::Warning,
+                message,
+                kind: ProblemKind::Other,
+            })
+        };
+        let s = &snap.settings;
+        let streams = s.tcp_services.is_some() || s.udp_services.is_some() || s.ssl_passthrough;
+        if !streams && global.stream_snippet.take().is_some() {
+            warn(
+                "key stream-snippet has a stream block only with --tcp-services-configmap, \
+                 --udp-services-configmap or --enable-ssl-passthrough; it is ignored"
+                    .to_owned(),
+            );
+        }
+        // The HTTPS router hands terminated connections to NGINX with the PROXY
+        // protocol; a client address from a header cannot be believed over that hop.
+        let header = global.client_address.real_ip_header.as_deref();
+        if let (true, Some(h)) = (s.ssl_passthrough, header)
+            && h != "proxy_protocol"
+        {
+            warn(format!(
                 "with --enable-ssl-passthrough, HTTPS requests reach NGINX through its TLS \
                  router, and their client address is the router's: the {h} header is \
                  believed from proxy-real-ip-cidr on plain HTTP only"
-            ),
-            kind: ProblemKind::Other,
-        });
+            ));
+        }
     }
     let mut b = Builder {
         snap,
@@ -339,6 +338,18 @@ impl Builder<'_> {
         } else {
             None
         };
+        // A host this Ingress is the first to serve: its server settings are ours.
+        let new_server = |order| ServerAcc {
+            owner: r.clone(),
+            from_to_www: a.from_to_www_redirect,
+            aliases: a.server_aliases.clone(),
+            passthrough: a.ssl_passthrough,
+            regex_paths: 0,
+            order,
+            server_snippet: server_snippet.clone(),
+            client_certificates: client_certificates.clone(),
+            locations: HashMap::new(),
+        };
 
         // As ingress-nginx: an Ingress without rules gives the catch-all its
         // spec.defaultBackend; one with rules gives it to `/` of each host its
@@ -451,17 +462,7 @@ impl Builder<'_> {
                     self.set_balancing(name, r, a);
                 }
                 if !self.servers.contains_key(&host) {
-                    let acc = ServerAcc {
-                        owner: r.clone(),
-                        from_to_www: a.from_to_www_redirect,
-                        aliases: a.server_aliases.clone(),
-                        passthrough: a.ssl_passthrough,
-                        regex_paths: 0,
-                        order: self.servers.len(),
-                        server_snippet: server_snippet.clone(),
-                        client_certificates: client_certificates.clone(),
-                        locations: HashMap::new(),
-                    };
+                    let acc = new_server(self.servers.len());
                     self.servers.insert(host.clone(), acc);
                 }
                 let server = self.servers.get_mut(&host).expect("inserted above");
@@ -502,19 +503,7 @@ impl Builder<'_> {
                 .filter(|h| !older_hosts.contains(*h) && h.as_str() != DEFAULT_SERVER);
             for host in new_hosts {
                 let order = self.servers.len();
-                self.servers
-                    .entry(host.clone())
-                    .or_insert_with(|| ServerAcc {
-                        owner: r.clone(),
-                        from_to_www: a.from_to_www_redirect,
-                        aliases: a.server_aliases.clone(),
-                        passthrough: a.ssl_passthrough,
-                        regex_paths: 0,
-                        order,
-                        server_snippet: server_snippet.clone(),
-                        client_certificates: client_certificates.clone(),
-                        locations: HashMap::new(),
-                    });
+                (self.servers.entry(host.clone())).or_insert_with(|| new_server(order));
                 let location = Location {
                     path: "/".to_owned(),
                     path_match: PathMatch::Prefix,
@@ -784,14 +773,8 @@ impl Builder<'_> {
                     self.problem(r, Severity::Warning, ProblemKind::Other, msg);
                 }
                 if let Some(dropped) = self.dropped_endpoints.get(&name) {
-                    let shown: Vec<String> = dropped
-                        .iter()
-                        .take(3)
-                        .map(|e| match e.address.contains(':') {
-                            true => format!("[{}]:{}", e.address, e.port),
-                            false => format!("{}:{}", e.address, e.port),
-                        })
-                        .collect();
+                    let shown: Vec<String> =
+                        dropped.iter().take(3).map(ToString::to_string).collect();
                     let more = match dropped.len() - shown.len() {
                         0 => String::new(),
                         n => format!(" and {n} more"),

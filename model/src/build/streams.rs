@@ -17,6 +17,7 @@ use k8s_openapi::api::networking::v1::{IngressServiceBackend, ServiceBackendPort
 
 use super::Builder;
 use crate::model::{ProblemKind, ResourceRef, Severity, Stream, StreamProtocol};
+use crate::route::dns_label;
 
 impl Builder<'_> {
     /// Reads both ConfigMaps into `self.streams`, their backends into `self.backends`.
@@ -29,11 +30,7 @@ impl Builder<'_> {
             let Some(flag) = flag else { continue };
             let (ns, name) = super::flag_ref(&flag);
             let r = ResourceRef::new("ConfigMap", ns, name);
-            let found = self.snap.config_maps.iter().find(|cm| {
-                cm.metadata.namespace.as_deref() == Some(ns)
-                    && cm.metadata.name.as_deref() == Some(name)
-            });
-            let Some(cm) = found else {
+            let Some(cm) = self.config_maps.get(&(ns, name)).copied() else {
                 let msg = format!(
                     "ConfigMap {ns}/{name} (--{protocol}-services-configmap) not found; \
                      no {} service is served",
@@ -186,16 +183,6 @@ fn parse_entry(value: &str) -> Result<Entry<'_>, String> {
         decode,
         encode,
     })
-}
-
-/// A DNS-1123 label: what namespaces, Service names and port names are.
-fn dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 #[cfg(test)]
