@@ -666,6 +666,26 @@ fn literal_in_variables(value: &str) -> String {
     value.replace('$', "${ferrule_dollar}")
 }
 
+/// A header and its value as NGINX text (a tenant's `$` made literal).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SetHeaderView {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// `headers` as written: every `$` literal (`custom-headers`,
+/// `auth-proxy-set-headers`: a tenant's value names no variable).
+pub fn literal_headers(headers: &[ferrule_model::Header]) -> Vec<SetHeaderView> {
+    (headers.iter())
+        .map(|h| SetHeaderView {
+            name: h.name.clone(),
+            value: literal_in_variables(&h.value),
+        })
+        .collect()
+}
+
 /// The longest host spelled out in its server's file name: a DNS name may have 253
 /// bytes, a file name 255, and the temporary file adds a dot and `.tmp-<pid>`.
 const HOST_IN_FILE_NAME: usize = 200;

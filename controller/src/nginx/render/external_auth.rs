@@ -37,26 +37,7 @@ pub struct ExternalAuthView {
     /// `auth-snippet` (raw, administrator-enabled) in the subrequest's location.
     pub snippet: Option<String>,
     /// `auth-proxy-set-headers`: sent to the auth service, as written.
-    pub set_headers: Vec<SetHeaderView>,
-}
-
-/// A header and its value as NGINX text (a tenant's `$` made literal).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct SetHeaderView {
-    /// Its name.
-    pub name: String,
-    /// Its value.
-    pub value: String,
-}
-
-/// `headers` as written: every `$` literal.
-pub fn literal_headers(headers: &[ferrule_model::Header]) -> Vec<SetHeaderView> {
-    (headers.iter())
-        .map(|h| SetHeaderView {
-            name: h.name.clone(),
-            value: literal_in_variables(&h.value),
-        })
-        .collect()
+    pub set_headers: Vec<super::SetHeaderView>,
 }
 
 /// The `keys_zone` of the auth answers' cache (one for the whole configuration:
@@ -158,6 +139,6 @@ pub fn view(a: &ExternalAuth) -> ExternalAuthView {
         headers,
         signin_location: a.signin.as_ref().map(|_| format!("@ferrule_signin_{id}")),
         signin_redirect,
-        set_headers: literal_headers(&a.proxy_set_headers),
+        set_headers: super::literal_headers(&a.proxy_set_headers),
     }
 }

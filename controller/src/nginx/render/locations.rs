@@ -115,7 +115,7 @@ pub(super) fn location_view(
         own_headers: st.external_auth.is_some()
             || st.cors.is_some()
             || !st.custom_headers.is_empty(),
-        custom_headers: external_auth::literal_headers(&st.custom_headers),
+        custom_headers: super::literal_headers(&st.custom_headers),
         rate_limits: rate_limits::location(l),
         satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
         client_certificate: None,
@@ -275,7 +275,7 @@ pub(super) struct LocationView {
     /// then written again, NGINX does not inherit them.
     pub(super) own_headers: bool,
     /// `custom-headers`: sent to the client as written, the backend's own hidden.
-    pub(super) custom_headers: Vec<external_auth::SetHeaderView>,
+    pub(super) custom_headers: Vec<super::SetHeaderView>,
     /// `limit_req`, `limit_conn`, `limit_rate` (preaccess phase and after).
     pub(super) rate_limits: Option<rate_limits::LocationLimitsView>,
     /// `satisfy any` (else NGINX's default, all).

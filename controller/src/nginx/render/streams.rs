@@ -45,12 +45,10 @@ pub(super) struct TlsRouterView {
     listen: Vec<String>,
     /// `ssl-passthrough` hosts (a `map` with `hostnames`) and their backends.
     hosts: Vec<PassthroughView>,
-    /// Where the HTTPS servers listen, as they and the router name it.
-    https_listen: String,
-    https_peer: String,
-    /// The hop of passed-through connections.
-    passthrough_listen: String,
-    passthrough_peer: String,
+    /// Where the HTTPS servers listen (`unix:...`), as they and the router name it.
+    https_socket: String,
+    /// The hop of passed-through connections, likewise.
+    passthrough_socket: String,
 }
 
 #[derive(Serialize)]
@@ -64,8 +62,6 @@ pub(super) fn tls_router(r: &Renderer, model: &Model) -> Option<TlsRouterView> {
     if !r.opts.ssl_passthrough {
         return None;
     }
-    let https = Renderer::unix(r.worker_path(HTTPS_SOCKET));
-    let passthrough = Renderer::unix(r.worker_path(PASSTHROUGH_SOCKET));
     Some(TlsRouterView {
         listen: r.listen(model, r.opts.https_port),
         hosts: (model.passthrough.iter())
@@ -74,10 +70,8 @@ pub(super) fn tls_router(r: &Renderer, model: &Model) -> Option<TlsRouterView> {
                 backend: p.backend.clone(),
             })
             .collect(),
-        https_listen: https.clone(),
-        https_peer: https,
-        passthrough_listen: passthrough.clone(),
-        passthrough_peer: passthrough,
+        https_socket: Renderer::unix(r.worker_path(HTTPS_SOCKET)),
+        passthrough_socket: Renderer::unix(r.worker_path(PASSTHROUGH_SOCKET)),
     })
 }
 
