@@ -353,14 +353,21 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
 
     // The webhook answers from the pods: an invalid Ingress is refused with the model's
     // message, a valid one is admitted and served by every replica.
-    let (ok, text) = c.kubectl(
-        &["apply", "-f", "-"],
-        Some(&web_ingress(
-            "bad",
-            "bad.helm.e2e",
-            r#"nginx.ingress.kubernetes.io/proxy-read-timeout: "soon""#,
-        )),
+    // Ready pods reach the webhook Service's EndpointSlice a moment later (the
+    // controller-manager writes it): until then the API server finds no endpoint.
+    let bad = web_ingress(
+        "bad",
+        "bad.helm.e2e",
+        r#"nginx.ingress.kubernetes.io/proxy-read-timeout: "soon""#,
     );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (ok, text) = loop {
+        let (ok, text) = c.kubectl(&["apply", "-f", "-"], Some(&bad));
+        if ok || !text.contains("no endpoints available") || std::time::Instant::now() > deadline {
+            break (ok, text);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
     assert!(
         !ok && text.contains("proxy-read-timeout"),
         "refused by the webhook: {text}"
