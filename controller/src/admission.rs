@@ -9,7 +9,9 @@
 //! or outside `--watch-namespace` are allowed without a look.
 //!
 //! The certificate and key are read again when either file changes (checked when a
-//! connection arrives): a rotated Secret mounted as files needs no restart. Until the
+//! connection arrives): a rotated Secret mounted as files needs no restart, and the
+//! controller's own certificate ([`crate::kube::webhook_certificate`]) reaches the
+//! webhook the same way. Until the
 //! first snapshot, reviews are answered 503, so that the webhook's `failurePolicy`
 //! decides.
 
@@ -49,14 +51,26 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct AdmissionOptions {
     /// Where to listen.
     pub addr: SocketAddr,
-    /// PEM certificate chain.
-    pub cert: PathBuf,
-    /// PEM private key.
-    pub key: PathBuf,
+    /// Where the certificate comes from.
+    pub certificate: CertificateSource,
     /// A missing or invalid TLS Secret refuses the Ingress (default: a warning).
     pub strict_tls: bool,
     /// `--watch-namespace`: Ingresses of other namespaces are not ours.
     pub namespace: Option<String>,
+}
+
+/// Where the webhook's certificate comes from.
+#[derive(Debug, Clone)]
+pub enum CertificateSource {
+    /// Files of the user's (`--admission-cert`, `--admission-key`).
+    Files {
+        /// PEM certificate chain.
+        cert: PathBuf,
+        /// PEM private key.
+        key: PathBuf,
+    },
+    /// A Secret the controller keeps (`--admission-secret`).
+    Managed(crate::kube::webhook_certificate::Options),
 }
 
 // ---------------------------------------------------------------------------------------
@@ -338,15 +352,21 @@ pub struct Certificates {
 impl Certificates {
     /// Reads the files once: an error if they do not load.
     pub fn load(cert: &Path, key: &Path) -> anyhow::Result<Self> {
-        let c = Certificates {
-            cert: cert.to_owned(),
-            key: key.to_owned(),
-            state: Mutex::new((None, None, None)),
-        };
+        let c = Certificates::pending(cert, key);
         let config = server_config(cert, key)?;
         *c.state.lock().expect("certificate lock") =
             (stamp(cert), stamp(key), Some(Arc::new(config)));
         Ok(c)
+    }
+
+    /// Files that are written later (by the controller, from a Secret): until then
+    /// connections are closed without a handshake.
+    pub fn pending(cert: &Path, key: &Path) -> Self {
+        Certificates {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            state: Mutex::new((None, None, None)),
+        }
     }
 
     /// The configuration for a new connection: the files are read again if either

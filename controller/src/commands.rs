@@ -65,8 +65,20 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let admission = match args.admission.clone() {
         None => None,
         Some(opts) => {
-            let certificates = ferrule::admission::Certificates::load(&opts.cert, &opts.key)
-                .context("loading the admission webhook certificate")?;
+            use ferrule::admission::{CertificateSource, Certificates};
+            let certificates = match &opts.certificate {
+                CertificateSource::Files { cert, key } => Certificates::load(cert, key)
+                    .context("loading the admission webhook certificate")?,
+                CertificateSource::Managed(m) if args.manifests.is_some() => anyhow::bail!(
+                    "--admission-secret {}/{} needs the Kubernetes API, not --manifests",
+                    m.namespace,
+                    m.secret
+                ),
+                // Written from the Secret once it is read (or issued).
+                CertificateSource::Managed(m) => {
+                    Certificates::pending(&m.cert_file(), &m.key_file())
+                }
+            };
             let listener = tokio::net::TcpListener::bind(opts.addr)
                 .await
                 .with_context(|| format!("binding the admission port {}", opts.addr))?;
@@ -123,6 +135,12 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     ));
     let (tx, rx) = tokio::sync::watch::channel(None);
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(None);
+    let managed_certificate = admission
+        .as_ref()
+        .and_then(|(opts, _, _)| match &opts.certificate {
+            ferrule::admission::CertificateSource::Managed(m) => Some(m.clone()),
+            ferrule::admission::CertificateSource::Files { .. } => None,
+        });
     if let Some((opts, certificates, listener)) = admission {
         let webhook = ferrule::admission::Webhook::new(
             rx.clone(),
@@ -162,6 +180,13 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             let leader = ferrule::kube::leader::elect(client.clone(), args.kube.lease.clone())
                 .await
                 .context("starting leader election")?;
+            if let Some(opts) = managed_certificate {
+                tokio::spawn(ferrule::kube::webhook_certificate::run(
+                    client.clone(),
+                    opts,
+                    leader.clone(),
+                ));
+            }
             tokio::spawn(leader_metric(
                 leader.clone(),
                 args.kube.lease.name.clone(),

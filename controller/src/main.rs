@@ -467,21 +467,68 @@ struct AdmissionFlags {
     /// Serve the validating admission webhook for Ingresses (AdmissionReview v1,
     /// path /networking/v1/ingresses) on this port, TLS only. It decides with the
     /// model, never with NGINX.
-    #[arg(long, requires_all = ["admission_cert", "admission_key"])]
+    #[arg(long)]
     admission_port: Option<u16>,
     /// Address of the admission webhook's port.
     #[arg(long, default_value = "0.0.0.0")]
     admission_address: std::net::IpAddr,
     /// PEM certificate (chain) of the admission webhook; read again when it changes.
-    #[arg(long, requires = "admission_port")]
+    #[arg(long, requires_all = ["admission_port", "admission_key"])]
     admission_cert: Option<PathBuf>,
     /// PEM private key of the admission webhook; read again when it changes.
-    #[arg(long, requires = "admission_port")]
+    #[arg(long, requires_all = ["admission_port", "admission_cert"])]
     admission_key: Option<PathBuf>,
+    /// NAMESPACE/NAME of a Secret in which the controller keeps the webhook's CA and
+    /// certificate: the lease holder creates it, renews it before it expires and sets
+    /// the caBundle of --admission-webhook-configuration; every replica serves it.
+    #[arg(
+        long,
+        value_parser = secret_ref,
+        requires_all = ["admission_port", "admission_webhook_configuration"],
+        conflicts_with_all = ["admission_cert", "admission_key"]
+    )]
+    admission_secret: Option<(String, String)>,
+    /// The ValidatingWebhookConfiguration whose caBundle the controller sets; its
+    /// Services and URLs name the certificate's hosts.
+    #[arg(long, requires = "admission_secret")]
+    admission_webhook_configuration: Option<String>,
+    /// Lifetime of a certificate the controller issues (`s`, `m`, `h` or `d`); it is
+    /// renewed with a third left.
+    #[arg(long, default_value = "365d", value_parser = lifetime, requires = "admission_secret")]
+    admission_certificate_lifetime: std::time::Duration,
     /// Refuse an Ingress whose TLS Secret is missing or invalid (default: admit it
     /// with a warning, as the Secret is often created after the Ingress).
     #[arg(long)]
     admission_strict_tls: bool,
+}
+
+/// `NAMESPACE/NAME`.
+fn secret_ref(v: &str) -> Result<(String, String), String> {
+    match v.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((ns.to_owned(), name.to_owned()))
+        }
+        _ => Err(format!("{v:?} is not NAMESPACE/NAME")),
+    }
+}
+
+/// A duration such as `90s`, `30m`, `12h` or `365d`, at least a minute.
+fn lifetime(v: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = v.split_at(v.len().saturating_sub(1));
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{v:?}: a number followed by s, m, h or d")),
+    };
+    let secs = n
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|s| *s >= 60)
+        .ok_or_else(|| format!("{v:?}: a number followed by s, m, h or d, at least 60s"))?;
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 impl AdmissionFlags {
@@ -490,6 +537,7 @@ impl AdmissionFlags {
         &self,
         namespace: Option<String>,
         others: &[(&str, u16)],
+        prefix: &std::path::Path,
     ) -> Result<Option<ferrule::admission::AdmissionOptions>> {
         let Some(port) = self.admission_port else {
             return Ok(None);
@@ -499,13 +547,34 @@ impl AdmissionFlags {
                 "--admission-port {port} is also {flag}: the webhook needs a port of its own"
             );
         }
-        let (Some(cert), Some(key)) = (&self.admission_cert, &self.admission_key) else {
-            anyhow::bail!("--admission-port needs --admission-cert and --admission-key");
+        use ferrule::admission::CertificateSource;
+        let certificate = match (
+            &self.admission_cert,
+            &self.admission_key,
+            &self.admission_secret,
+            &self.admission_webhook_configuration,
+        ) {
+            (Some(cert), Some(key), None, _) => CertificateSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            (None, None, Some((namespace, secret)), Some(configuration)) => {
+                CertificateSource::Managed(ferrule::kube::webhook_certificate::Options {
+                    namespace: namespace.clone(),
+                    secret: secret.clone(),
+                    webhook_configuration: configuration.clone(),
+                    lifetime: self.admission_certificate_lifetime,
+                    dir: prefix.join("admission"),
+                })
+            }
+            _ => anyhow::bail!(
+                "--admission-port needs --admission-cert and --admission-key, or \
+                 --admission-secret and --admission-webhook-configuration"
+            ),
         };
         Ok(Some(ferrule::admission::AdmissionOptions {
             addr: std::net::SocketAddr::new(self.admission_address, port),
-            cert: cert.clone(),
-            key: key.clone(),
+            certificate,
             strict_tls: self.admission_strict_tls,
             namespace,
         }))
@@ -732,6 +801,7 @@ async fn main() -> Result<()> {
                     ("--http-port", nginx.http_port),
                     ("--https-port", nginx.https_port),
                 ],
+                &nginx.nginx_prefix,
             )?;
             commands::run(commands::RunArgs {
                 manifests,

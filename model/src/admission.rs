@@ -65,6 +65,10 @@ pub enum Decision {
     },
 }
 
+/// In a warning, between the younger Ingress a candidate displaces and the problem
+/// that Ingress now has: `Ingress NS/NAME loses to this Ingress: host … path …`.
+pub const DISPLACED: &str = "loses to this Ingress:";
+
 /// A snapshot indexed for admission decisions (see the module documentation).
 #[derive(Debug, Clone)]
 pub struct Index {
@@ -321,6 +325,17 @@ impl Index {
             match denies {
                 true => reasons.push(p.message.clone()),
                 false => warnings.push(p.message.clone()),
+            }
+        }
+        // What the candidate takes from a younger Ingress (an update of an old one
+        // adding a host or path): the other Ingress loses it, and says so here.
+        let winner = format!(" by {r} ");
+        for other in &small.ingresses[..small.ingresses.len() - 1] {
+            let o = crate::build::ingress_ref(other);
+            for p in model.problems_of(&o) {
+                if p.kind == ProblemKind::Conflict && p.message.contains(&winner) {
+                    warnings.push(format!("{o} {DISPLACED} {}", p.message));
+                }
             }
         }
         let decision = if reasons.is_empty() {

@@ -307,10 +307,15 @@ fn age_decides_who_wins() {
                     .tls(&["a.example.com"], "a-tls"),
                 Clean,
             ),
+            // An older Ingress (an update of one, typically) takes the path from the
+            // younger owner: the owner loses it, and the warning says so.
             (
                 "an older Ingress takes the path",
                 web(Ing::new("default/older", 5), "shop.test"),
-                Clean,
+                Warned(
+                    "Ingress default/old loses to this Ingress: host shop.test path / (Prefix) \
+                     is already served by Ingress default/older",
+                ),
             ),
             (
                 "an older Ingress takes the catch-all",
@@ -465,7 +470,7 @@ fn a_missing_or_invalid_secret_warns_unless_strict() {
 fn agrees_with_the_full_build(manifests: &str) {
     let snap = snapshot(manifests);
     let full = build(&snap);
-    let mut checked = 0;
+    let (mut checked, mut displacements) = (0, 0);
     for (i, ing) in snap.ingresses.iter().enumerate() {
         let mut without = snap.clone();
         without.ingresses.remove(i);
@@ -481,12 +486,30 @@ fn agrees_with_the_full_build(manifests: &str) {
             Decision::Allowed { warnings } => warnings,
             Decision::Denied { reasons, warnings } => reasons.into_iter().chain(warnings).collect(),
         };
+        // What it takes from younger Ingresses is theirs in the full build.
+        let displaced = ferrule_model::admission::DISPLACED;
+        for m in got.iter().filter(|m| m.contains(displaced)) {
+            let (loser, problem) = m.split_once(&format!(" {displaced} ")).unwrap();
+            let (lns, lname) = loser
+                .strip_prefix("Ingress ")
+                .unwrap()
+                .split_once('/')
+                .unwrap();
+            let loser = ResourceRef::new("Ingress", lns, lname);
+            assert!(
+                full.problems_of(&loser).any(|p| p.message == problem),
+                "{r} displaces {loser}: {problem}"
+            );
+            displacements += 1;
+        }
+        got.retain(|m| !m.contains(displaced));
         want.sort();
         got.sort();
         assert_eq!(got, want, "{r}");
         checked += 1;
     }
     assert!(checked > 5, "only {checked} Ingresses checked");
+    assert!(displacements > 0, "no Ingress displaced another");
 }
 
 #[test]

@@ -72,6 +72,22 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default (printf "%s-admission" (include "ferrule.fullname" .)) .Values.controller.admissionWebhooks.certificate.secretName -}}
 {{- end -}}
 
+{{/*
+Who issues the webhook's certificate: "secret" (the user's Secret), "certManager", or
+"controller" (Ferrule keeps it in a Secret of its own and sets the caBundle).
+*/}}
+{{- define "ferrule.admission.issuer" -}}
+{{- $wh := .Values.controller.admissionWebhooks -}}
+{{- if $wh.certificate.secretName -}}secret
+{{- else if $wh.certManager.enabled -}}certManager
+{{- else -}}controller
+{{- end -}}
+{{- end -}}
+
+{{- define "ferrule.admission.configurationName" -}}
+{{- printf "%s-admission" (include "ferrule.fullname" .) -}}
+{{- end -}}
+
 {{- define "ferrule.admission.serviceName" -}}
 {{- printf "%s-admission" (include "ferrule.controller.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -25,8 +25,14 @@
 - --shutdown-grace-period={{ .Values.controller.shutdownGracePeriod }}
 {{- if .Values.controller.admissionWebhooks.enabled }}
 - --admission-port={{ .Values.controller.admissionWebhooks.port }}
+{{- if eq (include "ferrule.admission.issuer" .) "controller" }}
+- --admission-secret={{ include "ferrule.namespace" . }}/{{ include "ferrule.admission.secretName" . }}
+- --admission-webhook-configuration={{ include "ferrule.admission.configurationName" . }}
+- --admission-certificate-lifetime={{ .Values.controller.admissionWebhooks.certificate.lifetime }}
+{{- else }}
 - --admission-cert=/etc/ferrule/admission/tls.crt
 - --admission-key=/etc/ferrule/admission/tls.key
+{{- end }}
 {{- if .Values.controller.admissionWebhooks.strictTls }}
 - --admission-strict-tls
 {{- end }}
@@ -173,7 +179,7 @@ spec:
           mountPath: /var/lib/ferrule
         - name: tmp
           mountPath: /tmp
-        {{- if .Values.controller.admissionWebhooks.enabled }}
+        {{- if and .Values.controller.admissionWebhooks.enabled (ne (include "ferrule.admission.issuer" .) "controller") }}
         - name: admission
           mountPath: /etc/ferrule/admission
           readOnly: true
@@ -186,7 +192,7 @@ spec:
       emptyDir: {}
     - name: tmp
       emptyDir: {}
-    {{- if .Values.controller.admissionWebhooks.enabled }}
+    {{- if and .Values.controller.admissionWebhooks.enabled (ne (include "ferrule.admission.issuer" .) "controller") }}
     - name: admission
       secret:
         secretName: {{ include "ferrule.admission.secretName" . }}

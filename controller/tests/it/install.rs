@@ -355,6 +355,8 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     // message, a valid one is admitted and served by every replica.
     // Ready pods reach the webhook Service's EndpointSlice a moment later (the
     // controller-manager writes it): until then the API server finds no endpoint.
+    // The certificate is Ferrule's own: the lease holder issues it and sets the
+    // caBundle just after it starts; until then the call fails.
     let bad = web_ingress(
         "bad",
         "bad.helm.e2e",
@@ -363,7 +365,9 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let (ok, text) = loop {
         let (ok, text) = c.kubectl(&["apply", "-f", "-"], Some(&bad));
-        if ok || !text.contains("no endpoints available") || std::time::Instant::now() > deadline {
+        let not_yet =
+            text.contains("no endpoints available") || text.contains("failed calling webhook");
+        if ok || !not_yet || std::time::Instant::now() > deadline {
             break (ok, text);
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -371,6 +375,11 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     assert!(
         !ok && text.contains("proxy-read-timeout"),
         "refused by the webhook: {text}"
+    );
+    let secret = c.json(&["get", "secret", "-n", NS, "edge-ferrule-admission"]);
+    assert_eq!(
+        secret["metadata"]["labels"]["app.kubernetes.io/managed-by"], "ferrule",
+        "the webhook's certificate is Ferrule's: {secret}"
     );
     c.apply(&web_ingress("web", HOST, ""));
     publish_address(c, "192.0.2.60");
