@@ -389,13 +389,84 @@ fn other_classes_are_not_looked_at() {
 #[test]
 fn snippets_are_admitted_when_allowed_and_never_tested() {
     let allowed = cluster() + &docs![config_map(&[("allow-snippet-annotations", "true")])];
-    // Not checked by NGINX: config safety isolates a snippet that breaks `nginx -t`.
-    let snippet = web(Ing::new("default/snippet", 20), "new.test")
-        .ann("configuration-snippet", "this is not nginx {");
+    let snippet =
+        |key: &str, text: &str| web(Ing::new("default/snippet", 20), "new.test").ann(key, text);
+    let cs = "configuration-snippet";
     table(
         &allowed,
         &Options::default(),
-        vec![("snippet", snippet, Clean)],
+        vec![
+            // Not checked by NGINX: config safety isolates a snippet that breaks
+            // `nginx -t`.
+            ("not nginx", snippet(cs, "this is not nginx;"), Clean),
+            (
+                "blocks, quotes, variables, comments",
+                snippet(
+                    cs,
+                    "if ($http_x = \"}\") { return 403; }\nadd_header X-Y \"${host}{\";\n\
+                     # a } in a comment\naccess_log off;\nerror_log stderr warn;",
+                ),
+                Clean,
+            ),
+            // What no tenant's text reaches NGINX with: `nginx -t` would run it with
+            // the controller's privileges (CVE-2025-1974, CVE-2021-25742).
+            (
+                "leaves its block",
+                snippet(
+                    cs,
+                    "}\nload_module /tmp/x.so;\nhttp { server { location / {",
+                ),
+                Denied("configuration-snippet: a } closes a block the snippet did not open"),
+            ),
+            (
+                "opens a block it does not close",
+                snippet("server-snippet", "location /x {"),
+                Denied("server-snippet: a { opens a block"),
+            ),
+            (
+                "an open quote",
+                snippet(cs, "add_header X \"}; load_module /x.so;"),
+                Denied("a quote is left open"),
+            ),
+            (
+                "ssl_engine",
+                snippet(cs, "ssl_engine /tmp/x.so;"),
+                Denied("the directive ssl_engine loads code or reads files"),
+            ),
+            (
+                "include",
+                snippet("server-snippet", "include /var/run/secrets/token;"),
+                Denied("server-snippet: the directive include"),
+            ),
+            (
+                "lua",
+                snippet(cs, "content_by_lua_block { os.execute('id') }"),
+                Denied("the directive content_by_lua_block"),
+            ),
+            (
+                "njs",
+                snippet(cs, "js_import /tmp/x.js;"),
+                Denied("the directive js_import"),
+            ),
+            (
+                "alias to the service account",
+                snippet(
+                    cs,
+                    "location /t { alias /var/run/secrets/kubernetes.io/serviceaccount/; }",
+                ),
+                Denied("the directive alias"),
+            ),
+            (
+                "a log over a file",
+                snippet(cs, "access_log /var/lib/ferrule/nginx/conf/nginx.conf;"),
+                Denied("access_log /var/lib/ferrule/nginx/conf/nginx.conf writes a file"),
+            ),
+            (
+                "auth-snippet",
+                snippet("auth-url", "http://auth.default.svc/check").ann("auth-snippet", "root /;"),
+                Denied("auth-snippet: the directive root"),
+            ),
+        ],
     );
 }
 

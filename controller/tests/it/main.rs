@@ -16,6 +16,7 @@ mod e2e;
 mod install;
 mod logs;
 mod metrics;
+mod nightmare;
 mod njs;
 mod passthrough;
 mod process;

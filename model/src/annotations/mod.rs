@@ -47,7 +47,7 @@ pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
 pub use redirect::Redirect;
 pub use satisfy::Satisfy;
-pub use snippets::Snippet;
+pub use snippets::{Snippet, refusal as snippet_refusal};
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
 
 /// The default prefix of every annotation Ferrule reads (`--annotations-prefix`

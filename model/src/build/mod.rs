@@ -194,6 +194,23 @@ pub fn build(snap: &Snapshot) -> Model {
                      could leave it open"
                 ));
             }
+            if b.global.allow_snippet_annotations {
+                // Allowed snippets still never load code or read files: `nginx -t`
+                // would do it with the controller's privileges.
+                let snippets = [
+                    ("configuration-snippet", a.configuration_snippet.as_ref()),
+                    ("server-snippet", a.server_snippet.as_ref()),
+                    (
+                        "auth-snippet",
+                        a.external_auth.as_ref().and_then(|e| e.snippet.as_ref()),
+                    ),
+                ];
+                for (key, snippet) in snippets {
+                    if let Some(why) = snippet.and_then(|s| annotations::snippet_refusal(&s.0)) {
+                        return Err(format!("annotation {prefix}{key}: {why}"));
+                    }
+                }
+            }
             let certs = b.client_certificates(ing, &r, &a)?;
             let backend_tls = b.backend_tls(&r, &a)?;
             Ok((auth, certs, backend_tls))

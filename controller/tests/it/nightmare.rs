@@ -1,0 +1,277 @@
+//! The IngressNightmare technique (CVE-2025-1974 and its injections CVE-2025-24514,
+//! CVE-2025-1097, CVE-2025-1098), replayed against Ferrule: annotations that try to
+//! make NGINX load a shared object of the attacker's, and snippets (allowed here)
+//! that try to leave their block or read the controller's files. The webhook
+//! refuses every one of them without running NGINX; the same Ingresses written past
+//! the webhook are rejected by the model, so neither `nginx -t` nor a reload ever
+//! sees them. The shared object proves it: its constructor would leave a file.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// A shared object whose constructor writes `marker` when anything loads it.
+fn evil_shared_object(dir: &Path, marker: &Path) -> std::path::PathBuf {
+    let source = dir.join("evil.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n__attribute__((constructor)) static void ran(void) {{\n  \
+             FILE *f = fopen(\"{}\", \"w\"); if (f) {{ fputs(\"ran\", f); fclose(f); }}\n}}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let so = dir.join("evil.so");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&source)
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    so
+}
+
+/// A CA and a certificate for 127.0.0.1, written as `tls.crt`/`tls.key` in `dir`;
+/// returns the CA's PEM.
+fn webhook_certificate(dir: &Path) -> String {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.join("tls.crt"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
+    ca_pem
+}
+
+/// The webhook's answer to a CREATE of `ingress_yaml`.
+async fn review(port: u16, ca_pem: &str, ingress_yaml: &str) -> Value {
+    let object: Value = serde_yaml::from_str(ingress_yaml).unwrap();
+    let body = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b1c2d3e-0000-4000-8000-000000001974",
+            "kind": { "group": "networking.k8s.io", "version": "v1", "kind": "Ingress" },
+            "resource": { "group": "networking.k8s.io", "version": "v1", "resource": "ingresses" },
+            "namespace": "demo",
+            "name": object["metadata"]["name"],
+            "operation": "CREATE",
+            "userInfo": { "username": "tenant" },
+            "object": object,
+            "dryRun": false,
+        },
+    });
+    let client = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .build()
+        .unwrap();
+    client
+        .post(format!("https://127.0.0.1:{port}/networking/v1/ingresses"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// (name, annotations, the annotation the refusal names)
+type Payload = (&'static str, Vec<(String, String)>, &'static str);
+
+#[tokio::test]
+async fn ingress_nightmare_payloads_are_refused_and_never_reach_nginx() {
+    let work = tempfile::tempdir().unwrap();
+    let marker = work.path().join("ran");
+    let so = evil_shared_object(work.path(), &marker);
+    let so = so.to_str().unwrap();
+    // The file a snippet would read: something of the controller's.
+    let secret_file = work.path().join("token");
+    std::fs::write(&secret_file, "the controller's token").unwrap();
+    let secret_file = secret_file.to_str().unwrap();
+
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("good.yaml", &demo_ingress("good", "good.test", &[]));
+    let ca = webhook_certificate(work.path());
+    let port = free_port();
+    let (port_s, cert, key) = (
+        port.to_string(),
+        work.path().join("tls.crt"),
+        work.path().join("tls.key"),
+    );
+    let f = Ferrule::start(
+        m.path(),
+        &[
+            "--allow-snippet-annotations",
+            "--admission-port",
+            &port_s,
+            "--admission-address",
+            "127.0.0.1",
+            "--admission-cert",
+            cert.to_str().unwrap(),
+            "--admission-key",
+            key.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(f.get("good.test", "/").await.0, 200);
+
+    let payloads: Vec<Payload> = vec![
+        (
+            "auth-url",
+            vec![(
+                "auth-url".into(),
+                format!("http://auth.example/#;\n}}}}}}\nload_module {so};\n#"),
+            )],
+            "auth-url",
+        ),
+        (
+            "auth-tls-match-cn",
+            vec![
+                ("auth-tls-secret".into(), "demo/ca".into()),
+                (
+                    "auth-tls-match-cn".into(),
+                    format!("CN=abc #(\n){{}}\n }}}}}}\nssl_engine {so};\n#"),
+                ),
+            ],
+            "auth-tls-match-cn",
+        ),
+        (
+            "mirror-target",
+            vec![(
+                "mirror-target".into(),
+                format!("http://mirror.example/;\nssl_engine {so};\n#"),
+            )],
+            "mirror-target",
+        ),
+        (
+            "mirror-host",
+            vec![
+                ("mirror-target".into(), "http://mirror.example/".into()),
+                ("mirror-host".into(), format!("x;\nssl_engine {so};\n#")),
+            ],
+            "mirror-host",
+        ),
+        (
+            "configuration-snippet",
+            vec![(
+                "configuration-snippet".into(),
+                format!("}}\n}}\nload_module {so};\nhttp {{\nserver {{\nlocation /x {{"),
+            )],
+            "configuration-snippet",
+        ),
+        (
+            "server-snippet",
+            vec![("server-snippet".into(), format!("ssl_engine {so};"))],
+            "server-snippet",
+        ),
+        (
+            "snippet-include",
+            vec![(
+                "configuration-snippet".into(),
+                format!("include {secret_file};"),
+            )],
+            "configuration-snippet",
+        ),
+        (
+            "snippet-alias",
+            vec![(
+                "server-snippet".into(),
+                format!("location /leak {{ alias {secret_file}; }}"),
+            )],
+            "server-snippet",
+        ),
+    ];
+    let yaml_of = |name: &str, annotations: &[(String, String)]| {
+        let a: Vec<(&str, &str)> = annotations
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        demo_ingress(name, &format!("{name}.test"), &a)
+    };
+
+    // The webhook refuses each, naming the annotation, and runs nothing.
+    for (name, annotations, key) in &payloads {
+        let answer = review(port, &ca, &yaml_of(name, annotations)).await;
+        let response = &answer["response"];
+        assert_eq!(response["allowed"], false, "{name}: {answer}");
+        let message = response["status"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(&format!("nginx.ingress.kubernetes.io/{key}")),
+            "{name}: {message}"
+        );
+    }
+
+    // Past the webhook (failurePolicy Ignore, or no webhook at all): each is
+    // rejected on its resource, the good Ingress is served throughout.
+    for (name, annotations, _) in &payloads {
+        m.write(&format!("{name}.yaml"), &yaml_of(name, annotations));
+    }
+    let all_rejected = wait_until(Duration::from_secs(20), || async {
+        let resources = f.resources().await;
+        payloads.iter().all(|(name, _, _)| {
+            resources
+                .iter()
+                .any(|r| r["name"] == *name && r["state"] == "rejected")
+        })
+    })
+    .await;
+    assert!(
+        all_rejected,
+        "every payload rejected: {:#?}",
+        f.resources().await
+    );
+    // A change NGINX does take afterwards: the last configuration was tested and
+    // loaded with the payloads in the snapshot.
+    m.write("later.yaml", &demo_ingress("later", "later.test", &[]));
+    let served = wait_until(Duration::from_secs(20), || async {
+        f.get("later.test", "/").await.0 == 200
+    })
+    .await;
+    assert!(served, "later.test served; log:\n{}", f.logs());
+    assert_eq!(f.get("good.test", "/").await.0, 200);
+    for (name, _, _) in &payloads {
+        assert_ne!(
+            f.get(&format!("{name}.test"), "/").await.0,
+            200,
+            "{name} served"
+        );
+    }
+
+    // Nothing ran, and nothing of the payloads is in NGINX's files.
+    assert!(!marker.exists(), "the shared object was loaded");
+    for entry in walkdir::WalkDir::new(f.prefix.path().join("nginx"))
+        .into_iter()
+        .flatten()
+    {
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let text = std::fs::read(entry.path()).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text);
+        assert!(
+            !text.contains(so) && !text.contains(secret_file),
+            "{} names a payload's file",
+            entry.path().display()
+        );
+    }
+}
