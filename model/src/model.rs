@@ -516,6 +516,9 @@ pub struct Global {
     /// The status of a request refused by `limit-connections`
     /// (`limit-conn-status-code`, default 503).
     pub limit_conn_status: u16,
+    /// The variable that tells clients apart in every limit's key
+    /// (`limit-conn-zone-variable`, default `$binary_remote_addr`).
+    pub limit_key_variable: String,
     /// ConfigMap `global-auth-*` and `no-auth-locations`.
     pub global_auth: crate::annotations::GlobalAuth,
     /// ConfigMap `proxy-buffering` (default off, as ingress-nginx: a streamed or

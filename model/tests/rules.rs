@@ -1420,6 +1420,32 @@ fn configmap_hsts_keys() {
     );
 }
 
+/// `limit-conn-zone-variable`: one variable, nothing else (it is expanded in every
+/// limit key); anything else keeps the default and is reported.
+#[test]
+fn configmap_limit_conn_zone_variable_is_one_variable() {
+    fn check(value: &str, want: &str, problem: Option<&str>) {
+        let m = ferrule_model::build(&snapshot(&docs![config_map(&[(
+            "limit-conn-zone-variable",
+            value
+        )])]));
+        assert_eq!(m.global.limit_key_variable, want, "{value:?}");
+        let problems: Vec<(&str, &str)> = problem
+            .map(|p| vec![("ConfigMap ingress-nginx/ferrule", p)])
+            .unwrap_or_default();
+        expect_problems(&m, &problems);
+    }
+    check("$http_x_api_key", "$http_x_api_key", None);
+    check(" $remote_addr ", "$remote_addr", None);
+    for bad in ["remote_addr", "$", "$a b", "$a;deny all", "${host}"] {
+        check(
+            bad,
+            "$binary_remote_addr",
+            Some("key limit-conn-zone-variable: invalid value"),
+        );
+    }
+}
+
 /// `service-upstream`: the Ingress proxies to the Service's ClusterIP and port (a
 /// backend of its own, untouched by EndpointSlices), other Ingresses to the same
 /// Service to its endpoints; a headless Service keeps its endpoints, with a warning.

@@ -1090,6 +1090,51 @@ async fn rate_limits_refuse_the_excess_of_each_client_and_spare_the_allowlist() 
     assert_eq!(got[2], 503, "{got:?}");
 }
 
+/// `limit-conn-zone-variable`: what tells clients apart, here a header (an API key),
+/// so one address with two keys is two clients and two addresses with one key one.
+#[tokio::test]
+async fn the_limit_key_variable_tells_clients_apart() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let limited: &[(&str, &str)] = &[("limit-rpm", "2"), ("limit-burst-multiplier", "1")];
+    m.write("a.yaml", &demo_ingress("a", "a.test", limited));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("limit-req-status-code", "429"),
+            ("limit-conn-zone-variable", "$http_x_api_key"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let from = |ip: &'static str, key: &'static str| {
+        let f = &f;
+        async move {
+            reqwest::Client::builder()
+                .local_address(ip.parse::<std::net::IpAddr>().unwrap())
+                .build()
+                .unwrap()
+                .get(format!("http://127.0.0.1:{}/", f.http))
+                .header("Host", "a.test")
+                .header("X-Api-Key", key)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    let mut first = Vec::new();
+    for _ in 0..6 {
+        first.push(from("127.0.0.1", "one").await);
+    }
+    assert_eq!(first[0], 200, "{first:?} {}", f.logs());
+    assert_eq!(*first.last().unwrap(), 429, "{first:?}");
+    // Another address with the same key is the same client; another key is not.
+    assert_eq!(from("127.0.0.9", "one").await, 429);
+    assert_eq!(from("127.0.0.1", "two").await, 200);
+}
+
 /// A GET from `from` with basic credentials (`None`: without): the status.
 async fn get_from_as(f: &Ferrule, from: &str, host: &str, user: Option<(&str, &str)>) -> u16 {
     let c = reqwest::Client::builder()

@@ -352,3 +352,46 @@ async fn ports_come_and_go_with_the_configmap_and_bad_entries_are_reported() {
     .await;
     assert!(removed, "a removed entry is still served");
 }
+
+/// `proxy-protocol-header-timeout`: a client of a port that decodes the PROXY
+/// protocol and sends no PROXY line is let go after that time (NGINX's own is 30s).
+#[tokio::test]
+async fn a_missing_proxy_line_is_waited_for_only_as_long_as_the_configmap_says() {
+    let target = free_port();
+    let _two = StreamEcho::start("127.0.0.2", target).await;
+    let decode = free_port();
+    let m = Manifests::new();
+    m.write(
+        "all.yaml",
+        &cluster(
+            &["127.0.0.2"],
+            target,
+            &[(decode, "demo/echo:9000:PROXY")],
+            &[],
+        ),
+    );
+    m.write(
+        "cm.yaml",
+        &configmap(&[("proxy-protocol-header-timeout", "1s")]),
+    );
+    let flags = [FLAGS, &["--configmap", "demo/ferrule"]].concat();
+    let f = Ferrule::start(m.path(), &flags).await;
+    let line = format!("PROXY TCP4 192.0.2.7 127.0.0.1 5555 {decode}\r\nc");
+    assert_eq!(
+        tcp_ask(decode, line.as_bytes()).await,
+        Ok("127.0.0.2 c".to_owned()),
+        "log:\n{}",
+        f.logs()
+    );
+    // Silent after connecting: closed once the second has passed, before both
+    // Ferrule's default (5s) and NGINX's (30s).
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", decode))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(4), s.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "still open after 4s: {read:?}"
+    );
+}

@@ -25,6 +25,7 @@ pub(crate) fn global(
         proxy_send_timeout: 60,
         limit_req_status: 503,
         limit_conn_status: 503,
+        limit_key_variable: "$binary_remote_addr".to_owned(),
         ..Global::default()
     };
     let mut hsts = Hsts::default();
@@ -229,6 +230,10 @@ fn read(
                     Err(e) => bad(key, v, e),
                 }
             }
+            "limit-conn-zone-variable" => match limit_key_variable(v.trim()) {
+                Ok(var) => g.limit_key_variable = var,
+                Err(e) => bad(key, v, e),
+            },
             "proxy-buffering" => match v.trim() {
                 "on" => g.proxy_buffering = true,
                 "off" => g.proxy_buffering = false,
@@ -295,6 +300,16 @@ fn read(
         }
     }
     problems.extend(unimplemented);
+}
+
+/// `limit-conn-zone-variable`: one NGINX variable (`$name`), which the limit keys
+/// expand for each request.
+fn limit_key_variable(v: &str) -> Result<String, String> {
+    let name = v.strip_prefix('$').unwrap_or_default();
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err("expected one variable, such as $binary_remote_addr".to_owned());
+    }
+    Ok(v.to_owned())
 }
 
 #[cfg(test)]

@@ -257,6 +257,15 @@ const ROWS: &[Row] = &[
     Row {
         context: Context::Stream,
         ..row(
+            "proxy-protocol-header-timeout",
+            "proxy_protocol_timeout",
+            time,
+            Some("5s"),
+        )
+    },
+    Row {
+        context: Context::Stream,
+        ..row(
             "proxy-stream-responses",
             "proxy_responses",
             responses,

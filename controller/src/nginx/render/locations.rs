@@ -116,7 +116,7 @@ pub(super) fn location_view(
             || st.cors.is_some()
             || !st.custom_headers.is_empty(),
         custom_headers: super::literal_headers(&st.custom_headers),
-        rate_limits: rate_limits::location(l),
+        rate_limits: rate_limits::location(l, &model.global.limit_key_variable),
         satisfy_any: st.satisfy == ferrule_model::annotations::Satisfy::Any,
         client_certificate: None,
         metrics: metrics_labels(model, &l.owner.namespace, &l.owner.name, &l.target, &l.path),

@@ -30,6 +30,8 @@ pub struct ZonesView {
     pub req_status: u16,
     /// `limit_conn_status`.
     pub conn_status: u16,
+    /// What tells clients apart (`limit-conn-zone-variable`).
+    pub key_variable: String,
 }
 
 /// A `limit_req_zone`: its name and rate (`10r/s`).
@@ -87,6 +89,7 @@ pub fn zones(model: &Model) -> ZonesView {
         size: ZONE_SIZE,
         req_status: model.global.limit_req_status,
         conn_status: model.global.limit_conn_status,
+        key_variable: model.global.limit_key_variable.clone(),
         ..ZonesView::default()
     };
     for l in model.servers.iter().flat_map(|s| &s.locations) {
@@ -117,15 +120,16 @@ pub fn zones(model: &Model) -> ZonesView {
     view
 }
 
-/// The directives of location `l`, if it is limited.
-pub fn location(l: &Location) -> Option<LocationLimitsView> {
+/// The directives of location `l`, if it is limited; `variable` tells clients
+/// apart (`limit-conn-zone-variable`).
+pub fn location(l: &Location, variable: &str) -> Option<LocationLimitsView> {
     let r = &l.settings.rate_limits;
     if r.is_empty() {
         return None;
     }
     let id = id(&l.owner, l);
     let key = if r.allowlist.is_empty() {
-        format!("{id}$binary_remote_addr")
+        format!("{id}{variable}")
     } else {
         format!("$ferrule_limit_key_{id}")
     };
