@@ -370,6 +370,8 @@ impl Renderer {
                 .collect(),
             limits: rate_limits::zones(model),
             auth_cache: external_auth::cache_zone(model, &self.worker_path("tmp/auth_cache")),
+            auth_upstreams: external_auth::upstreams(model),
+            auth_relay: Self::unix(self.worker_path(options::AUTH_RELAY_SOCKET)),
             metrics: self.metrics_view(),
             streams: streams::view(self, model),
             tls_router: streams::tls_router(self, model),
@@ -861,6 +863,10 @@ struct MainView {
     limits: rate_limits::ZonesView,
     /// `auth-cache-key`: the cache of auth answers, when a location uses one.
     auth_cache: Option<external_auth::CacheZoneView>,
+    /// `auth-keepalive`: the auth services reached through the relay.
+    auth_upstreams: Vec<external_auth::AuthUpstreamView>,
+    /// Where the relay listens (`unix:PATH`).
+    auth_relay: String,
     modules: Vec<String>,
     user: Option<String>,
     group: Option<String>,

@@ -603,6 +603,8 @@ async fn basic_auth_redirects_to_https_before_asking() {
 struct AuthService {
     addr: std::net::SocketAddr,
     seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    /// TCP connections accepted.
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -616,10 +618,26 @@ impl AuthService {
             let log = log.clone();
             async move { auth_answer(req, log).await }
         });
+        let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = connections.clone();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
+            while let Ok((tcp, _)) = listener.accept().await {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                tokio::spawn(async move {
+                    let io = hyper_util::rt::TokioIo::new(tcp);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
         });
-        AuthService { addr, seen, task }
+        AuthService {
+            addr,
+            seen,
+            connections,
+            task,
+        }
     }
 
     fn last(&self) -> Value {
@@ -661,7 +679,8 @@ async fn auth_answer(
     entry["body_bytes"] = serde_json::json!(body.len());
     log.lock().unwrap().push(entry);
     match verdict.as_str() {
-        "ok" => (StatusCode::OK, [("x-auth-user", "alice")], "").into_response(),
+        // A body, which NGINX reads only where it keeps the connection.
+        "ok" => (StatusCode::OK, [("x-auth-user", "alice")], "authorized").into_response(),
         "cookie" => (StatusCode::OK, [("set-cookie", "session=alice")], "").into_response(),
         "deny" => (StatusCode::FORBIDDEN, "").into_response(),
         _ => (
@@ -842,6 +861,68 @@ async fn cookie_with_verdict(f: &Ferrule, host: &str, verdict: &str) -> (u16, Op
 /// requests with the same key. The service's `Set-Cookie` reaches the client on
 /// success, and on errors too with `auth-always-set-cookie`; the server's HSTS
 /// header survives the location's `add_header`.
+/// `auth-keepalive`: the connections to the auth service are kept and reused
+/// (ingress-nginx does it with Lua and only without HTTP/2; here through a relay of
+/// NGINX's own), while every request is still decided by the service.
+#[tokio::test]
+async fn external_auth_keepalive_reuses_connections_to_the_auth_service() {
+    use std::sync::atomic::Ordering;
+    let echo = Echo::start("127.0.0.2").await;
+    let kept = AuthService::start().await;
+    let plain = AuthService::start().await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let kept_url = format!("http://{}/check?team=a", kept.addr);
+    m.write(
+        "kept.yaml",
+        &demo_ingress(
+            "kept",
+            "kept.test",
+            &[
+                ("auth-url", &kept_url),
+                ("auth-response-headers", "X-Auth-User"),
+                ("auth-keepalive", "4"),
+                ("auth-keepalive-requests", "100"),
+                ("auth-keepalive-timeout", "30"),
+            ],
+        ),
+    );
+    let plain_url = format!("http://{}/check", plain.addr);
+    m.write(
+        "plain.yaml",
+        &demo_ingress("plain", "plain.test", &[("auth-url", &plain_url)]),
+    );
+    let f = Ferrule::start(m.path(), &[]).await;
+    const N: usize = 20;
+    for host in ["kept.test", "plain.test"] {
+        for _ in 0..N {
+            let (status, _, echoed) = get_with_verdict(&f, host, "/", "ok").await;
+            assert_eq!(status, 200, "{host}; log:\n{}", f.logs());
+            if host == "kept.test" {
+                assert_eq!(echoed["headers"]["x-auth-user"], "alice", "{echoed}");
+            }
+        }
+    }
+    // The service saw the subrequest as without the relay: its path and query, the
+    // original URL, no body.
+    let last = kept.last();
+    assert_eq!(last["path"], "/check?team=a", "{last}");
+    assert_eq!(last["original_url"], "http://kept.test/", "{last}");
+    assert_eq!(last["body_bytes"], 0, "{last}");
+    // Kept: a connection per worker at most; without keepalive, one per request.
+    let workers = f.worker_pids().len();
+    let kept_connections = kept.connections.load(Ordering::SeqCst);
+    assert!(
+        (1..=workers).contains(&kept_connections),
+        "{kept_connections} connections for {N} requests ({workers} workers)"
+    );
+    assert_eq!(plain.connections.load(Ordering::SeqCst), N);
+    // Still decided every time: a refusal is a refusal.
+    assert_eq!(get_with_verdict(&f, "kept.test", "/", "deny").await.0, 403);
+    assert_eq!(get_with_verdict(&f, "kept.test", "/", "no").await.0, 401);
+    assert_eq!(kept.seen.lock().unwrap().len(), N + 2);
+}
+
 #[tokio::test]
 async fn external_auth_caches_answers_and_passes_its_cookie() {
     let echo = Echo::start("127.0.0.2").await;

@@ -82,8 +82,37 @@ pub(super) const FAMILY: Family = Family {
             Risk::Low,
             "false: the ConfigMap's global-auth-url does not apply",
         ),
+        tuning(
+            "auth-keepalive",
+            "idle connections kept open to the auth service (default 0: none)",
+        ),
+        tuning(
+            "auth-keepalive-requests",
+            "requests per kept connection (default 1000)",
+        ),
+        tuning(
+            "auth-keepalive-timeout",
+            "seconds a kept connection may idle (default 60)",
+        ),
+        tuning(
+            "auth-keepalive-share-vars",
+            "accepted; the auth subrequest shares the request's variables either way, as NGINX's auth_request does",
+        ),
     ],
 };
+
+/// A key that tunes how the auth service is reached, never whether a request
+/// is checked.
+const fn tuning(name: &'static str, doc: &'static str) -> Key {
+    Key {
+        name,
+        scope: Location,
+        risk: Risk::Low,
+        security: false,
+        supported: true,
+        doc,
+    }
+}
 
 const fn security(name: &'static str, risk: Risk, doc: &'static str) -> Key {
     Key {
@@ -129,6 +158,21 @@ pub struct ExternalAuth {
     /// See `proxy_set_headers_ref`: sent as written (a `$` is no variable).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub proxy_set_headers: Vec<crate::build::header_lists::Header>,
+    /// `auth-keepalive*`: connections to the auth service kept open (annotation
+    /// only, as in ingress-nginx: never the ConfigMap's global auth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<AuthKeepalive>,
+}
+
+/// `auth-keepalive`, `auth-keepalive-requests`, `auth-keepalive-timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AuthKeepalive {
+    /// Idle connections kept per worker (`keepalive`).
+    pub connections: u32,
+    /// Requests per connection (`keepalive_requests`).
+    pub requests: u32,
+    /// Seconds a connection may idle (`keepalive_timeout`).
+    pub timeout: u32,
 }
 
 /// `auth-cache-key` and `auth-cache-duration`: NGINX caches the auth service's
@@ -161,6 +205,22 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
             return Err(r.invalid("auth-proxy-set-headers", reason));
         }
         (None, None) => {}
+    }
+    // Annotation-only as well; without auth-url they tune nothing.
+    let connections = r.parse("auth-keepalive", |v| value::integer(v.trim(), 0, 10_000))?;
+    let requests = r.parse("auth-keepalive-requests", |v| {
+        value::integer(v.trim(), 1, 1_000_000)
+    })?;
+    let timeout = r.parse("auth-keepalive-timeout", |v| {
+        value::integer(v.trim(), 1, 86_400)
+    })?;
+    r.parse("auth-keepalive-share-vars", value::boolean)?;
+    if let (Some(auth), Some(connections @ 1..)) = (&mut out.external_auth, connections) {
+        auth.keepalive = Some(AuthKeepalive {
+            connections,
+            requests: requests.unwrap_or(1000),
+            timeout: timeout.unwrap_or(60),
+        });
     }
     Ok(())
 }
@@ -229,6 +289,7 @@ fn read<'v>(
         snippet,
         proxy_set_headers_ref: None,
         proxy_set_headers: Vec::new(),
+        keepalive: None,
     }))
 }
 

@@ -40,7 +40,7 @@ pub use buffering::{Buffering, Buffers};
 pub use canary::{Canary, CanaryAffinity};
 pub use client_certificates::{ClientCertificateAnnotations, ClientCertificates};
 pub use cors::{Cors, Origin};
-pub use external_auth::{ExternalAuth, GlobalAuth};
+pub use external_auth::{AuthKeepalive, ExternalAuth, GlobalAuth};
 pub use forwarding::Forwarding;
 pub use mirror::Mirror;
 pub use proxy::BackendProtocol;

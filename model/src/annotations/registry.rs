@@ -84,7 +84,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::source_ranges::FAMILY,
     &super::basic_auth::FAMILY,
     &super::external_auth::FAMILY,
-    &super::unsupported::EXTERNAL_AUTH,
     &super::client_certificates::FAMILY,
     &super::rate_limits::FAMILY,
     &super::unsupported::GLOBAL_RATE_LIMITS,

@@ -479,3 +479,37 @@ fn balancer_api_limits() {
         check(pairs, &expected);
     }
 }
+
+#[test]
+fn auth_keepalive() {
+    let url = ("auth-url", "http://auth.example/check");
+    check(
+        &[url, ("auth-keepalive", "8")],
+        "keepalive: Some(AuthKeepalive { connections: 8, requests: 1000, timeout: 60 })",
+    );
+    check(
+        &[
+            url,
+            ("auth-keepalive", "2"),
+            ("auth-keepalive-requests", "10"),
+            ("auth-keepalive-timeout", "5"),
+            ("auth-keepalive-share-vars", "true"),
+        ],
+        "keepalive: Some(AuthKeepalive { connections: 2, requests: 10, timeout: 5 })",
+    );
+    // 0 (ingress-nginx's default) keeps none; so does a tuning key alone.
+    check(&[url, ("auth-keepalive", "0")], "keepalive: None");
+    check(&[url, ("auth-keepalive-requests", "10")], "keepalive: None");
+    check(
+        &[url, ("auth-keepalive", "-1")],
+        "error: annotation nginx.ingress.kubernetes.io/auth-keepalive: invalid value",
+    );
+    check(
+        &[
+            url,
+            ("auth-keepalive", "2"),
+            ("auth-keepalive-timeout", "0"),
+        ],
+        "error: annotation nginx.ingress.kubernetes.io/auth-keepalive-timeout",
+    );
+}

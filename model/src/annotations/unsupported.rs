@@ -27,43 +27,6 @@ const fn todo(
 use Risk::{Critical, High, Low, Medium};
 use Scope::{Backend, Location, Server};
 
-/// The external-auth keys beyond the implemented ones (`external_auth.rs`). The
-/// keepalive keys only tune connections to the auth service (every request is
-/// still checked): a Warning, not a rejection.
-pub(super) const EXTERNAL_AUTH: Family = Family {
-    name: "external auth (more)",
-    keys: &[
-        todo(
-            "auth-keepalive",
-            Location,
-            Low,
-            false,
-            "keepalive connections to the auth service",
-        ),
-        todo(
-            "auth-keepalive-share-vars",
-            Location,
-            Low,
-            false,
-            "share variables with the auth subrequest",
-        ),
-        todo(
-            "auth-keepalive-requests",
-            Location,
-            Low,
-            false,
-            "requests per keepalive connection",
-        ),
-        todo(
-            "auth-keepalive-timeout",
-            Location,
-            Low,
-            false,
-            "idle timeout of keepalive connections",
-        ),
-    ],
-};
-
 /// ingress-nginx's memcached-backed global rate limits (removed in ingress-nginx 1.x).
 pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
     name: "global rate limits",

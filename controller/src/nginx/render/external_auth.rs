@@ -38,6 +38,139 @@ pub struct ExternalAuthView {
     pub snippet: Option<String>,
     /// `auth-proxy-set-headers`: sent to the auth service, as written.
     pub set_headers: Vec<super::SetHeaderView>,
+    /// `auth-keepalive`: the subrequest goes through the relay (see [`upstreams`]).
+    pub relay: Option<RelayView>,
+}
+
+/// How an auth subrequest reaches the keepalive relay.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct RelayView {
+    /// What follows the relay's address in `proxy_pass`: the upstream's prefix,
+    /// then the auth URL's path and query.
+    pub path: String,
+    /// `Host` of the auth URL, which the relay passes on.
+    pub host: String,
+}
+
+/// An auth service reached with kept connections (`auth-keepalive`).
+///
+/// NGINX does not keep an upstream connection of an `auth_request` subrequest
+/// (it never reads the answer's body: nginx ticket 1579; ingress-nginx turns to
+/// Lua for it, and only without HTTP/2). So the subrequest goes to a relay, a
+/// server of this NGINX on a unix socket, whose ordinary request proxies to this
+/// upstream with `keepalive`: the connections to the auth service are reused, for
+/// either balancer and over HTTP/2 too.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AuthUpstreamView {
+    /// `upstream` name, also the relay location's prefix.
+    pub name: String,
+    /// `server`: host and port of the auth URL.
+    pub server: String,
+    /// `https`: TLS to the auth service, with `ssl_name` for SNI.
+    pub tls: bool,
+    /// The auth URL's host (SNI).
+    pub ssl_name: String,
+    /// `keepalive`.
+    pub connections: u32,
+    /// `keepalive_requests`.
+    pub requests: u32,
+    /// `keepalive_timeout`.
+    pub timeout: String,
+}
+
+/// The parts of an auth URL (an absolute http(s) URL, checked by the model).
+struct Target<'a> {
+    tls: bool,
+    /// `host[:port]` as written: the `Host` header.
+    authority: &'a str,
+    /// The host alone (IPv6 without brackets).
+    host: &'a str,
+    /// `host:port`, the port made explicit.
+    server: String,
+    /// Path and query (`/` when none).
+    path: String,
+}
+
+fn target(url: &str) -> Option<Target<'_>> {
+    let (tls, rest) = match url.split_once("://")? {
+        ("https", rest) => (true, rest),
+        ("http", rest) => (false, rest),
+        _ => return None,
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']')?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    let port = port.unwrap_or(if tls { "443" } else { "80" });
+    let server = match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    };
+    let path = match path {
+        "" => "/".to_owned(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_owned(),
+    };
+    Some(Target {
+        tls,
+        authority,
+        host,
+        server,
+        path,
+    })
+}
+
+/// The upstream name of `a`'s auth service with its keepalive settings.
+fn upstream_name(a: &ExternalAuth, t: &Target<'_>) -> String {
+    let k = a
+        .keepalive
+        .unwrap_or(ferrule_model::annotations::AuthKeepalive {
+            connections: 0,
+            requests: 0,
+            timeout: 0,
+        });
+    let text = format!(
+        "{}|{}|{}|{}|{}",
+        t.tls, t.server, k.connections, k.requests, k.timeout
+    );
+    format!(
+        "ferrule_auth_{}",
+        &blake3::hash(text.as_bytes()).to_hex()[..16]
+    )
+}
+
+/// The kept-alive auth services of `model`'s locations, each once.
+pub fn upstreams(model: &Model) -> Vec<AuthUpstreamView> {
+    let mut out: Vec<AuthUpstreamView> = model
+        .servers
+        .iter()
+        .flat_map(|s| &s.locations)
+        .filter_map(|l| l.settings.external_auth.as_ref())
+        .filter_map(|a| {
+            let k = a.keepalive?;
+            let t = target(&a.url)?;
+            Some(AuthUpstreamView {
+                name: upstream_name(a, &t),
+                server: t.server.clone(),
+                tls: t.tls,
+                ssl_name: t.host.to_owned(),
+                connections: k.connections,
+                requests: k.requests,
+                timeout: format!("{}s", k.timeout),
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The `keys_zone` of the auth answers' cache (one for the whole configuration:
@@ -140,5 +273,12 @@ pub fn view(a: &ExternalAuth) -> ExternalAuthView {
         signin_location: a.signin.as_ref().map(|_| format!("@ferrule_signin_{id}")),
         signin_redirect,
         set_headers: super::literal_headers(&a.proxy_set_headers),
+        relay: a.keepalive.and_then(|_| {
+            let t = target(&a.url)?;
+            Some(RelayView {
+                path: format!("/{}{}", upstream_name(a, &t), t.path),
+                host: t.authority.to_owned(),
+            })
+        }),
     }
 }

@@ -55,6 +55,10 @@ pub const HTTPS_SOCKET: &str = "run/https.sock";
 /// a passed-through connection before it goes to the backend.
 pub const PASSTHROUGH_SOCKET: &str = "run/passthrough.sock";
 
+/// With `auth-keepalive`: the relay that keeps connections to auth services (see
+/// `render::external_auth::AuthUpstreamView`).
+pub const AUTH_RELAY_SOCKET: &str = "run/auth-keepalive.sock";
+
 /// Where the njs balancer's sources are installed (`ferrule.js` and `ferrule/`).
 pub const NJS_DIR: &str = "njs";
 /// The njs balancer's API token, as `{"token": "..."}` (read by `js_preload_object`).
