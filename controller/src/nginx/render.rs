@@ -33,6 +33,14 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         include_str!("../../../rootfs/etc/nginx/proxy-https-unshared.conf"),
     ),
     (
+        "conf/proxy-auto-http.conf",
+        include_str!("../../../rootfs/etc/nginx/proxy-auto-http.conf"),
+    ),
+    (
+        "conf/njs-proxy-auto-http.conf",
+        include_str!("../../../rootfs/etc/nginx/njs-proxy-auto-http.conf"),
+    ),
+    (
         "conf/grpcs-unshared.conf",
         include_str!("../../../rootfs/etc/nginx/grpcs-unshared.conf"),
     ),

@@ -428,3 +428,40 @@ async fn backend_tls_verifies_the_backend_and_presents_a_client_certificate() {
         assert!(r["message"].as_str().unwrap().contains(field), "{r}");
     }
 }
+
+/// `backend-protocol: AUTO_HTTP`: NGINX speaks to the backend in the client's
+/// scheme. The backend here speaks only TLS: a client over HTTPS reaches it (and it
+/// sees the TLS), one over plain HTTP gets its "plain HTTP sent to HTTPS port".
+#[tokio::test]
+async fn auto_http_follows_the_clients_scheme() {
+    let (ip, port) = ("127.0.0.49", free_port());
+    let _backend = tls_backend(ip, port);
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "auto", &["auto.test"]);
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_endpoints("demo", "tls", port, &[(ip, true)]),
+    );
+    m.write("cert.yaml", &tls_secret("demo", "auto-tls", &cert, &key));
+    let ing = Ing::new("demo", "auto", T0)
+        .nginx("backend-protocol", "AUTO_HTTP")
+        .nginx("ssl-redirect", "false")
+        .rule("auto.test", &[("/", "Prefix", "tls")])
+        .tls(&["auto.test"], "auto-tls")
+        .yaml();
+    m.write("ing.yaml", &ing);
+    let f = Ferrule::start(m.path(), &[]).await;
+    let over_tls = curl_tls(&f, "auto.test", "/", &["-w", "\n%{http_code}"]).await;
+    assert!(
+        over_tls.ends_with("\n200") && over_tls.starts_with("NONE "),
+        "over HTTPS: {over_tls:?}; log:\n{}",
+        f.logs()
+    );
+    let (status, body) = http_get(&f, "auto.test", "/").await;
+    assert_eq!(status, 400, "over HTTP: {body}");
+    assert!(
+        body.contains("plain HTTP request was sent to HTTPS port"),
+        "{body}"
+    );
+}

@@ -12,7 +12,7 @@ pub(super) const FAMILY: Family = Family {
             "backend-protocol",
             Location,
             Low,
-            "HTTP, HTTPS, GRPC or GRPCS to the backend",
+            "HTTP, HTTPS, AUTO_HTTP (the client's scheme, no kept connections), GRPC or GRPCS to the backend; FCGI is refused",
         ),
         key(
             "proxy-body-size",
@@ -60,6 +60,10 @@ pub enum BackendProtocol {
     Grpc,
     /// gRPC over TLS.
     Grpcs,
+    /// HTTP/1.1 in the client's scheme: TLS to the backend when the client came
+    /// over TLS (ingress-nginx's `proxy_pass $scheme://`).
+    #[serde(rename = "AUTO_HTTP")]
+    AutoHttp,
 }
 
 fn protocol(v: &str) -> Result<BackendProtocol, String> {
@@ -68,8 +72,9 @@ fn protocol(v: &str) -> Result<BackendProtocol, String> {
         "HTTPS" => Ok(BackendProtocol::Https),
         "GRPC" => Ok(BackendProtocol::Grpc),
         "GRPCS" => Ok(BackendProtocol::Grpcs),
-        "AUTO_HTTP" | "FCGI" => Err("not supported by Ferrule".to_owned()),
-        _ => Err("expected one of HTTP, HTTPS, GRPC, GRPCS".to_owned()),
+        "AUTO_HTTP" => Ok(BackendProtocol::AutoHttp),
+        "FCGI" => Err("FastCGI is not supported by Ferrule".to_owned()),
+        _ => Err("expected one of HTTP, HTTPS, AUTO_HTTP, GRPC, GRPCS".to_owned()),
     }
 }
 

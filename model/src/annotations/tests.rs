@@ -43,6 +43,10 @@ fn proxy() {
     );
     check(&[("backend-protocol", "FCGI")], "not supported");
     check(
+        &[("backend-protocol", "auto_http")],
+        "backend_protocol: Some(AutoHttp)",
+    );
+    check(
         &[("proxy-body-size", "8m")],
         "proxy_body_size: Some(\"8m\")",
     );

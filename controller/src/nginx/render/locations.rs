@@ -189,6 +189,7 @@ fn target_view(
         (BackendProtocol::Http, _) => "proxy-http.conf",
         (BackendProtocol::Https, false) => "proxy-https.conf",
         (BackendProtocol::Https, true) => "proxy-https-unshared.conf",
+        (BackendProtocol::AutoHttp, _) => "proxy-auto-http.conf",
         (BackendProtocol::Grpc, _) => "grpc.conf",
         (BackendProtocol::Grpcs, false) => "grpcs.conf",
         (BackendProtocol::Grpcs, true) => "grpcs-unshared.conf",
