@@ -226,10 +226,7 @@ mod tests {
         check("auth-url", "supported");
         check("auth-cache-key", "supported");
         check("auth-proxy-set-headers", "supported");
-        check(
-            "auth-keepalive",
-            "ignored: annotation p/auth-keepalive (external auth (more))",
-        );
+        check("auth-keepalive", "supported");
         check("auth-tls-secret", "supported");
         check("limit-rps", "supported");
         check("global-rate-limit", "rejecting");
