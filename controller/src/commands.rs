@@ -13,6 +13,11 @@ use ferrule::status::Shared;
 use ferrule::sync::{self, SyncOptions};
 use ferrule_model::{Model, Settings, Severity, Snapshot};
 
+/// How often ExternalName Services' names are looked up again (ingress-nginx's
+/// Lua balancer resolves them at each sync; NGINX's resolver keeps an answer 30 s
+/// by default).
+const EXTERNAL_NAMES_REFRESH: Duration = Duration::from_secs(30);
+
 /// Kubernetes mode settings.
 pub struct KubeArgs {
     pub kubeconfig: Option<PathBuf>,
@@ -133,7 +138,14 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         source,
         args.request_metrics.clone(),
     ));
-    let (tx, rx) = tokio::sync::watch::channel(None);
+    // The source writes `tx`; the ExternalName stage passes its snapshots on to `rx`.
+    let (tx, source_rx) = tokio::sync::watch::channel(None);
+    let (resolved_tx, rx) = tokio::sync::watch::channel(None);
+    tokio::spawn(ferrule::source::external_names::run(
+        source_rx,
+        resolved_tx,
+        EXTERNAL_NAMES_REFRESH,
+    ));
     let (applied_tx, applied_rx) = tokio::sync::watch::channel(None);
     let managed_certificate = admission
         .as_ref()

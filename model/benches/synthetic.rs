@@ -133,6 +133,7 @@ pub fn cluster(n: usize) -> Snapshot {
         secrets: vec![],
         config_map: None,
         config_maps: vec![],
+        external_names: Default::default(),
         previous_certificates: Default::default(),
         settings: Settings::default(),
         observed: None,

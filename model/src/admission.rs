@@ -428,6 +428,7 @@ impl Index {
                 ..snap.settings.clone()
             },
             previous_certificates: snap.previous_certificates.clone(),
+            external_names: snap.external_names.clone(),
             observed: None,
         })
     }

@@ -397,6 +397,10 @@ pub struct Backend {
     /// port of the same number.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub udp: bool,
+    /// An ExternalName Service's name: the endpoints are its addresses (the
+    /// snapshot's `external_names`), and EndpointSlices do not apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_name: Option<String>,
 }
 
 /// A ready endpoint of a backend.

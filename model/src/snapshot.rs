@@ -140,6 +140,9 @@ pub struct Snapshot {
     /// certificate, a broken chain, expired) keeps serving its last valid one, as a
     /// bad edit of an Ingress keeps its last good version. Empty at start.
     pub previous_certificates: Arc<std::collections::BTreeMap<String, crate::model::Certificate>>,
+    /// The addresses each ExternalName Service's name resolved to, by name (the
+    /// controller resolves them; a name not here is not resolved yet).
+    pub external_names: Arc<std::collections::BTreeMap<String, Vec<std::net::IpAddr>>>,
     /// When the source first saw a change this snapshot is the first to hold (the
     /// start of "time from change to applied"), if it knows. Not an input of the model.
     pub observed: Option<std::time::Instant>,

@@ -1446,6 +1446,92 @@ fn configmap_limit_conn_zone_variable_is_one_variable() {
     }
 }
 
+/// ExternalName Services: the name's addresses (the snapshot's, looked up by the
+/// controller) on the Service port's targetPort (a Service without ports: the
+/// Ingress's number); none yet answers 503 with a warning; addresses of the node
+/// itself are left out as EndpointSlices' are; a new answer is not an endpoint
+/// change for the fast path.
+#[test]
+fn external_name_services_are_their_names_addresses() {
+    let mut ext = service("default/ext", &[("http", 80, "8080")]);
+    ext["spec"]["type"] = json!("ExternalName");
+    ext["spec"]["externalName"] = json!("api.example.com");
+    let mut bare = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": { "name": "bare", "namespace": "default" },
+        "spec": { "type": "ExternalName", "externalName": "metadata.example.com" },
+    });
+    bare["spec"]["ports"] = json!(null);
+    let mut later = ext.clone();
+    later["metadata"]["name"] = json!("later");
+    later["spec"]["externalName"] = json!("later.example.com");
+    let yaml = docs![
+        our_class(),
+        ext,
+        bare,
+        later,
+        Ing::new("default/web", 1)
+            .rule("ext.test", &[("/", "Prefix", "ext", "80")])
+            .rule("bare.test", &[("/", "Prefix", "bare", "9000")])
+            .rule("later.test", &[("/", "Prefix", "later", "http")]),
+    ];
+    let mut snap = snapshot(&yaml);
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    snap.external_names = std::sync::Arc::new(
+        [
+            (
+                "api.example.com".to_owned(),
+                vec![ip("192.0.2.1"), ip("2001:db8::1")],
+            ),
+            (
+                "metadata.example.com".to_owned(),
+                vec![ip("169.254.169.254"), ip("192.0.2.9")],
+            ),
+        ]
+        .into(),
+    );
+    let m = ferrule_model::build(&snap);
+    let names: Vec<&String> = m.backends.keys().collect();
+    let eps = |b: &str| {
+        m.backends
+            .get(b)
+            .unwrap_or_else(|| panic!("{b} not in {names:?}; {:?}", m.problems))
+            .endpoints
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        eps("default_ext_80"),
+        ["192.0.2.1:8080", "[2001:db8::1]:8080"]
+    );
+    assert_eq!(eps("default_bare_9000"), ["192.0.2.9:9000"]);
+    assert!(eps("default_later_http").is_empty());
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/web",
+                "Service default/bare port 9000: endpoint 169.254.169.254:9000 left out",
+            ),
+            (
+                "Ingress default/web",
+                "Service default/later port http has no ready endpoints; answering 503",
+            ),
+        ],
+    );
+    // A new answer is built in full (the problems may change), not patched.
+    let mut next = snap.clone();
+    next.external_names =
+        std::sync::Arc::new([("later.example.com".to_owned(), vec![ip("192.0.2.7")])].into());
+    assert!(ferrule_model::build_endpoint_change(&snap, &m, &next).is_none());
+    let m = ferrule_model::build(&next);
+    assert_eq!(
+        m.backends["default_later_http"].endpoints[0].to_string(),
+        "192.0.2.7:8080"
+    );
+}
+
 /// `service-upstream`: the Ingress proxies to the Service's ClusterIP and port (a
 /// backend of its own, untouched by EndpointSlices), other Ingresses to the same
 /// Service to its endpoints; a headless Service keeps its endpoints, with a warning.

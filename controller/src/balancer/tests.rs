@@ -86,6 +86,7 @@ fn backend(name: &str, ip: &str) -> Backend {
         balancing: Default::default(),
         cluster_ip: false,
         udp: false,
+        external_name: None,
     }
 }
 

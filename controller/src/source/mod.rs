@@ -1,5 +1,7 @@
 //! Sources turn the outside world into snapshots: a manifests directory (standalone
-//! mode) or the Kubernetes API (watchers).
+//! mode) or the Kubernetes API (watchers); `external_names` adds what ExternalName
+//! Services' names resolve to, between either source and the model.
 
+pub mod external_names;
 pub mod kube;
 pub mod manifests;

@@ -13,6 +13,7 @@ mod conformance;
 mod dataplane;
 mod dynamic;
 mod e2e;
+mod external_names;
 mod install;
 mod logs;
 mod metrics;

@@ -18,6 +18,8 @@ pub(crate) struct ServiceIndex<'a> {
     slices: HashMap<(&'a str, &'a str), Vec<&'a EndpointSlice>>,
     /// Keep loopback, link-local and unspecified addresses (`--allow-local-endpoints`).
     allow_local: bool,
+    /// What ExternalName Services' names resolved to (the snapshot's).
+    external_names: Option<&'a std::collections::BTreeMap<String, Vec<IpAddr>>>,
 }
 
 /// Whether NGINX, proxying to `ip`, would reach its own host rather than a pod:
@@ -72,7 +74,96 @@ impl<'a> ServiceIndex<'a> {
             services: by_name,
             slices: by_service,
             allow_local,
+            external_names: None,
         }
+    }
+
+    /// The index, with what ExternalName Services' names resolved to.
+    pub(crate) fn with_external_names(
+        mut self,
+        names: &'a std::collections::BTreeMap<String, Vec<IpAddr>>,
+    ) -> Self {
+        self.external_names = Some(names);
+        self
+    }
+
+    /// The name of an ExternalName Service, if `ns/svc` is one.
+    fn external_name(&self, ns: &str, svc: &str) -> Option<&'a str> {
+        let spec = self.services.get(&(ns, svc))?.spec.as_ref()?;
+        (spec.type_.as_deref() == Some("ExternalName"))
+            .then_some(spec.external_name.as_deref())
+            .flatten()
+    }
+
+    /// The backend of an ExternalName Service: the addresses its name resolved to,
+    /// on the Ingress's port (a number; a name is the Service port of that name,
+    /// whose targetPort, or port, is the number), local ones left out unless allowed.
+    fn resolve_external(
+        &self,
+        ns: &str,
+        b: &IngressServiceBackend,
+        host: &str,
+    ) -> Result<(Backend, Vec<Endpoint>), String> {
+        use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+        let svc = self.services[&(ns, b.name.as_str())];
+        let port_ref = match b.port.as_ref().map(|p| (&p.name, p.number)) {
+            Some((Some(name), _)) if !name.is_empty() => PortRef::Name(name),
+            Some((_, Some(n))) => PortRef::Number(n),
+            _ => return Err(format!("backend Service {ns}/{} has no port", b.name)),
+        };
+        // As ingress-nginx: the Service port the Ingress names, at its targetPort
+        // (or port); a Service without ports takes the Ingress's number.
+        let ports = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_deref())
+            .unwrap_or_default();
+        let number = match (ports.iter().find(|p| port_ref.matches(p)), &port_ref) {
+            (Some(p), _) => match &p.target_port {
+                Some(IntOrString::Int(n)) => *n,
+                _ => p.port,
+            },
+            (None, PortRef::Number(n)) if ports.is_empty() => *n,
+            (None, _) => return Err(format!("Service {ns}/{} has no port {port_ref}", b.name)),
+        };
+        let number = u16::try_from(number)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                format!(
+                    "Service {ns}/{} port {port_ref}: invalid port number",
+                    b.name
+                )
+            })?;
+        let service_port = port_ref.to_string();
+        let name = backend_name(ns, &b.name, &service_port);
+        if !balancer_name_ok(&name) {
+            return Err(format!(
+                "backend Service {ns}/{} port {service_port}: the backend name {name:?} is \
+                 not valid for the balancer",
+                b.name
+            ));
+        }
+        let addresses = self
+            .external_names
+            .and_then(|m| m.get(host))
+            .map_or(&[][..], Vec::as_slice);
+        let (mut kept, mut dropped) = (Vec::new(), Vec::new());
+        for ip in addresses {
+            let e = Endpoint {
+                address: ip.to_string(),
+                port: number,
+            };
+            match is_local(*ip) && !self.allow_local {
+                true => dropped.push(e),
+                false => kept.push(e),
+            }
+        }
+        kept.sort();
+        kept.dedup();
+        let mut backend = backend(ns, &b.name, name, service_port, kept, false);
+        backend.external_name = Some(host.to_owned());
+        Ok((backend, dropped))
     }
 
     /// Resolves an Ingress backend to a model backend (without balancing settings),
@@ -83,6 +174,9 @@ impl<'a> ServiceIndex<'a> {
         ns: &str,
         b: &IngressServiceBackend,
     ) -> Result<(Backend, Vec<Endpoint>), String> {
+        if let Some(host) = self.external_name(ns, &b.name) {
+            return self.resolve_external(ns, b, host);
+        }
         let (name, service_port, port, _) = self.port_of(ns, b, Transport::Tcp)?;
         let PortEndpoints { kept, dropped } = self.endpoints(ns, &b.name, port);
         let backend = backend(ns, &b.name, name, service_port, kept, false);
@@ -113,6 +207,11 @@ impl<'a> ServiceIndex<'a> {
         ns: &str,
         b: &IngressServiceBackend,
     ) -> Result<Option<(Backend, Vec<Endpoint>)>, String> {
+        // An ExternalName Service has no ClusterIP: its name's addresses, as without
+        // the annotation.
+        if self.external_name(ns, &b.name).is_some() {
+            return Ok(None);
+        }
         let (name, service_port, port, svc) = self.port_of(ns, b, Transport::ClusterIp)?;
         let ip = svc
             .spec
@@ -187,7 +286,7 @@ impl<'a> ServiceIndex<'a> {
         let spec = svc.spec.as_ref();
         if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
             return Err(format!(
-                "Service {ns}/{} is of type ExternalName, which is not supported",
+                "Service {ns}/{} is of type ExternalName, which only HTTP backends can be",
                 b.name
             ));
         }
@@ -368,6 +467,7 @@ fn backend(
         balancing: Balancing::default(),
         cluster_ip,
         udp: false,
+        external_name: None,
     }
 }
 

@@ -35,6 +35,7 @@ pub fn build_endpoint_change(
             _ => false,
         }
         || !same_settings(prev, prev_model, next)
+        || prev.external_names != next.external_names
     {
         return None;
     }
@@ -79,7 +80,10 @@ pub fn build_endpoint_change(
     }
     let mut changed = Vec::new();
     for b in model.backends.values_mut() {
-        if b.cluster_ip || !is_touched(&b.service.namespace, &b.service.name) {
+        if b.cluster_ip
+            || b.external_name.is_some()
+            || !is_touched(&b.service.namespace, &b.service.name)
+        {
             continue;
         }
         let endpoints = after.endpoints_of(

@@ -83,7 +83,8 @@ pub fn build(snap: &Snapshot) -> Model {
             &snap.services,
             &snap.endpoint_slices,
             snap.settings.allow_local_endpoints,
-        ),
+        )
+        .with_external_names(&snap.external_names),
         dropped_endpoints: HashMap::new(),
         secrets: snap
             .secrets
@@ -780,7 +781,10 @@ impl Builder<'_> {
         self.key_buf = key;
         match resolved {
             Ok(name) => {
-                if cluster_ip && !self.backends[&name].cluster_ip {
+                if cluster_ip
+                    && !self.backends[&name].cluster_ip
+                    && self.backends[&name].external_name.is_none()
+                {
                     let msg = format!(
                         "{}: service-upstream: Service {ns}/{} has no ClusterIP (headless); \
                          proxying to its endpoints",
