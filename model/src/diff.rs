@@ -131,6 +131,7 @@ fn same_but_tls(a: &Server, b: &Server) -> bool {
         owner,
         server_snippet,
         client_certificates,
+        ciphers,
         locations,
         redirect_to,
     } = a;
@@ -138,6 +139,7 @@ fn same_but_tls(a: &Server, b: &Server) -> bool {
         && *owner == b.owner
         && *server_snippet == b.server_snippet
         && *client_certificates == b.client_certificates
+        && *ciphers == b.ciphers
         && *locations == b.locations
         && *redirect_to == b.redirect_to
 }

@@ -247,6 +247,12 @@ pub struct Server {
     /// Client certificate authentication (the owner's `auth-tls-*`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_certificates: Option<crate::annotations::ClientCertificates>,
+    /// The owner's `ssl-ciphers`, `ssl-prefer-server-ciphers`.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::annotations::ServerCiphers::is_empty"
+    )]
+    pub ciphers: crate::annotations::ServerCiphers,
     /// Locations, sorted by path then match kind.
     pub locations: Vec<Location>,
     /// `from-to-www-redirect`: a server without locations of its own that redirects

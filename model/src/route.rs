@@ -244,6 +244,7 @@ mod tests {
             owner: None,
             server_snippet: None,
             client_certificates: None,
+            ciphers: Default::default(),
             redirect_to: None,
             locations: vec![
                 loc("/", Prefix),

@@ -130,6 +130,7 @@ fn tls_model(pem: &str) -> Model {
         owner: None,
         server_snippet: None,
         client_certificates: None,
+        ciphers: Default::default(),
         locations: Vec::new(),
         redirect_to: None,
     };
@@ -587,6 +588,7 @@ fn hosts_model(hosts: &[(&str, &str)]) -> Model {
             owner: None,
             server_snippet: None,
             client_certificates: None,
+            ciphers: Default::default(),
             locations: Vec::new(),
             redirect_to: None,
         });

@@ -234,6 +234,7 @@ impl Renderer {
                 owner: None,
                 server_snippet: None,
                 client_certificates: None,
+                ciphers: Default::default(),
                 locations: Vec::new(),
                 redirect_to: None,
             };
@@ -601,6 +602,11 @@ impl Renderer {
                 .client_certificates
                 .as_ref()
                 .map(|c| client_certificates::server(c, |rel| self.path(rel))),
+            ssl_ciphers: s.ciphers.ciphers.clone(),
+            ssl_prefer_server_ciphers: s
+                .ciphers
+                .prefer_server_ciphers
+                .map(|on| if on { "on" } else { "off" }),
             locations,
         }
     }
@@ -958,6 +964,10 @@ struct ServerView {
     error_locations: Vec<error_pages::ErrorLocationView>,
     /// `auth-tls-*` of its owner.
     client_certificates: Option<client_certificates::ServerCertView>,
+    /// `ssl-ciphers` of its owner.
+    ssl_ciphers: Option<String>,
+    /// `ssl-prefer-server-ciphers` of its owner: `on` or `off`.
+    ssl_prefer_server_ciphers: Option<&'static str>,
 }
 
 mod backend_tls;

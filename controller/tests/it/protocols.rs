@@ -465,3 +465,101 @@ async fn auto_http_follows_the_clients_scheme() {
         "{body}"
     );
 }
+
+/// The TLS 1.2 cipher `openssl s_client` negotiates for `sni`, offering `ciphers`
+/// in that order (`None`: no handshake).
+fn negotiated_cipher(f: &Ferrule, sni: &str, ciphers: &str) -> Option<String> {
+    let out = std::process::Command::new("openssl")
+        .args(["s_client", "-tls1_2", "-cipher", ciphers, "-connect"])
+        .arg(format!("127.0.0.1:{}", f.https))
+        .args(["-servername", sni])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let cipher = text
+        .lines()
+        .find_map(|l| l.split_once("Cipher is ").map(|(_, c)| c.trim().to_owned()))?;
+    (out.status.success() && cipher != "(NONE)").then_some(cipher)
+}
+
+/// `ssl-ciphers` and `ssl-prefer-server-ciphers`: the host's oldest Ingress sets
+/// its ciphers and their order; other hosts keep the ConfigMap's.
+#[tokio::test]
+async fn a_host_takes_the_ciphers_of_its_oldest_ingress() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    // RSA, for the ECDHE-RSA suites.
+    let certs = tempfile::tempdir().unwrap();
+    let hosts = ["narrow.test", "ordered.test", "wide.test"];
+    let (cert, key, _) = self_signed(certs.path(), "hosts", &hosts);
+    m.write("tls.yaml", &tls_secret("demo", "a-tls", &cert, &key));
+    let (aes256, aes128) = ("ECDHE-RSA-AES256-GCM-SHA384", "ECDHE-RSA-AES128-GCM-SHA256");
+    let both = format!("{aes256}:{aes128}");
+    let ing = |name: &str, host: &str, created: &str, annotations: &[(&str, &str)]| {
+        let mut i = Ing::new("demo", name, created);
+        for (k, v) in annotations {
+            i = i.nginx(k, v);
+        }
+        i.rule(host, &[("/", "Prefix", "echo")])
+            .tls(&[host], "a-tls")
+            .yaml()
+    };
+    m.write(
+        "narrow.yaml",
+        &ing("narrow", "narrow.test", T0, &[("ssl-ciphers", aes256)]),
+    );
+    m.write(
+        "ordered.yaml",
+        &ing(
+            "ordered",
+            "ordered.test",
+            T0,
+            &[
+                ("ssl-ciphers", &both),
+                ("ssl-prefer-server-ciphers", "true"),
+            ],
+        ),
+    );
+    // Younger on narrow.test: its ciphers are not the host's.
+    m.write(
+        "younger.yaml",
+        &Ing::new("demo", "younger", "2026-06-01T00:00:00Z")
+            .nginx("ssl-ciphers", aes128)
+            .rule("narrow.test", &[("/younger", "Prefix", "echo")])
+            .yaml(),
+    );
+    m.write("wide.yaml", &ing("wide", "wide.test", T0, &[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+
+    assert_eq!(
+        negotiated_cipher(&f, "narrow.test", aes256).as_deref(),
+        Some(aes256),
+        "log:\n{}",
+        f.logs()
+    );
+    assert_eq!(negotiated_cipher(&f, "narrow.test", aes128), None);
+    assert_eq!(
+        negotiated_cipher(&f, "wide.test", aes128).as_deref(),
+        Some(aes128)
+    );
+    assert!(
+        f.reports(
+            "Ingress",
+            "demo",
+            "younger",
+            "host narrow.test: ssl-ciphers and ssl-prefer-server-ciphers are the host's \
+             oldest Ingress's (Ingress demo/narrow)",
+            Duration::from_secs(5)
+        )
+        .await
+    );
+    // The client prefers AES128; the host's order wins.
+    let client_order = format!("{aes128}:{aes256}");
+    assert_eq!(
+        negotiated_cipher(&f, "ordered.test", &client_order).as_deref(),
+        Some(aes256)
+    );
+}

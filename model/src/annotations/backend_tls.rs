@@ -111,22 +111,6 @@ fn protocols(v: &str) -> Result<Vec<String>, String> {
     }
 }
 
-/// An OpenSSL cipher list: names, `:`-separated, with OpenSSL's operators.
-fn ciphers(v: &str) -> Result<String, String> {
-    let ok = !v.is_empty()
-        && v.len() <= 1024
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_:+!@=.,".contains(&b));
-    if ok {
-        Ok(v.to_owned())
-    } else {
-        Err(
-            "expected an OpenSSL cipher list such as ECDHE-RSA-AES128-GCM-SHA256:DEFAULT"
-                .to_owned(),
-        )
-    }
-}
-
 /// A DNS name (no variables).
 fn name(v: &str) -> Result<String, String> {
     if value::is_dns_name(v) {
@@ -143,7 +127,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     let ssl_name = r.parse("proxy-ssl-name", name)?;
     let server_name = r.parse("proxy-ssl-server-name", value::on_off)?;
     let protocols = r.parse("proxy-ssl-protocols", protocols)?;
-    let ciphers = r.parse("proxy-ssl-ciphers", ciphers)?;
+    let ciphers = r.parse("proxy-ssl-ciphers", value::cipher_list)?;
     let any = secret.is_some()
         || verify.is_some()
         || depth.is_some()
@@ -188,9 +172,9 @@ mod tests {
         );
         assert!(protocols("SSLv3").is_err());
         assert!(protocols("TLSv1.2;").is_err());
-        assert!(ciphers("HIGH:!aNULL:!MD5").is_ok());
-        assert!(ciphers("HIGH; return 200").is_err());
-        assert!(ciphers("$http_x").is_err());
+        assert!(value::cipher_list("HIGH:!aNULL:!MD5").is_ok());
+        assert!(value::cipher_list("HIGH; return 200").is_err());
+        assert!(value::cipher_list("$http_x").is_err());
         assert_eq!(name("App.Demo.svc"), Ok("app.demo.svc".into()));
         assert!(name("$host").is_err());
         assert!(name("a b").is_err());

@@ -26,6 +26,7 @@ pub mod registry;
 mod rewrite;
 pub mod satisfy;
 mod server_alias;
+mod server_tls;
 mod snippets;
 pub mod source_ranges;
 mod unsupported;
@@ -47,6 +48,7 @@ pub use proxy::BackendProtocol;
 pub use rate_limits::RateLimits;
 pub use redirect::Redirect;
 pub use satisfy::Satisfy;
+pub use server_tls::ServerCiphers;
 pub use snippets::{Snippet, refusal as snippet_refusal};
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
 
@@ -100,6 +102,8 @@ pub struct IngressAnnotations {
     pub from_to_www_redirect: bool,
     /// `server-alias`.
     pub server_aliases: Vec<String>,
+    /// `ssl-ciphers`, `ssl-prefer-server-ciphers` (server-level: the owner's).
+    pub server_ciphers: ServerCiphers,
     /// `ssl-passthrough`.
     pub ssl_passthrough: bool,
     /// `custom-headers`: the ConfigMap (`name` or `namespace/name`).
@@ -262,6 +266,7 @@ pub fn parse(
     satisfy::parse(&r, &mut out)?;
     errors::parse(&r, &mut out)?;
     server_alias::parse(&r, &mut out)?;
+    server_tls::parse(&r, &mut out)?;
     passthrough::parse(&r, &mut out)?;
     custom_headers::parse(&r, &mut out)?;
     client_certificates::parse(&r, &mut out)?;

@@ -94,7 +94,7 @@ pub static FAMILIES: &[&Family] = &[
     &super::custom_headers::FAMILY,
     &super::unsupported::MODSECURITY,
     &super::unsupported::PROXYING,
-    &super::unsupported::SERVER_TLS,
+    &super::server_tls::FAMILY,
     &super::unsupported::SERVER,
     &super::unsupported::AFFINITY,
     &super::unsupported::TRACING,

@@ -517,3 +517,22 @@ fn auth_keepalive() {
         "error: annotation nginx.ingress.kubernetes.io/auth-keepalive-timeout",
     );
 }
+
+#[test]
+fn server_ciphers() {
+    check(
+        &[
+            ("ssl-ciphers", "ECDHE-RSA-AES256-GCM-SHA384:!aNULL"),
+            ("ssl-prefer-server-ciphers", "true"),
+        ],
+        "server_ciphers: ServerCiphers { ciphers: Some(\"ECDHE-RSA-AES256-GCM-SHA384:!aNULL\"), prefer_server_ciphers: Some(true) }",
+    );
+    check(
+        &[("ssl-ciphers", "HIGH; return 200")],
+        "error: annotation nginx.ingress.kubernetes.io/ssl-ciphers: invalid value",
+    );
+    check(
+        &[("ssl-prefer-server-ciphers", "sometimes")],
+        "error: annotation nginx.ingress.kubernetes.io/ssl-prefer-server-ciphers",
+    );
+}

@@ -109,21 +109,6 @@ pub(super) const PROXYING: Family = Family {
     )],
 };
 
-/// The server's TLS ciphers.
-pub(super) const SERVER_TLS: Family = Family {
-    name: "server TLS",
-    keys: &[
-        todo("ssl-ciphers", Server, Low, false, "ciphers of the host"),
-        todo(
-            "ssl-prefer-server-ciphers",
-            Server,
-            Low,
-            false,
-            "server cipher preference",
-        ),
-    ],
-};
-
 /// Host-level additions.
 pub(super) const SERVER: Family = Family {
     name: "server",

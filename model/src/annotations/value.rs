@@ -199,3 +199,19 @@ pub(crate) fn patterns(v: &str) -> Result<Vec<String>, String> {
         .map(pattern)
         .collect()
 }
+
+/// An OpenSSL cipher list (`ECDHE-RSA-AES128-GCM-SHA256:!aNULL`): the characters
+/// OpenSSL's syntax uses, nothing NGINX would read otherwise.
+pub(crate) fn cipher_list(v: &str) -> Result<String, String> {
+    let ok = !v.is_empty()
+        && v.len() <= 4096
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_:+!@=.,".contains(&b));
+    match ok {
+        true => Ok(v.to_owned()),
+        false => Err(
+            "expected an OpenSSL cipher list such as ECDHE-RSA-AES128-GCM-SHA256:DEFAULT"
+                .to_owned(),
+        ),
+    }
+}

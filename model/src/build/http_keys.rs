@@ -592,18 +592,7 @@ fn ssl_protocols(v: &str) -> Result<Vec<String>, String> {
 
 /// An OpenSSL cipher string: names, `:`, `+`, `!`, `-`, `@` and `=`.
 fn ssl_ciphers(v: &str) -> Result<Vec<String>, String> {
-    let ok = !v.is_empty()
-        && v.len() <= 4096
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b":+!-@=_.".contains(&b));
-    if ok {
-        Ok(vec![v.to_owned()])
-    } else {
-        Err(
-            "expected an OpenSSL cipher list such as \"ECDHE-RSA-AES128-GCM-SHA256:...\""
-                .to_owned(),
-        )
-    }
+    crate::annotations::value::cipher_list(v).map(|c| vec![c])
 }
 
 /// `auto` or curve names separated by `:`.

@@ -287,6 +287,7 @@ struct ServerAcc {
     order: usize,
     server_snippet: Option<annotations::Snippet>,
     client_certificates: Option<annotations::ClientCertificates>,
+    ciphers: annotations::ServerCiphers,
     locations: HashMap<(String, PathMatch), Location>,
 }
 
@@ -356,6 +357,7 @@ impl Builder<'_> {
         } else {
             None
         };
+        let mut ciphers_warned = std::collections::HashSet::new();
         // A host this Ingress is the first to serve: its server settings are ours.
         let new_server = |order| ServerAcc {
             owner: r.clone(),
@@ -366,6 +368,7 @@ impl Builder<'_> {
             order,
             server_snippet: server_snippet.clone(),
             client_certificates: client_certificates.clone(),
+            ciphers: a.server_ciphers.clone(),
             locations: HashMap::new(),
         };
 
@@ -479,9 +482,26 @@ impl Builder<'_> {
                 if let Target::Backend(name) = &target {
                     self.set_balancing(name, r, a);
                 }
-                if !self.servers.contains_key(&host) {
-                    let acc = new_server(self.servers.len());
-                    self.servers.insert(host.clone(), acc);
+                match self.servers.get(&host) {
+                    None => {
+                        let acc = new_server(self.servers.len());
+                        self.servers.insert(host.clone(), acc);
+                    }
+                    // Server settings are the host's oldest Ingress's.
+                    Some(older)
+                        if older.owner != *r
+                            && !a.server_ciphers.is_empty()
+                            && older.ciphers != a.server_ciphers
+                            && ciphers_warned.insert(host.clone()) =>
+                    {
+                        let msg = format!(
+                            "host {host}: ssl-ciphers and ssl-prefer-server-ciphers are the \
+                             host's oldest Ingress's ({}); this Ingress's are ignored",
+                            older.owner
+                        );
+                        self.problem(r, Severity::Warning, ProblemKind::Conflict, msg);
+                    }
+                    Some(_) => {}
                 }
                 let server = self.servers.get_mut(&host).expect("inserted above");
                 let mut settings = settings.clone();
@@ -1076,6 +1096,7 @@ impl Builder<'_> {
                 owner: Some(acc.owner),
                 server_snippet: acc.server_snippet,
                 client_certificates: acc.client_certificates,
+                ciphers: acc.ciphers,
                 locations,
                 redirect_to: None,
             });
@@ -1102,6 +1123,7 @@ impl Builder<'_> {
                 owner,
                 server_snippet: None,
                 client_certificates: None,
+                ciphers: Default::default(),
                 locations: Vec::new(),
                 redirect_to: Some(to),
             });
