@@ -407,6 +407,10 @@ pub struct Backend {
     /// snapshot's `external_names`), and EndpointSlices do not apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_name: Option<String>,
+    /// `default-backend` as a fallback: the Service whose endpoints this backend
+    /// takes while its own (`service`) has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<ResourceRef>,
 }
 
 /// A ready endpoint of a backend.

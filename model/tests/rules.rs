@@ -2357,22 +2357,72 @@ fn error_pages_are_answered_by_the_default_backend_annotation() {
     );
 }
 
-/// `default-backend` without error pages would only be the fallback of a Service
-/// without endpoints, which Ferrule does not do yet: a Warning says so.
+/// `default-backend` without error pages: the fallback of a Service without ready
+/// endpoints (ingress-nginx's), one backend that takes the Service's endpoints, or
+/// the default backend's while it has none; a missing default backend is reported.
 #[test]
-fn a_default_backend_without_error_pages_is_reported() {
-    let m = ferrule_model::build(&snapshot(&docs![
+fn a_default_backend_answers_for_a_service_without_endpoints() {
+    let yaml = docs![
         our_class(),
         service("default/web", &[("", 80, "8080")]),
+        service("default/errors", &[("", 80, "8080")]),
+        slice(
+            "default/errors-1",
+            "errors",
+            &[("", 8080)],
+            &[("10.0.0.9", Some(true))]
+        ),
         Ing::new("default/fallback", 1)
             .ann("default-backend", "errors")
             .rule("fallback.test", &[("/", "Prefix", "web", "80")]),
-    ]));
-    assert!(
-        m.problems.iter().any(|p| p.resource.name == "fallback"
-            && p.severity == Severity::Warning
-            && p.message.contains("not implemented yet")),
-        "{:#?}",
-        m.problems
+        Ing::new("default/missing", 2)
+            .ann("default-backend", "nosuch")
+            .rule("missing.test", &[("/", "Prefix", "web", "80")]),
+    ];
+    let m = check(
+        &yaml,
+        &[
+            (
+                "fallback.test",
+                "/",
+                "default_web_80~fallback~default_errors_80",
+            ),
+            // no endpoints and no fallback: 503
+            ("missing.test", "/", "503"),
+        ],
     );
+    let b = &m.backends["default_web_80~fallback~default_errors_80"];
+    assert_eq!(b.endpoints[0].to_string(), "10.0.0.9:8080");
+    assert_eq!(b.fallback.as_ref().map(|r| r.name.as_str()), Some("errors"));
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress default/fallback",
+                "host fallback.test path /: Service default/web port 80 has no ready endpoints; answered by default-backend default/errors",
+            ),
+            (
+                "Ingress default/missing",
+                "host missing.test path /: annotation nginx.ingress.kubernetes.io/default-backend: Service default/nosuch not found or has no port; no fallback",
+            ),
+            (
+                "Ingress default/missing",
+                "host missing.test path /: Service default/web port 80 has no ready endpoints; answering 503",
+            ),
+        ],
+    );
+    // The Service's endpoints back: the same backend takes them (built in full).
+    let next = snapshot(
+        &(yaml.clone()
+            + &docs![slice(
+                "default/web-1",
+                "web",
+                &[("", 8080)],
+                &[("10.0.0.1", Some(true))]
+            )]),
+    );
+    assert!(ferrule_model::build_endpoint_change(&snapshot(&yaml), &m, &next).is_none());
+    let m = ferrule_model::build(&next);
+    let b = &m.backends["default_web_80~fallback~default_errors_80"];
+    assert_eq!(b.endpoints[0].to_string(), "10.0.0.1:8080");
 }

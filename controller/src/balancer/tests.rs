@@ -87,6 +87,7 @@ fn backend(name: &str, ip: &str) -> Backend {
         cluster_ip: false,
         udp: false,
         external_name: None,
+        fallback: None,
     }
 }
 

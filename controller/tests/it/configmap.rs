@@ -960,3 +960,62 @@ async fn header_lists_from_other_configmaps_reach_clients_and_backends() {
         f.logs()
     );
 }
+
+/// `default-backend` without custom-http-errors: while the Ingress's Service has no
+/// ready endpoints, the default backend answers (ingress-nginx's fallback); when
+/// the Service has endpoints again it answers, and neither change reloads NGINX.
+#[tokio::test]
+async fn the_default_backend_answers_while_the_service_has_no_endpoints() {
+    let app = Echo::start("127.0.0.2").await;
+    let maint = Echo::start("127.0.0.4").await;
+    let port = app.addr.port();
+    let m = Manifests::new();
+    let none_ready = service_endpoints("demo", "echo", port, &[("127.0.0.2", false)]);
+    m.write("svc.yaml", &none_ready);
+    m.write("maint.yaml", &service("demo", "maint", &[maint.addr]));
+    m.write(
+        "web.yaml",
+        &demo_ingress("web", "web.test", &[("default-backend", "maint")]),
+    );
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(
+        f.backend("web.test", "/").await,
+        (200, maint.addr.to_string()),
+        "log:\n{}",
+        f.logs()
+    );
+    assert_eq!(
+        f.get("plain.test", "/").await.0,
+        503,
+        "no fallback without it"
+    );
+    assert!(
+        f.reports(
+            "Ingress",
+            "demo",
+            "web",
+            "Service demo/echo port 80 has no ready endpoints; answered by default-backend demo/maint",
+            Duration::from_secs(5),
+        )
+        .await,
+        "{:?}",
+        f.resource("Ingress", "demo", "web").await
+    );
+
+    let workers = f.worker_pids();
+    for (ready, by) in [(true, app.addr), (false, maint.addr)] {
+        let svc = service_endpoints("demo", "echo", port, &[("127.0.0.2", ready)]);
+        m.write("svc.yaml", &svc);
+        let moved = wait_until(Duration::from_secs(10), || async {
+            f.backend("web.test", "/").await == (200, by.to_string())
+        })
+        .await;
+        assert!(
+            moved,
+            "ready {ready}: {:?}",
+            f.backend("web.test", "/").await
+        );
+    }
+    assert_eq!(f.worker_pids(), workers, "endpoint changes only: no reload");
+}

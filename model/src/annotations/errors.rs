@@ -1,6 +1,7 @@
 //! Error pages: `custom-http-errors` (statuses answered by an error backend,
 //! ConfigMap `custom-http-errors` as the default), `default-backend` (the Service
-//! answering them for this Ingress instead of `--default-backend-service`) and
+//! answering them for this Ingress instead of `--default-backend-service`, and
+//! the fallback of a Service without ready endpoints) and
 //! `disable-proxy-intercept-errors` (only the errors NGINX makes itself).
 //!
 //! Unlike ingress-nginx, the client always gets the original status: an error page
@@ -26,7 +27,7 @@ pub(super) const FAMILY: Family = Family {
             "default-backend",
             Location,
             Low,
-            "Service (first port) answering this Ingress's custom-http-errors",
+            "Service (first port) answering this Ingress's custom-http-errors, and its requests while their Service has no ready endpoints",
         ),
         key(
             "disable-proxy-intercept-errors",

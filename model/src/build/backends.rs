@@ -468,6 +468,7 @@ fn backend(
         cluster_ip,
         udp: false,
         external_name: None,
+        fallback: None,
     }
 }
 

@@ -111,6 +111,8 @@ pub fn build(snap: &Snapshot) -> Model {
         streams: Vec::new(),
         passthrough: Vec::new(),
         root_defaults: Vec::new(),
+        fallbacks: BTreeMap::new(),
+        fallback_outcome: None,
     };
 
     let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
@@ -325,6 +327,13 @@ struct Builder<'a> {
     /// `/` of the hosts an Ingress with rules creates, to its spec.defaultBackend,
     /// where no rule of any Ingress has `/` (filled in by `finish`).
     root_defaults: Vec<(String, Location)>,
+    /// `default-backend` as the fallback of a Service without ready endpoints: each
+    /// such backend (named `<primary>~fallback~<default>`) and its two parts,
+    /// materialised by `finish` once the primary's balancing is known.
+    fallbacks: BTreeMap<String, (String, String)>,
+    /// While a fallback's primary is resolved: what its problem says is answered
+    /// instead of 503.
+    fallback_outcome: Option<String>,
 }
 
 impl Builder<'_> {
@@ -475,13 +484,9 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, ProblemKind::Invalid, msg);
                     continue;
                 }
-                let target =
-                    self.target(ns, r, &p.backend, (self.service_upstream(a), false), || {
-                        format!("host {host} path {path}")
-                    });
-                if let Target::Backend(name) = &target {
-                    self.set_balancing(name, r, a);
-                }
+                let target = self.target_or_fallback(ns, r, a, &p.backend, || {
+                    format!("host {host} path {path}")
+                });
                 match self.servers.get(&host) {
                     None => {
                         let acc = new_server(self.servers.len());
@@ -617,14 +622,9 @@ impl Builder<'_> {
             .unwrap_or_else(|| self.global.custom_http_errors.clone());
         let prefix = &self.snap.settings.annotations_prefix;
         if codes.is_empty() {
-            if a.backend.is_some() {
-                let msg = format!(
-                    "annotation {prefix}/default-backend: Ferrule sends it only the pages of \
-                     custom-http-errors, and there are none; as the fallback of a Service \
-                     without endpoints it is not implemented yet (503 is answered)"
-                );
-                self.problem(r, Severity::Warning, ProblemKind::Other, msg);
-            }
+            // Without error pages, default-backend is only the fallback of a
+            // Service without endpoints (`target_or_fallback`).
+            let _ = prefix;
             return None;
         }
         let (ns, name, what) = match (&a.backend, &self.snap.settings.default_backend_service) {
@@ -666,6 +666,55 @@ impl Builder<'_> {
                 intercept: !a.no_intercept,
             }),
             Target::Status(_) => None,
+        }
+    }
+
+    /// The target of a path, balancing set: with `default-backend`, a backend that
+    /// is the path's Service's endpoints, or the default backend's while that has
+    /// none (ingress-nginx's fallback), so that either change is an endpoint
+    /// change, never a reload.
+    fn target_or_fallback(
+        &mut self,
+        ns: &str,
+        r: &ResourceRef,
+        a: &IngressAnnotations,
+        backend: &IngressBackend,
+        what: impl Fn() -> String,
+    ) -> Target {
+        let fallback = a.error_pages.backend.as_ref().and_then(|d| {
+            let port = self.first_port(ns, d);
+            if port.is_none() {
+                let prefix = &self.snap.settings.annotations_prefix;
+                let msg = format!(
+                    "{}: annotation {prefix}/default-backend: Service {ns}/{d} not found or \
+                     has no port; no fallback",
+                    what()
+                );
+                self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
+            }
+            Some((d.clone(), port?))
+        });
+        if let Some((d, _)) = &fallback {
+            self.fallback_outcome = Some(format!("answered by default-backend {ns}/{d}"));
+        }
+        let target = self.target(ns, r, backend, (self.service_upstream(a), false), &what);
+        self.fallback_outcome = None;
+        let Target::Backend(primary) = target else {
+            return target;
+        };
+        self.set_balancing(&primary, r, a);
+        let Some((_, dflt)) = fallback else {
+            return Target::Backend(primary);
+        };
+        let prefix = &self.snap.settings.annotations_prefix;
+        let label = || format!("annotation {prefix}/default-backend");
+        match self.target(ns, r, &dflt, (false, false), label) {
+            Target::Backend(secondary) if secondary != primary => {
+                let name = format!("{primary}~fallback~{secondary}");
+                self.fallbacks.insert(name.clone(), (primary, secondary));
+                Target::Backend(name)
+            }
+            _ => Target::Backend(primary),
         }
     }
 
@@ -832,9 +881,10 @@ impl Builder<'_> {
                     self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
-                    let outcome = match canary {
-                        true => "the primary serves the canary's share",
-                        false => "answering 503",
+                    let outcome = match (canary, &self.fallback_outcome) {
+                        (true, _) => "the primary serves the canary's share",
+                        (false, Some(o)) => o.as_str(),
+                        (false, None) => "answering 503",
                     };
                     let msg = format!(
                         "{}: Service {ns}/{} port {} has no ready endpoints; {outcome}",
@@ -1061,6 +1111,19 @@ impl Builder<'_> {
     }
 
     fn finish(mut self) -> Model {
+        for (name, (primary, secondary)) in std::mem::take(&mut self.fallbacks) {
+            let (Some(p), Some(d)) = (self.backends.get(&primary), self.backends.get(&secondary))
+            else {
+                continue;
+            };
+            let mut b = p.clone();
+            if b.endpoints.is_empty() {
+                b.endpoints = d.endpoints.clone();
+            }
+            b.name = name.clone();
+            b.fallback = Some(d.service.clone());
+            self.backends.insert(name, b);
+        }
         for (host, location) in std::mem::take(&mut self.root_defaults) {
             if let Some(acc) = self.servers.get_mut(&host) {
                 let key = ("/".to_owned(), PathMatch::Prefix);
