@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 use super::*;
 
+mod growth;
+
 const CONFIGMAP: (&str, &str) = ("ingress-nginx", "ferrule");
 
 /// A model from YAML documents (`watch_without_class`, so no IngressClass needed).
