@@ -45,6 +45,7 @@ refuse "value must be one of 'Deployment', 'DaemonSet'" --set controller.kind=St
 refuse "value must be one of 'Fail', 'Ignore'" --set controller.admissionWebhooks.failurePolicy=Never
 refuse "caBundle is required" --set controller.admissionWebhooks.certificate.secretName=mine
 refuse "controller.hostNetwork needs controller.containerPort.http" --set controller.hostNetwork=true
+refuse "longer than the 15 characters" --set portNamePrefix=cloudlb --set tcp.12345=a/b:1
 
 # 4. Golden files. The webhook certificate the chart issues differs at every render;
 # the dashboards' JSON is checked against its files in 5, not copied here.

@@ -91,3 +91,18 @@ Who issues the webhook's certificate: "secret" (the user's Secret), "certManager
 {{- define "ferrule.admission.serviceName" -}}
 {{- printf "%s-admission" (include "ferrule.controller.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+
+{{/*
+The name of a TCP/UDP service port on the pod and the Service: `PORT-tcp`, or
+`PREFIX-PORT-tcp` with portNamePrefix (some cloud load balancers want a pattern).
+Kubernetes allows 15 characters. Call with (list $ port "tcp").
+*/}}
+{{- define "ferrule.streamPortName" -}}
+{{- $root := index . 0 -}}
+{{- $name := printf "%v-%s" (index . 1) (index . 2) -}}
+{{- with $root.Values.portNamePrefix }}{{ $name = printf "%s-%s" . $name }}{{ end -}}
+{{- if gt (len $name) 15 -}}
+{{- fail (printf "portNamePrefix: the port name %q is longer than the 15 characters Kubernetes allows" $name) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}

@@ -148,12 +148,12 @@ spec:
           protocol: TCP
         {{- end }}
         {{- range $port, $_ := .Values.tcp }}
-        - name: {{ $port }}-tcp
+        - name: {{ include "ferrule.streamPortName" (list $ $port "tcp") }}
           containerPort: {{ $port }}
           protocol: TCP
         {{- end }}
         {{- range $port, $_ := .Values.udp }}
-        - name: {{ $port }}-udp
+        - name: {{ include "ferrule.streamPortName" (list $ $port "udp") }}
           containerPort: {{ $port }}
           protocol: UDP
         {{- end }}
