@@ -927,14 +927,26 @@ async fn header_lists_from_other_configmaps_reach_clients_and_backends() {
         assert!(start.starts_with("t=1"), "{seen}");
     }
 
-    // The list is edited: the next answers carry the new value.
+    // The list is edited: the next answers carry the new value. Each look on a
+    // new connection: a kept one may still be an old worker's, which serves the
+    // old configuration until it is let go.
     m.write("lists.yaml", &lists("SAMEORIGIN"));
     let edited = wait_until(Duration::from_secs(10), || async {
-        get("/")
+        tls_client(&f, &["a.example.com"])
+            .get(format!("https://a.example.com:{}/", f.https))
+            .send()
             .await
-            .headers()
-            .get("x-frame-options")
-            .and_then(|v| v.to_str().ok())
+            .ok()
+            .and_then(|r| {
+                let v = r
+                    .headers()
+                    .get("x-frame-options")?
+                    .to_str()
+                    .ok()?
+                    .to_owned();
+                Some(v)
+            })
+            .as_deref()
             == Some("SAMEORIGIN")
     })
     .await;
