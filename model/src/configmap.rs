@@ -147,7 +147,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("ssl-session-cache", "false", "TLS session cache"),
     yes("ssl-session-cache-size", "20m", "its size"),
     yes("ssl-session-tickets", "true", "TLS session tickets"),
-    todo("ssl-session-ticket-key", "ticket key"),
+    yes("ssl-session-ticket-key", "", "the key of TLS session tickets (48 or 80 bytes, base64), shared by the replicas"),
     yes("ssl-session-timeout", "1h", "TLS session lifetime"),
     yes("ssl-buffer-size", "16k", "ssl_buffer_size"),
     yes("use-proxy-protocol", "true", "PROXY protocol on the listeners"),

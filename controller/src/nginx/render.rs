@@ -248,6 +248,15 @@ pub const WORKER_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::fr
 /// The default certificate's file (certificate and key in one PEM, mode 0600).
 pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
 
+/// Where `ssl-session-ticket-key` is written (read by the master at start and reload).
+pub const TICKET_KEY_FILE: &str = "conf/tickets.key";
+
+/// The session ticket key's file and bytes, when the ConfigMap sets one.
+pub fn ticket_key_file(model: &Model) -> Option<(&'static str, &[u8])> {
+    let key = model.global.tuning.ssl_session_ticket_key.as_ref()?;
+    Some((TICKET_KEY_FILE, key.bytes.as_slice()))
+}
+
 /// The users' file of basic-auth Secret `secret` (`namespace/name`), relative to the
 /// worker directory: named after the Secret alone, by a digest, so that no Ingress
 /// can name, read or replace another Secret's file (CVE-2020-8553).

@@ -563,3 +563,94 @@ async fn a_host_takes_the_ciphers_of_its_oldest_ingress() {
         Some(aes256)
     );
 }
+
+/// A TLS 1.2 handshake with `f` for `a.example.com` that offers the session saved
+/// in `session` (if any) and saves the new one there: whether it was resumed.
+fn resumed(f: &Ferrule, session: &std::path::Path) -> bool {
+    let mut cmd = std::process::Command::new("openssl");
+    cmd.args(["s_client", "-tls1_2", "-connect"])
+        .arg(format!("127.0.0.1:{}", f.https))
+        .args(["-servername", "a.example.com", "-sess_out"])
+        .arg(session);
+    if session.exists() {
+        cmd.arg("-sess_in").arg(session);
+    }
+    let out = cmd
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("openssl s_client");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if std::env::var_os("FERRULE_DEBUG_TLS").is_some() {
+        eprintln!("{text}");
+    }
+    text.contains("Reused, TLSv1.2")
+}
+
+/// `ssl-session-ticket-key`: tickets stay valid across reloads (NGINX makes new
+/// random keys at each one otherwise). The session cache is off here, so that a
+/// resumption can only come from the ticket.
+#[tokio::test]
+async fn a_ticket_key_keeps_sessions_across_reloads() {
+    let echo = Echo::start("127.0.0.2").await;
+    let start = |key: Option<String>| {
+        let m = Manifests::new();
+        m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+        m.write(
+            "tls.yaml",
+            &tls_secret(
+                "demo",
+                "a-tls",
+                &tls_fixture("a.crt"),
+                &tls_fixture("a.key"),
+            ),
+        );
+        m.write(
+            "ing.yaml",
+            &Ing::new("demo", "a", T0)
+                .rule("a.example.com", &[("/", "Prefix", "echo")])
+                .tls(&["a.example.com"], "a-tls")
+                .yaml(),
+        );
+        let mut data = vec![
+            ("ssl-session-tickets", "true".to_owned()),
+            ("ssl-session-cache", "false".to_owned()),
+        ];
+        data.extend(key.map(|k| ("ssl-session-ticket-key", k)));
+        let data: Vec<(&str, &str)> = data.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        m.write("cm.yaml", &configmap(&data));
+        m
+    };
+    // 80 bytes, base64: 26 groups of three 0x07 bytes, then two.
+    let key = format!("{}Bwc=", "BwcH".repeat(26));
+    for (name, key, kept) in [("with the key", Some(key), true), ("without", None, false)] {
+        let m = start(key);
+        let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+        let r = f.resource("ConfigMap", "demo", "ferrule").await;
+        assert_eq!(
+            r.as_ref().map(|r| r["state"].clone()),
+            Some("applied".into()),
+            "{r:?}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let session = dir.path().join("session.pem");
+        assert!(
+            !resumed(&f, &session),
+            "{name}: the first handshake is a new session"
+        );
+        assert!(resumed(&f, &session), "{name}: resumed from its ticket");
+        // A reload (a new host).
+        let reloads = f.reloads().await;
+        m.write("more.yaml", &demo_ingress("more", "more.test", &[]));
+        let reloaded = wait_until(Duration::from_secs(10), || async {
+            f.reloads().await > reloads
+        })
+        .await;
+        assert!(reloaded, "{name}: no reload; log:\n{}", f.logs());
+        assert_eq!(
+            resumed(&f, &session),
+            kept,
+            "{name}: resumed after the reload"
+        );
+    }
+}

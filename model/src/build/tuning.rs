@@ -32,6 +32,10 @@ pub struct Tuning {
     /// `ssl-session-tickets` (off, as ingress-nginx: tickets without key rotation
     /// weaken forward secrecy).
     pub ssl_session_tickets: bool,
+    /// `ssl-session-ticket-key`: the key every replica encrypts tickets with, so a
+    /// session resumes on any of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_session_ticket_key: Option<TicketKey>,
     /// `ssl-session-timeout`.
     pub ssl_session_timeout: String,
     /// `upstream-keepalive-connections`: idle connections to backends per worker.
@@ -100,6 +104,7 @@ impl Default for Tuning {
             ssl_session_cache: true,
             ssl_session_cache_size: "10m".to_owned(),
             ssl_session_tickets: false,
+            ssl_session_ticket_key: None,
             ssl_session_timeout: "10m".to_owned(),
             upstream_keepalive_connections: 320,
             upstream_keepalive_requests: 1000,
@@ -131,6 +136,7 @@ pub(crate) const KEYS: &[&str] = &[
     "ssl-session-cache",
     "ssl-session-cache-size",
     "ssl-session-tickets",
+    "ssl-session-ticket-key",
     "ssl-session-timeout",
     "upstream-keepalive-connections",
     "upstream-keepalive-requests",
@@ -170,6 +176,9 @@ impl Tuning {
             "ssl-session-cache" => self.ssl_session_cache = value::boolean(v)?,
             "ssl-session-cache-size" => self.ssl_session_cache_size = buffer(v)?,
             "ssl-session-tickets" => self.ssl_session_tickets = value::boolean(v)?,
+            // Empty: none, as ingress-nginx's default.
+            "ssl-session-ticket-key" if v.is_empty() => self.ssl_session_ticket_key = None,
+            "ssl-session-ticket-key" => self.ssl_session_ticket_key = Some(TicketKey::parse(v)?),
             "ssl-session-timeout" => self.ssl_session_timeout = value::time(v)?,
             "upstream-keepalive-connections" => {
                 self.upstream_keepalive_connections = value::integer(v, 0, 1 << 20)?;
@@ -276,6 +285,37 @@ fn access_log_params(v: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// `ssl-session-ticket-key`: 48 or 80 bytes, base64 (`openssl rand 80 | openssl
+/// enc -A -base64`), as NGINX's `ssl_session_ticket_key` file holds them. The model
+/// carries a digest of the key, never the key: the bytes are not serialized.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TicketKey {
+    /// blake3 of the key: a new key is a change of the model.
+    pub digest: String,
+    /// The key.
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+}
+
+impl TicketKey {
+    fn parse(v: &str) -> Result<Self, String> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v)
+            .map_err(|_| "expected base64, e.g. of `openssl rand 80`".to_owned())?;
+        if bytes.len() != 48 && bytes.len() != 80 {
+            return Err(format!(
+                "the key is {} bytes; NGINX takes 48 or 80",
+                bytes.len()
+            ));
+        }
+        Ok(TicketKey {
+            digest: blake3::hash(&bytes).to_hex().to_string(),
+            bytes,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +377,16 @@ mod tests {
                 Err("between 1 and 64"),
             ),
             ("ssl-session-tickets", "true", Ok("true")),
+            (
+                "ssl-session-ticket-key",
+                "not base64!",
+                Err("expected base64"),
+            ),
+            (
+                "ssl-session-ticket-key",
+                "YWJj",
+                Err("3 bytes; NGINX takes 48 or 80"),
+            ),
             ("ssl-session-timeout", "1h", Ok("1h")),
             ("ssl-session-timeout", "1 h", Err("a time")),
             ("ssl-session-timeout", "10y", Err("a time")),

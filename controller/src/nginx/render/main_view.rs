@@ -48,6 +48,7 @@ impl Renderer {
             )),
             redirect_peer_lua: lua_quote(&Self::unix(self.worker_path(process::REDIRECT_SOCKET))),
             config_version: VERSION_PLACEHOLDER.to_owned(),
+            ticket_key: self.path(TICKET_KEY_FILE),
             configmap: configmap_source(self.opts.configmap.as_deref()),
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str()))
                 .max(model.global.http.server_names_hash_bucket_size as usize),
@@ -148,6 +149,8 @@ pub(super) struct MainView {
     unavailable_peer_lua: String,
     redirect_peer_lua: String,
     pub(super) config_version: String,
+    /// `ssl_session_ticket_key`'s file (written when the ConfigMap sets a key).
+    ticket_key: String,
     configmap: String,
     server_names_bucket: usize,
     /// `server_names_hash_max_size`.
