@@ -41,24 +41,6 @@ fn evil_shared_object(dir: &Path, marker: &Path) -> std::path::PathBuf {
     so
 }
 
-/// A CA and a certificate for 127.0.0.1, written as `tls.crt`/`tls.key` in `dir`;
-/// returns the CA's PEM.
-fn webhook_certificate(dir: &Path) -> String {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    std::fs::write(dir.join("tls.crt"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-    ca_pem
-}
-
 /// The webhook's answer to a CREATE of `ingress_yaml`.
 async fn review(port: u16, ca_pem: &str, ingress_yaml: &str) -> Value {
     let object: Value = serde_yaml::from_str(ingress_yaml).unwrap();

@@ -1244,3 +1244,20 @@ pub fn tls_client(f: &Ferrule, hosts: &[&str]) -> reqwest::Client {
     }
     b.build().unwrap()
 }
+
+/// A CA and a certificate for 127.0.0.1 it signed, issued as Ferrule issues the
+/// webhook's own, written as `tls.crt` and `tls.key` in `dir`; returns the CA's
+/// PEM (a webhook's caBundle, a client's root).
+pub fn webhook_certificate(dir: &Path) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let day = Duration::from_secs(86_400);
+    let issued =
+        ferrule::kube::webhook_certificate::issue(&["127.0.0.1".to_owned()], day, now, None)
+            .unwrap();
+    std::fs::write(dir.join("tls.crt"), issued.cert).unwrap();
+    std::fs::write(dir.join("tls.key"), issued.key).unwrap();
+    issued.ca_bundle
+}

@@ -1,7 +1,6 @@
 //! The admission webhook against the API server: the model's decisions as kubectl
 //! prints them, and the certificate the controller keeps itself.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::*;
@@ -22,26 +21,6 @@ fn base64(bytes: &[u8]) -> String {
         }
     }
     out
-}
-
-/// A CA and a certificate for 127.0.0.1 it signed, written as `tls.crt` and
-/// `tls.key` in `dir`; returns the CA's PEM (the webhook's caBundle).
-fn webhook_certificate(dir: &Path) -> String {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "ferrule-e2e webhook CA");
-    let ca_pem = ca.self_signed(&ca_key).unwrap().pem();
-    let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
-    std::fs::write(dir.join("tls.crt"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), key.serialize_pem()).unwrap();
-    ca_pem
 }
 
 /// The ValidatingWebhookConfiguration of a test: cluster-scoped, so it selects only
