@@ -339,12 +339,14 @@ async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
     );
     let f = Ferrule::spawn(m.path(), &["--configmap", "demo/ferrule"]);
     f.wait_ready(Duration::from_secs(20)).await;
-    let line = |client: &str| format!("PROXY TCP4 {client} 127.0.0.1 40000 80\r\n");
+    let line = |client: &str| format!("PROXY TCP4 {client} 127.0.0.1 40000 8080\r\n");
 
     let (s, v) = raw_from(&f, "127.0.0.1", &line("10.1.2.3"), "allow.test", None).await;
     assert_eq!(s, 200, "{}", f.logs());
     assert_eq!(v["headers"]["x-real-ip"], "10.1.2.3", "{v}");
     assert_eq!(v["headers"]["x-forwarded-for"], "10.1.2.3", "{v}");
+    // The port the client reached the proxy on, as ingress-nginx sends it.
+    assert_eq!(v["headers"]["x-forwarded-port"], "8080", "{v}");
     assert_eq!(
         raw_from(&f, "127.0.0.1", &line("10.7.7.7"), "allow.test", None)
             .await
