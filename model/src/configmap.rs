@@ -142,7 +142,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("server-tokens", "true", "the NGINX version in the Server header and error pages"),
     yes("ssl-ciphers", "ECDHE-RSA-AES128-GCM-SHA256", "TLS 1.2 cipher suites"),
     yes("ssl-ecdh-curve", "X25519:prime256v1", "ssl_ecdh_curve"),
-    todo("ssl-dh-param", "DH parameters from a Secret"),
+    yes("ssl-dh-param", "ingress-nginx/dhparam", "DH parameters (dhparam.pem of a Secret, namespace/name) for DHE ciphers"),
     yes("ssl-protocols", "TLSv1.3", "TLS protocol versions"),
     yes("ssl-session-cache", "false", "TLS session cache"),
     yes("ssl-session-cache-size", "20m", "its size"),

@@ -540,6 +540,10 @@ pub struct Global {
     pub proxy_buffering: bool,
     /// ConfigMap tuning keys (connections, buffers, TLS sessions, keepalive).
     pub tuning: crate::build::tuning::Tuning,
+    /// ConfigMap `ssl-dh-param`: the Secret (`namespace/name`) whose `dhparam.pem`
+    /// gives DHE its parameters; its PEM once the build has read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssl_dh_param: Option<DhParam>,
     /// ConfigMap keys that are `http` and main directives (headers, timeouts,
     /// TLS protocols, gzip, retries, workers).
     pub http: crate::build::http_keys::HttpKeys,
@@ -631,4 +635,17 @@ pub fn content_hash<T: Serialize>(value: &T) -> String {
     serde_json::to_writer(&mut w, value).expect("model serialization cannot fail");
     let hasher = w.into_inner().expect("hashing cannot fail");
     hasher.finalize().to_hex().to_string()
+}
+
+/// `ssl-dh-param`'s parameters. The model carries their digest (a change is a
+/// change of the model); the PEM is not serialized.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DhParam {
+    /// `namespace/name` of the Secret.
+    pub secret: String,
+    /// blake3 of the PEM.
+    pub digest: String,
+    /// `dhparam.pem`.
+    #[serde(skip)]
+    pub pem: String,
 }

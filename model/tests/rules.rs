@@ -1420,6 +1420,48 @@ fn configmap_hsts_keys() {
     );
 }
 
+/// `ssl-dh-param`: the Secret's `dhparam.pem`, one PEM block of DH parameters;
+/// a missing Secret or anything else is reported on the ConfigMap, and no DHE.
+#[test]
+fn configmap_ssl_dh_param_reads_its_secret() {
+    let pem = "-----BEGIN DH PARAMETERS-----\nMIIBCAKCAQEA\n-----END DH PARAMETERS-----\n";
+    let secret = |name: &str, value: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name, "namespace": "ingress-nginx" },
+            "stringData": { "dhparam.pem": value },
+        })
+    };
+    let build = |value: &str| {
+        ferrule_model::build(&snapshot(&docs![
+            secret("dh", pem),
+            secret("evil", &format!("{pem}ssl_engine x;\n")),
+            config_map(&[("ssl-dh-param", value)])
+        ]))
+    };
+    let m = build("ingress-nginx/dh");
+    assert_eq!(
+        m.global.ssl_dh_param.as_ref().map(|d| d.pem.as_str()),
+        Some(pem)
+    );
+    expect_problems(&m, &[]);
+    for (value, problem) in [
+        (
+            "ingress-nginx/nosuch",
+            "key ssl-dh-param: Secret ingress-nginx/nosuch: not found",
+        ),
+        (
+            "ingress-nginx/evil",
+            "key ssl-dh-param: Secret ingress-nginx/evil: dhparam.pem is not one PEM block",
+        ),
+        ("dh", "key ssl-dh-param: invalid value \"dh\""),
+    ] {
+        let m = build(value);
+        assert!(m.global.ssl_dh_param.is_none(), "{value}");
+        expect_problems(&m, &[("ConfigMap ingress-nginx/ferrule", problem)]);
+    }
+}
+
 /// `limit-conn-zone-variable`: one variable, nothing else (it is expanded in every
 /// limit key); anything else keeps the default and is reported.
 #[test]

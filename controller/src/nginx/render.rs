@@ -251,6 +251,15 @@ pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
 /// Where `ssl-session-ticket-key` is written (read by the master at start and reload).
 pub const TICKET_KEY_FILE: &str = "conf/tickets.key";
 
+/// Where `ssl-dh-param`'s parameters are written (read by the master).
+pub const DH_PARAM_FILE: &str = "conf/dhparam.pem";
+
+/// The DH parameters' file and PEM, when the ConfigMap names a Secret with them.
+pub fn dh_param_file(model: &Model) -> Option<(&'static str, &str)> {
+    let dh = model.global.ssl_dh_param.as_ref()?;
+    Some((DH_PARAM_FILE, dh.pem.as_str()))
+}
+
 /// The session ticket key's file and bytes, when the ConfigMap sets one.
 pub fn ticket_key_file(model: &Model) -> Option<(&'static str, &[u8])> {
     let key = model.global.tuning.ssl_session_ticket_key.as_ref()?;

@@ -654,3 +654,46 @@ async fn a_ticket_key_keeps_sessions_across_reloads() {
         );
     }
 }
+
+/// `ssl-dh-param`: with DH parameters from the Secret the ConfigMap names, the
+/// DHE suites of the default cipher list are offered; without them they are not.
+#[tokio::test]
+async fn dh_parameters_from_a_secret_turn_on_the_dhe_ciphers() {
+    let echo = Echo::start("127.0.0.2").await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key, _) = self_signed(certs.path(), "dh", &["dh.test"]);
+    let out = std::process::Command::new("openssl")
+        .args(["dhparam", "-dsaparam", "2048"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("openssl dhparam");
+    let dhparam = String::from_utf8(out.stdout).unwrap();
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("tls.yaml", &tls_secret("demo", "dh-tls", &cert, &key));
+    m.write("dh.yaml", &secret("dh", &[("dhparam.pem", &dhparam)]));
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "dh", T0)
+            .rule("dh.test", &[("/", "Prefix", "echo")])
+            .tls(&["dh.test"], "dh-tls")
+            .yaml(),
+    );
+    m.write("cm.yaml", &configmap(&[("ssl-dh-param", "demo/dh")]));
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let dhe = "DHE-RSA-AES128-GCM-SHA256";
+    assert_eq!(
+        negotiated_cipher(&f, "dh.test", dhe).as_deref(),
+        Some(dhe),
+        "{:?}; log:\n{}",
+        f.resource("ConfigMap", "demo", "ferrule").await,
+        f.logs()
+    );
+    // Without the parameters, NGINX offers no DHE suite.
+    m.write("cm.yaml", &configmap(&[("ssl-session-timeout", "5m")]));
+    let off = wait_until(Duration::from_secs(10), || async {
+        negotiated_cipher(&f, "dh.test", dhe).is_none()
+    })
+    .await;
+    assert!(off, "DHE still offered without ssl-dh-param");
+}

@@ -230,6 +230,17 @@ fn read(
                     Err(e) => bad(key, v, e),
                 }
             }
+            // Read by `build`, which has the Secrets.
+            "ssl-dh-param" => match v.trim().split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    g.ssl_dh_param = Some(crate::model::DhParam {
+                        secret: v.trim().to_owned(),
+                        digest: String::new(),
+                        pem: String::new(),
+                    });
+                }
+                _ => bad(key, v, "expected the Secret as namespace/name".to_owned()),
+            },
             "limit-conn-zone-variable" => match limit_key_variable(v.trim()) {
                 Ok(var) => g.limit_key_variable = var,
                 Err(e) => bad(key, v, e),

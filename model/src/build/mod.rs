@@ -33,6 +33,28 @@ use crate::snapshot::Snapshot;
 pub use endpoints::build_endpoint_change;
 pub(crate) use tls::covers;
 
+/// `dhparam.pem` of Secret `ns/name` (ConfigMap `ssl-dh-param`): DH parameters in
+/// PEM, nothing else.
+fn dh_param(snap: &Snapshot, secret: &str) -> Result<String, String> {
+    let (ns, name) = secret.split_once('/').unwrap_or_default();
+    let s = (snap.secrets.iter())
+        .find(|s| meta_key(&s.metadata) == (ns, name))
+        .ok_or("not found")?;
+    let pem = tls::secret_value(s, "dhparam.pem").ok_or("no dhparam.pem")?;
+    let pem = String::from_utf8(pem).map_err(|_| "dhparam.pem is not text")?;
+    let pem = pem.trim();
+    let ok = pem.len() <= 16 * 1024
+        && (pem.starts_with("-----BEGIN DH PARAMETERS-----")
+            && pem.ends_with("-----END DH PARAMETERS-----")
+            || pem.starts_with("-----BEGIN X9.42 DH PARAMETERS-----")
+                && pem.ends_with("-----END X9.42 DH PARAMETERS-----"))
+        && pem.matches("-----BEGIN").count() == 1;
+    match ok {
+        true => Ok(format!("{pem}\n")),
+        false => Err("dhparam.pem is not one PEM block of DH parameters".to_owned()),
+    }
+}
+
 /// Builds the model of a snapshot. Pure and deterministic: the same objects in any
 /// order give the same model.
 pub fn build(snap: &Snapshot) -> Model {
@@ -47,6 +69,27 @@ pub fn build(snap: &Snapshot) -> Model {
     // What the flags make of the ConfigMap's keys (config.rs reads it without them).
     if let Some(cm) = &snap.config_map {
         let (ns, name) = meta_key(&cm.metadata);
+        // ssl-dh-param: the Secret's dhparam.pem, or the key is dropped and said so.
+        if let Some(dh) = global.ssl_dh_param.take() {
+            match dh_param(snap, &dh.secret) {
+                Ok(pem) => {
+                    global.ssl_dh_param = Some(crate::model::DhParam {
+                        digest: blake3::hash(pem.as_bytes()).to_hex().to_string(),
+                        pem,
+                        ..dh
+                    })
+                }
+                Err(e) => problems.push(Problem {
+                    resource: ResourceRef::new("ConfigMap", ns, name),
+                    severity: Severity::Error,
+                    message: format!(
+                        "key ssl-dh-param: Secret {}: {e}; DHE ciphers are off",
+                        dh.secret
+                    ),
+                    kind: ProblemKind::Reference,
+                }),
+            }
+        }
         let mut warn = |message: String| {
             problems.push(Problem {
                 resource: ResourceRef::new("ConfigMap", ns, name),

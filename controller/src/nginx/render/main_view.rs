@@ -49,6 +49,7 @@ impl Renderer {
             redirect_peer_lua: lua_quote(&Self::unix(self.worker_path(process::REDIRECT_SOCKET))),
             config_version: VERSION_PLACEHOLDER.to_owned(),
             ticket_key: self.path(TICKET_KEY_FILE),
+            dh_param: self.path(DH_PARAM_FILE),
             configmap: configmap_source(self.opts.configmap.as_deref()),
             server_names_bucket: server_names_bucket(model.servers.iter().map(|s| s.host.as_str()))
                 .max(model.global.http.server_names_hash_bucket_size as usize),
@@ -151,6 +152,8 @@ pub(super) struct MainView {
     pub(super) config_version: String,
     /// `ssl_session_ticket_key`'s file (written when the ConfigMap sets a key).
     ticket_key: String,
+    /// `ssl_dhparam`'s file (written when the ConfigMap names a Secret).
+    dh_param: String,
     configmap: String,
     server_names_bucket: usize,
     /// `server_names_hash_max_size`.
