@@ -147,3 +147,24 @@ pub struct Snapshot {
     /// start of "time from change to applied"), if it knows. Not an input of the model.
     pub observed: Option<std::time::Instant>,
 }
+
+/// The name an ExternalName Service points at, as `Snapshot::external_names` is
+/// keyed (lower-case, without the root's trailing dot); `None` for other Services.
+pub fn external_name(svc: &Service) -> Option<String> {
+    let spec = svc.spec.as_ref()?;
+    if spec.type_.as_deref() != Some("ExternalName") {
+        return None;
+    }
+    let name = spec.external_name.as_deref()?.trim_end_matches('.');
+    (!name.is_empty()).then(|| name.to_ascii_lowercase())
+}
+
+impl Snapshot {
+    /// The names of its ExternalName Services (what the controller looks up).
+    pub fn external_service_names(&self) -> std::collections::BTreeSet<String> {
+        self.services
+            .iter()
+            .filter_map(|s| external_name(s))
+            .collect()
+    }
+}

@@ -21,18 +21,6 @@ type Addresses = BTreeMap<String, Vec<IpAddr>>;
 /// How long one lookup may take; a name that does not answer keeps what it had.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The ExternalName Services' names in `snap`.
-pub fn names(snap: &Snapshot) -> BTreeSet<String> {
-    snap.services
-        .iter()
-        .filter_map(|s| s.spec.as_ref())
-        .filter(|s| s.type_.as_deref() == Some("ExternalName"))
-        .filter_map(|s| s.external_name.clone())
-        .map(|n| n.trim_end_matches('.').to_ascii_lowercase())
-        .filter(|n| !n.is_empty())
-        .collect()
-}
-
 /// The addresses of `name`, sorted (`None`: no answer).
 async fn lookup(name: String) -> (String, Option<Vec<IpAddr>>) {
     let found = tokio::time::timeout(LOOKUP_TIMEOUT, tokio::net::lookup_host((name.as_str(), 0)))
@@ -66,30 +54,34 @@ pub async fn run(
     let mut last_input: Option<Arc<Snapshot>> = None;
     let mut refresh = tokio::time::interval(every);
     refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The current snapshot's names, found once per snapshot.
+    let mut names: BTreeSet<String> = BTreeSet::new();
     loop {
-        let mut wanted = BTreeSet::new();
+        let mut refresh_all = false;
         tokio::select! {
             r = input.changed() => {
                 if r.is_err() {
                     return;
                 }
                 current = input.borrow_and_update().clone();
-                if let Some(snap) = &current {
-                    wanted = names(snap)
-                        .into_iter()
-                        .filter(|n| !known.contains_key(n))
-                        .collect();
-                }
+                names = current
+                    .as_deref()
+                    .map(Snapshot::external_service_names)
+                    .unwrap_or_default();
+                known.retain(|n, _| names.contains(n));
             }
-            _ = refresh.tick() => {
-                wanted = current.as_deref().map(names).unwrap_or_default();
-            }
+            _ = refresh.tick() => refresh_all = true,
             Some((name, found)) = answers.recv() => {
-                if let Some(ips) = found {
+                if let (Some(ips), true) = (found, names.contains(&name)) {
                     known.insert(name, ips);
                 }
             }
         }
+        // New names at once, all of them at each refresh.
+        let wanted: Vec<String> = (names.iter())
+            .filter(|n| refresh_all || !known.contains_key(*n))
+            .cloned()
+            .collect();
         for name in wanted {
             // Not looked up again before the answer comes: an empty entry.
             known.entry(name.clone()).or_default();
@@ -99,8 +91,6 @@ pub async fn run(
             });
         }
         let Some(snap) = &current else { continue };
-        let names = names(snap);
-        known.retain(|n, _| names.contains(n));
         let addresses: Addresses = known
             .iter()
             .filter(|(_, ips)| !ips.is_empty())

@@ -88,11 +88,8 @@ impl<'a> ServiceIndex<'a> {
     }
 
     /// The name of an ExternalName Service, if `ns/svc` is one.
-    fn external_name(&self, ns: &str, svc: &str) -> Option<&'a str> {
-        let spec = self.services.get(&(ns, svc))?.spec.as_ref()?;
-        (spec.type_.as_deref() == Some("ExternalName"))
-            .then_some(spec.external_name.as_deref())
-            .flatten()
+    fn external_name(&self, ns: &str, svc: &str) -> Option<String> {
+        crate::snapshot::external_name(self.services.get(&(ns, svc))?)
     }
 
     /// The backend of an ExternalName Service: the addresses its name resolved to,
@@ -175,7 +172,7 @@ impl<'a> ServiceIndex<'a> {
         b: &IngressServiceBackend,
     ) -> Result<(Backend, Vec<Endpoint>), String> {
         if let Some(host) = self.external_name(ns, &b.name) {
-            return self.resolve_external(ns, b, host);
+            return self.resolve_external(ns, b, &host);
         }
         let (name, service_port, port, _) = self.port_of(ns, b, Transport::Tcp)?;
         let PortEndpoints { kept, dropped } = self.endpoints(ns, &b.name, port);
