@@ -637,15 +637,34 @@ pub fn content_hash<T: Serialize>(value: &T) -> String {
     hasher.finalize().to_hex().to_string()
 }
 
-/// `ssl-dh-param`'s parameters. The model carries their digest (a change is a
-/// change of the model); the PEM is not serialized.
+/// A file NGINX's master reads that holds a secret (a ticket key, DH parameters).
+/// The model carries its digest, so that a new one is a change of the model, and
+/// never its bytes, which are not serialized.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SecretFile {
+    /// blake3 of the bytes.
+    pub digest: String,
+    /// The file's content.
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+}
+
+impl SecretFile {
+    /// The file of `bytes`.
+    pub fn new(bytes: Vec<u8>) -> Self {
+        SecretFile {
+            digest: blake3::hash(&bytes).to_hex().to_string(),
+            bytes,
+        }
+    }
+}
+
+/// `ssl-dh-param`: the Secret named, and its `dhparam.pem` once the build has
+/// read it (`None` until then).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct DhParam {
     /// `namespace/name` of the Secret.
     pub secret: String,
-    /// blake3 of the PEM.
-    pub digest: String,
     /// `dhparam.pem`.
-    #[serde(skip)]
-    pub pem: String,
+    pub file: Option<SecretFile>,
 }

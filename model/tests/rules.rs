@@ -1441,8 +1441,10 @@ fn configmap_ssl_dh_param_reads_its_secret() {
     };
     let m = build("ingress-nginx/dh");
     assert_eq!(
-        m.global.ssl_dh_param.as_ref().map(|d| d.pem.as_str()),
-        Some(pem)
+        (m.global.ssl_dh_param.as_ref())
+            .and_then(|d| d.file.as_ref())
+            .map(|f| f.bytes.as_slice()),
+        Some(pem.as_bytes())
     );
     expect_problems(&m, &[]);
     for (value, problem) in [

@@ -251,7 +251,7 @@ fn newest_valid_ca(bundle: &str, now: i64) -> Option<String> {
 // The loop: the lease holder issues and publishes, every replica serves
 
 /// Keeps the certificate until the process exits.
-pub async fn run(client: Client, opts: Options, leader: watch::Receiver<bool>) {
+pub async fn run(client: Client, opts: Options, mut leader: watch::Receiver<bool>) {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &opts.namespace);
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client);
     // Checked often enough to renew well within a third of the lifetime, and to set
@@ -273,7 +273,6 @@ pub async fn run(client: Client, opts: Options, leader: watch::Receiver<bool>) {
                 every.min(Duration::from_secs(5))
             }
         };
-        let mut leader = leader.clone();
         tokio::select! {
             _ = tokio::time::sleep(wait) => {},
             r = leader.changed() => if r.is_err() { return },

@@ -54,16 +54,9 @@ impl Dataplane {
         for (file, pem) in render::backend_tls_files(model) {
             specs.insert(file, FileSpec::new(pem.as_bytes().to_vec(), 0o600));
         }
-        // DH parameters: read by the master at start and reload.
-        if let Some((file, pem)) = render::dh_param_file(model) {
-            specs.insert(
-                file.to_owned(),
-                FileSpec::new(pem.as_bytes().to_vec(), 0o600),
-            );
-        }
-        // The session ticket key: read by the master at start and reload.
-        if let Some((file, key)) = render::ticket_key_file(model) {
-            specs.insert(file.to_owned(), FileSpec::new(key.to_vec(), 0o600));
+        // The ConfigMap's secret files (DH parameters, the ticket key).
+        for (file, bytes) in render::master_files(model) {
+            specs.insert(file.to_owned(), FileSpec::new(bytes.to_vec(), 0o600));
         }
         // Basic-auth users: read by the workers at each request, so theirs (0600).
         let opts = self.renderer.options();

@@ -254,16 +254,16 @@ pub const TICKET_KEY_FILE: &str = "conf/tickets.key";
 /// Where `ssl-dh-param`'s parameters are written (read by the master).
 pub const DH_PARAM_FILE: &str = "conf/dhparam.pem";
 
-/// The DH parameters' file and PEM, when the ConfigMap names a Secret with them.
-pub fn dh_param_file(model: &Model) -> Option<(&'static str, &str)> {
-    let dh = model.global.ssl_dh_param.as_ref()?;
-    Some((DH_PARAM_FILE, dh.pem.as_str()))
-}
-
-/// The session ticket key's file and bytes, when the ConfigMap sets one.
-pub fn ticket_key_file(model: &Model) -> Option<(&'static str, &[u8])> {
-    let key = model.global.tuning.ssl_session_ticket_key.as_ref()?;
-    Some((TICKET_KEY_FILE, key.bytes.as_slice()))
+/// The secret files of the ConfigMap's keys (`ssl-dh-param`, `ssl-session-ticket-key`)
+/// and their content: read by the master at start and reload.
+pub fn master_files(model: &Model) -> Vec<(&'static str, &[u8])> {
+    let g = &model.global;
+    let dh = g.ssl_dh_param.as_ref().and_then(|d| d.file.as_ref());
+    let ticket = g.tuning.ssl_session_ticket_key.as_ref();
+    [(DH_PARAM_FILE, dh), (TICKET_KEY_FILE, ticket)]
+        .into_iter()
+        .filter_map(|(path, f)| Some((path, f?.bytes.as_slice())))
+        .collect()
 }
 
 /// The users' file of basic-auth Secret `secret` (`namespace/name`), relative to the

@@ -235,8 +235,7 @@ fn read(
                 Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
                     g.ssl_dh_param = Some(crate::model::DhParam {
                         secret: v.trim().to_owned(),
-                        digest: String::new(),
-                        pem: String::new(),
+                        file: None,
                     });
                 }
                 _ => bad(key, v, "expected the Secret as namespace/name".to_owned()),

@@ -78,18 +78,16 @@ pub fn build_endpoint_change(
             return None;
         }
     }
-    // A default-backend fallback takes one of two Services' endpoints: built in
-    // full when either is touched (still no reload: only endpoints change).
-    let fallback_touched = model.backends.values().any(|b| {
-        b.fallback.as_ref().is_some_and(|d| {
-            is_touched(&b.service.namespace, &b.service.name) || is_touched(&d.namespace, &d.name)
-        })
-    });
-    if fallback_touched {
-        return None;
-    }
     let mut changed = Vec::new();
     for b in model.backends.values_mut() {
+        // A default-backend fallback takes one of two Services' endpoints: built in
+        // full when either is touched (still no reload: only endpoints change).
+        if let Some(d) = &b.fallback
+            && (is_touched(&b.service.namespace, &b.service.name)
+                || is_touched(&d.namespace, &d.name))
+        {
+            return None;
+        }
         if b.cluster_ip
             || b.external_name.is_some()
             || !is_touched(&b.service.namespace, &b.service.name)

@@ -73,11 +73,8 @@ pub fn build(snap: &Snapshot) -> Model {
         if let Some(dh) = global.ssl_dh_param.take() {
             match dh_param(snap, &dh.secret) {
                 Ok(pem) => {
-                    global.ssl_dh_param = Some(crate::model::DhParam {
-                        digest: blake3::hash(pem.as_bytes()).to_hex().to_string(),
-                        pem,
-                        ..dh
-                    })
+                    let file = Some(crate::model::SecretFile::new(pem.into_bytes()));
+                    global.ssl_dh_param = Some(crate::model::DhParam { file, ..dh })
                 }
                 Err(e) => problems.push(Problem {
                     resource: ResourceRef::new("ConfigMap", ns, name),
@@ -155,7 +152,6 @@ pub fn build(snap: &Snapshot) -> Model {
         passthrough: Vec::new(),
         root_defaults: Vec::new(),
         fallbacks: BTreeMap::new(),
-        fallback_outcome: None,
     };
 
     let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
@@ -374,9 +370,17 @@ struct Builder<'a> {
     /// such backend (named `<primary>~fallback~<default>`) and its two parts,
     /// materialised by `finish` once the primary's balancing is known.
     fallbacks: BTreeMap<String, (String, String)>,
-    /// While a fallback's primary is resolved: what its problem says is answered
-    /// instead of 503.
-    fallback_outcome: Option<String>,
+}
+
+/// What a path answers while its backend has no ready endpoints (its problem says).
+#[derive(Clone, Copy)]
+enum WhenEmpty<'a> {
+    /// 503.
+    Answer503,
+    /// A canary's: the primary serves its share.
+    PrimaryServes,
+    /// `default-backend` (`namespace/name`) answers.
+    DefaultBackend(&'a str),
 }
 
 impl Builder<'_> {
@@ -431,9 +435,13 @@ impl Builder<'_> {
         let has_rules = spec.rules.as_ref().is_some_and(|r| !r.is_empty());
         let mut rule_default = None;
         if let Some(default) = &spec.default_backend {
-            let target = self.target(ns, r, default, (self.service_upstream(a), false), || {
-                "spec.defaultBackend".to_owned()
-            });
+            let target = self.target(
+                ns,
+                r,
+                default,
+                (self.service_upstream(a), WhenEmpty::Answer503),
+                || "spec.defaultBackend".to_owned(),
+            );
             if let Target::Backend(name) = &target {
                 self.set_balancing(name, r, a);
             }
@@ -663,13 +671,12 @@ impl Builder<'_> {
             .codes
             .clone()
             .unwrap_or_else(|| self.global.custom_http_errors.clone());
-        let prefix = &self.snap.settings.annotations_prefix;
         if codes.is_empty() {
             // Without error pages, default-backend is only the fallback of a
             // Service without endpoints (`target_or_fallback`).
-            let _ = prefix;
             return None;
         }
+        let prefix = &self.snap.settings.annotations_prefix;
         let (ns, name, what) = match (&a.backend, &self.snap.settings.default_backend_service) {
             (Some(svc), _) => (
                 r.namespace.clone(),
@@ -702,7 +709,9 @@ impl Builder<'_> {
             self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
             return None;
         };
-        match self.target(&ns, r, &backend, (false, false), || what.clone()) {
+        match self.target(&ns, r, &backend, (false, WhenEmpty::Answer503), || {
+            what.clone()
+        }) {
             Target::Backend(b) => Some(crate::model::ErrorPages {
                 codes,
                 backend: b,
@@ -737,11 +746,12 @@ impl Builder<'_> {
             }
             Some((d.clone(), port?))
         });
-        if let Some((d, _)) = &fallback {
-            self.fallback_outcome = Some(format!("answered by default-backend {ns}/{d}"));
-        }
-        let target = self.target(ns, r, backend, (self.service_upstream(a), false), &what);
-        self.fallback_outcome = None;
+        let default = fallback.as_ref().map(|(d, _)| format!("{ns}/{d}"));
+        let empty = match &default {
+            Some(d) => WhenEmpty::DefaultBackend(d),
+            None => WhenEmpty::Answer503,
+        };
+        let target = self.target(ns, r, backend, (self.service_upstream(a), empty), &what);
         let Target::Backend(primary) = target else {
             return target;
         };
@@ -751,7 +761,7 @@ impl Builder<'_> {
         };
         let prefix = &self.snap.settings.annotations_prefix;
         let label = || format!("annotation {prefix}/default-backend");
-        match self.target(ns, r, &dflt, (false, false), label) {
+        match self.target(ns, r, &dflt, (false, WhenEmpty::Answer503), label) {
             Target::Backend(secondary) if secondary != primary => {
                 let name = format!("{primary}~fallback~{secondary}");
                 self.fallbacks.insert(name.clone(), (primary, secondary));
@@ -826,14 +836,14 @@ impl Builder<'_> {
     /// `what` describes the reference for problem messages (built only when needed).
     /// The target of an Ingress backend: its model backend (the Service's endpoints,
     /// or with `cluster_ip` (`service-upstream`) its ClusterIP), or the status to
-    /// answer when it cannot be resolved. Problems name `what`; a `canary` backend
-    /// without endpoints leaves its share to the primary rather than answering 503.
+    /// answer when it cannot be resolved. Problems name `what`, and say what a
+    /// backend without endpoints answers (`empty`).
     fn target(
         &mut self,
         ns: &str,
         r: &ResourceRef,
         backend: &IngressBackend,
-        (cluster_ip, canary): (bool, bool),
+        (cluster_ip, empty): (bool, WhenEmpty<'_>),
         what: impl Fn() -> String,
     ) -> Target {
         let Some(svc) = backend.service.as_ref() else {
@@ -924,10 +934,12 @@ impl Builder<'_> {
                     self.problem(r, Severity::Warning, ProblemKind::Reference, msg);
                 }
                 if self.backends[&name].endpoints.is_empty() {
-                    let outcome = match (canary, &self.fallback_outcome) {
-                        (true, _) => "the primary serves the canary's share",
-                        (false, Some(o)) => o.as_str(),
-                        (false, None) => "answering 503",
+                    let outcome = match empty {
+                        WhenEmpty::Answer503 => "answering 503".to_owned(),
+                        WhenEmpty::PrimaryServes => {
+                            "the primary serves the canary's share".to_owned()
+                        }
+                        WhenEmpty::DefaultBackend(d) => format!("answered by default-backend {d}"),
                     };
                     let msg = format!(
                         "{}: Service {ns}/{} port {} has no ready endpoints; {outcome}",
@@ -1059,11 +1071,13 @@ impl Builder<'_> {
                     self.problem(r, Severity::Error, ProblemKind::Reference, msg);
                     continue;
                 };
-                let Target::Backend(canary) =
-                    self.target(ns, r, &p.backend, (self.service_upstream(a), true), || {
-                        format!("host {host} path {}", key.0)
-                    })
-                else {
+                let Target::Backend(canary) = self.target(
+                    ns,
+                    r,
+                    &p.backend,
+                    (self.service_upstream(a), WhenEmpty::PrimaryServes),
+                    || format!("host {host} path {}", key.0),
+                ) else {
                     continue;
                 };
                 if canary == primary {
@@ -1475,7 +1489,7 @@ impl Builder<'_> {
             return Target::Status(503);
         };
         // No annotations: the ConfigMap's defaults, unless an Ingress routes to it.
-        self.target(ns, &r, &backend, (false, false), || {
+        self.target(ns, &r, &backend, (false, WhenEmpty::Answer503), || {
             "--default-backend-service".to_owned()
         })
     }

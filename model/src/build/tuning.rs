@@ -35,7 +35,7 @@ pub struct Tuning {
     /// `ssl-session-ticket-key`: the key every replica encrypts tickets with, so a
     /// session resumes on any of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ssl_session_ticket_key: Option<TicketKey>,
+    pub ssl_session_ticket_key: Option<crate::model::SecretFile>,
     /// `ssl-session-timeout`.
     pub ssl_session_timeout: String,
     /// `upstream-keepalive-connections`: idle connections to backends per worker.
@@ -178,7 +178,7 @@ impl Tuning {
             "ssl-session-tickets" => self.ssl_session_tickets = value::boolean(v)?,
             // Empty: none, as ingress-nginx's default.
             "ssl-session-ticket-key" if v.is_empty() => self.ssl_session_ticket_key = None,
-            "ssl-session-ticket-key" => self.ssl_session_ticket_key = Some(TicketKey::parse(v)?),
+            "ssl-session-ticket-key" => self.ssl_session_ticket_key = Some(ticket_key(v)?),
             "ssl-session-timeout" => self.ssl_session_timeout = value::time(v)?,
             "upstream-keepalive-connections" => {
                 self.upstream_keepalive_connections = value::integer(v, 0, 1 << 20)?;
@@ -286,34 +286,19 @@ fn access_log_params(v: &str) -> Result<Vec<String>, String> {
 }
 
 /// `ssl-session-ticket-key`: 48 or 80 bytes, base64 (`openssl rand 80 | openssl
-/// enc -A -base64`), as NGINX's `ssl_session_ticket_key` file holds them. The model
-/// carries a digest of the key, never the key: the bytes are not serialized.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct TicketKey {
-    /// blake3 of the key: a new key is a change of the model.
-    pub digest: String,
-    /// The key.
-    #[serde(skip)]
-    pub bytes: Vec<u8>,
-}
-
-impl TicketKey {
-    fn parse(v: &str) -> Result<Self, String> {
-        use base64::Engine as _;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(v)
-            .map_err(|_| "expected base64, e.g. of `openssl rand 80`".to_owned())?;
-        if bytes.len() != 48 && bytes.len() != 80 {
-            return Err(format!(
-                "the key is {} bytes; NGINX takes 48 or 80",
-                bytes.len()
-            ));
-        }
-        Ok(TicketKey {
-            digest: blake3::hash(&bytes).to_hex().to_string(),
-            bytes,
-        })
+/// enc -A -base64`), as NGINX's `ssl_session_ticket_key` file holds them.
+fn ticket_key(v: &str) -> Result<crate::model::SecretFile, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(v)
+        .map_err(|_| "expected base64, e.g. of `openssl rand 80`".to_owned())?;
+    if bytes.len() != 48 && bytes.len() != 80 {
+        return Err(format!(
+            "the key is {} bytes; NGINX takes 48 or 80",
+            bytes.len()
+        ));
     }
+    Ok(crate::model::SecretFile::new(bytes))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! and the headers copied from the auth answer to the backend.
 
 use ferrule_model::Model;
-use ferrule_model::annotations::ExternalAuth;
+use ferrule_model::annotations::{AuthKeepalive, ExternalAuth};
 use serde::Serialize;
 
 use super::literal_in_variables;
@@ -128,15 +128,8 @@ fn target(url: &str) -> Option<Target<'_>> {
     })
 }
 
-/// The upstream name of `a`'s auth service with its keepalive settings.
-fn upstream_name(a: &ExternalAuth, t: &Target<'_>) -> String {
-    let k = a
-        .keepalive
-        .unwrap_or(ferrule_model::annotations::AuthKeepalive {
-            connections: 0,
-            requests: 0,
-            timeout: 0,
-        });
+/// The upstream name of an auth service `t` kept alive as `k` says.
+fn upstream_name(k: AuthKeepalive, t: &Target<'_>) -> String {
     let text = format!(
         "{}|{}|{}|{}|{}",
         t.tls, t.server, k.connections, k.requests, k.timeout
@@ -158,7 +151,7 @@ pub fn upstreams(model: &Model) -> Vec<AuthUpstreamView> {
             let k = a.keepalive?;
             let t = target(&a.url)?;
             Some(AuthUpstreamView {
-                name: upstream_name(a, &t),
+                name: upstream_name(k, &t),
                 server: t.server.clone(),
                 tls: t.tls,
                 ssl_name: t.host.to_owned(),
@@ -273,10 +266,10 @@ pub fn view(a: &ExternalAuth) -> ExternalAuthView {
         signin_location: a.signin.as_ref().map(|_| format!("@ferrule_signin_{id}")),
         signin_redirect,
         set_headers: super::literal_headers(&a.proxy_set_headers),
-        relay: a.keepalive.and_then(|_| {
+        relay: a.keepalive.and_then(|k| {
             let t = target(&a.url)?;
             Some(RelayView {
-                path: format!("/{}{}", upstream_name(a, &t), t.path),
+                path: format!("/{}{}", upstream_name(k, &t), t.path),
                 host: t.authority.to_owned(),
             })
         }),

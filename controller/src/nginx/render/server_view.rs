@@ -192,10 +192,7 @@ impl Renderer {
                 .as_ref()
                 .map(|c| client_certificates::server(c, |rel| self.path(rel))),
             ssl_ciphers: s.ciphers.ciphers.clone(),
-            ssl_prefer_server_ciphers: s
-                .ciphers
-                .prefer_server_ciphers
-                .map(|on| if on { "on" } else { "off" }),
+            ssl_prefer_server_ciphers: s.ciphers.prefer_server_ciphers.map(on_off),
             locations,
         }
     }
