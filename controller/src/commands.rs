@@ -309,7 +309,10 @@ pub async fn validate(
     let mut dataplane = Dataplane::new(Renderer::new(opts), nginx.to_owned(), default_pem)?;
     dataplane.dry_run = true;
     let mut excl = Exclusions::default();
-    dataplane.apply(snap, &mut excl).await.context("nginx -t")?;
+    dataplane
+        .apply(snap, None, &mut excl)
+        .await
+        .context("nginx -t")?;
     migration_report(snap);
     let mut rejected = false;
     for (r, e) in &excl.ingresses {

@@ -85,7 +85,17 @@ struct Common {
     /// reload task applies (never an older snapshot: after an NGINX restart or a
     /// reverted edit it must not bring back what the cluster no longer holds) and
     /// what every post to the balancer starts from.
-    latest: std::sync::Mutex<Option<(Arc<Snapshot>, Arc<Model>)>>,
+    latest: std::sync::Mutex<Option<Latest>>,
+}
+
+/// The model task's newest pass (`Common::latest`).
+#[derive(Clone)]
+struct Latest {
+    /// The snapshot as the source gave it.
+    raw: Arc<Snapshot>,
+    /// What the model was built from: `raw` minus the exclusions the model task knew.
+    served: Arc<Snapshot>,
+    model: Arc<Model>,
 }
 
 /// Runs the loop until `shutdown` resolves; then stops NGINX gracefully. `applied`
@@ -226,8 +236,8 @@ async fn post(
 ) -> Result<Posted, SyncError> {
     let latest = common.latest.lock().expect("latest lock").clone();
     let newest = match (latest, built) {
-        (Some((snap, _)), Some((b_snap, b))) if Arc::ptr_eq(&snap, b_snap) => Some(b.clone()),
-        (Some((_, m)), _) => Some(m),
+        (Some(l), Some((b_snap, b))) if Arc::ptr_eq(&l.raw, b_snap) => Some(b.clone()),
+        (Some(l), _) => Some(l.model),
         (None, b) => b.map(|(_, m)| m.clone()),
     };
     let view = match (newest, running) {

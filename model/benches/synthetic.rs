@@ -134,7 +134,6 @@ pub fn cluster(n: usize) -> Snapshot {
         config_map: None,
         config_maps: vec![],
         external_names: Default::default(),
-        previous_certificates: Default::default(),
         settings: Settings::default(),
         observed: None,
     }

@@ -427,7 +427,6 @@ impl Index {
                 now: opts.now.unwrap_or(snap.settings.now),
                 ..snap.settings.clone()
             },
-            previous_certificates: snap.previous_certificates.clone(),
             external_names: snap.external_names.clone(),
             observed: None,
         })

@@ -9,13 +9,15 @@ pub mod annotations;
 mod build;
 pub mod configmap;
 pub mod diff;
+mod fallbacks;
 pub mod model;
 pub mod objects;
 pub mod route;
 pub mod snapshot;
 
 pub use build::header_lists::Header;
-pub use build::{build, build_endpoint_change, owned_ingresses};
+pub use build::{build, build_endpoint_change, build_with, owned_ingresses};
 pub use diff::{Diff, diff};
+pub use fallbacks::Fallbacks;
 pub use model::*;
 pub use snapshot::{Limits, Settings, Snapshot};

@@ -135,11 +135,6 @@ pub struct Snapshot {
     pub config_maps: Vec<Arc<ConfigMap>>,
     /// Controller settings.
     pub settings: Settings,
-    /// The certificates the previous model served, by `namespace/name` of their
-    /// Secret: a Secret whose new version is not valid (a key of another
-    /// certificate, a broken chain, expired) keeps serving its last valid one, as a
-    /// bad edit of an Ingress keeps its last good version. Empty at start.
-    pub previous_certificates: Arc<std::collections::BTreeMap<String, crate::model::Certificate>>,
     /// The addresses each ExternalName Service's name resolved to, by name (the
     /// controller resolves them; a name not here is not resolved yet).
     pub external_names: Arc<std::collections::BTreeMap<String, Vec<std::net::IpAddr>>>,

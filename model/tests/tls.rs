@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use ferrule_model::Model;
+use ferrule_model::{Fallbacks, Model, build_with};
 use serde_json::json;
 
 /// The certificate a host is served with: `Some("ns/secret")`, or `None` for the default.
@@ -325,8 +325,8 @@ fn only_the_pem_blocks_are_kept_and_their_size_is_bounded() {
 }
 
 /// A Secret whose new version is not valid keeps serving the certificate the
-/// previous model served (Snapshot::previous_certificates), reported on the Ingress;
-/// a deleted Secret, or an expired last version, falls back to the default.
+/// previous model served (`Fallbacks::certificates`), reported on the Ingress; a
+/// deleted Secret, or an expired last version, falls back to the default.
 #[test]
 fn an_invalid_new_version_of_a_secret_keeps_its_last_valid_certificate() {
     let with = |key: &str| {
@@ -337,11 +337,19 @@ fn an_invalid_new_version_of_a_secret_keeps_its_last_valid_certificate() {
             tls_ingress("default/i", 1, "a.example.com", "a"),
         ])
     };
+    let after = |m: &Model| Fallbacks {
+        certificates: m.certificates.clone(),
+        ..Default::default()
+    };
     let good = ferrule_model::build(&with("a.key"));
     assert_eq!(served(&good, "a.example.com").as_deref(), Some("default/a"));
-    let mut bad = with("ec.key");
-    bad.previous_certificates = good.certificates.clone();
-    let m = ferrule_model::build(&bad);
+    let bad = with("ec.key");
+    assert_eq!(
+        served(&ferrule_model::build(&bad), "a.example.com"),
+        None,
+        "nothing to fall back on"
+    );
+    let m = build_with(&bad, &after(&good));
     assert_eq!(served(&m, "a.example.com").as_deref(), Some("default/a"));
     assert_eq!(m.certificates["default/a"], good.certificates["default/a"]);
     expect_problems(
@@ -352,27 +360,29 @@ fn an_invalid_new_version_of_a_secret_keeps_its_last_valid_certificate() {
         )],
     );
     // and it carries on while the Secret stays invalid
-    let mut again = with("ec.key");
-    again.previous_certificates = m.certificates.clone();
     assert_eq!(
-        served(&ferrule_model::build(&again), "a.example.com").as_deref(),
+        served(&build_with(&with("ec.key"), &after(&m)), "a.example.com").as_deref(),
         Some("default/a")
     );
 
-    let mut gone = snapshot(&docs![
+    let gone = snapshot(&docs![
         our_class(),
         app("default/web", "10.0.0.1"),
         tls_ingress("default/i", 1, "a.example.com", "a"),
     ]);
-    gone.previous_certificates = good.certificates.clone();
-    assert_eq!(served(&ferrule_model::build(&gone), "a.example.com"), None);
+    assert_eq!(
+        served(&build_with(&gone, &after(&good)), "a.example.com"),
+        None
+    );
 
-    let mut expired = with("ec.key");
     let mut old = good.certificates.as_ref().clone();
     old.get_mut("default/a").unwrap().not_after = NOW - 1;
-    expired.previous_certificates = std::sync::Arc::new(old);
+    let expired = Fallbacks {
+        certificates: std::sync::Arc::new(old),
+        ..Default::default()
+    };
     assert_eq!(
-        served(&ferrule_model::build(&expired), "a.example.com"),
+        served(&build_with(&with("ec.key"), &expired), "a.example.com"),
         None
     );
 }

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrule_model::{Model, Snapshot};
-use k8s_openapi::api::core::v1::ConfigMap;
 
 use process::{Nginx, TestFailure};
 use render::{Balancer, Renderer};
@@ -97,8 +96,6 @@ pub struct Dataplane {
     default_pem: Vec<u8>,
     /// The model NGINX serves.
     applied: Option<Arc<Model>>,
-    /// The ConfigMap that model was built with.
-    applied_configmap: Option<Arc<ConfigMap>>,
     /// The configuration version an adopted master served when adopted, until the
     /// first apply: files on disk equal to the new ones do not prove that the master
     /// loaded them (an earlier controller may have died between writing and reload).
@@ -157,7 +154,6 @@ impl Dataplane {
             default_certificate: prepared.default_certificate,
             default_pem: prepared.default_pem,
             applied: None,
-            applied_configmap: None,
             adopted_version: adopted.map(|a| a.version),
             verify_timeout: Duration::from_secs(10),
             dry_run: false,
@@ -229,14 +225,13 @@ impl Dataplane {
     pub async fn apply(
         &mut self,
         snap: &Snapshot,
+        prebuilt: Option<safety::Prebuilt>,
         excl: &mut Exclusions,
     ) -> Result<Outcome, ApplyError> {
-        let last_good = self.applied_configmap.clone();
-        let served = safety::apply(self, snap, excl, last_good).await?;
+        let served = safety::apply(self, snap, prebuilt, excl).await?;
         let version = served.written.version().to_owned();
         let model = served.written.model;
         self.applied = Some(model.clone());
-        self.applied_configmap = served.snapshot.config_map;
         self.adopted_version = None;
         Ok(Outcome {
             applied: served.applied,

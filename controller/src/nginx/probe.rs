@@ -98,8 +98,7 @@ impl Dataplane {
 impl Probe for Dataplane {
     type Written = Written;
 
-    fn write(&mut self, snap: &Snapshot) -> Result<Written, ApplyError> {
-        let model = Arc::new(ferrule_model::build(snap));
+    fn write(&mut self, _: &Snapshot, model: Arc<Model>) -> Result<Written, ApplyError> {
         let (rendered, specs) = self.files(&model)?;
         let change = self.write_files(&specs)?;
         Ok(Written {

@@ -23,7 +23,7 @@ struct Last {
     /// The snapshot as the source gave it (for the status).
     raw: Arc<Snapshot>,
     /// The same with the exclusions applied: the model's input.
-    served: Snapshot,
+    served: Arc<Snapshot>,
     model: Arc<Model>,
 }
 
@@ -113,7 +113,7 @@ pub(super) async fn run(
             .clone();
         excl.refresh(&raw);
         if let Some(last) = &task.last {
-            excl.certificates = last.model.certificates.clone();
+            excl.fallbacks.certificates = last.model.certificates.clone();
         }
         let served = excl.apply(&raw, &Default::default());
         let patched = task
@@ -166,8 +166,9 @@ impl ModelTask {
         snapshots: &mut watch::Receiver<Option<Arc<Snapshot>>>,
         excl: &Exclusions,
     ) -> (Snapshot, Model, Option<Arc<Snapshot>>) {
+        let fallbacks = excl.fallbacks.clone();
         let build = tokio::task::spawn_blocking(move || {
-            let model = build_slowly_for_tests(&served);
+            let model = build_slowly_for_tests(&served, &fallbacks);
             (served, model)
         });
         tokio::pin!(build);
@@ -258,7 +259,12 @@ impl ModelTask {
             (Some(a), Some(Diff::Unchanged | Diff::Dynamic { .. })) => Some(a.clone()),
             _ => None,
         };
-        *common.latest.lock().expect("latest lock") = Some((snap.clone(), model.clone()));
+        let served = Arc::new(served);
+        *common.latest.lock().expect("latest lock") = Some(super::Latest {
+            raw: snap.clone(),
+            served: served.clone(),
+            model: model.clone(),
+        });
         common
             .shared
             .metrics
@@ -322,7 +328,7 @@ impl ModelTask {
 /// `ferrule_model::build`, after `FERRULE_TEST_FULL_BUILD_DELAY_MS` when that is set:
 /// the integration tests make full builds slow to show that endpoint changes do
 /// not wait for them (a pathological input would need minutes of CPU).
-fn build_slowly_for_tests(served: &Snapshot) -> Model {
+fn build_slowly_for_tests(served: &Snapshot, fallbacks: &ferrule_model::Fallbacks) -> Model {
     static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
     let delay = DELAY.get_or_init(|| {
         std::env::var("FERRULE_TEST_FULL_BUILD_DELAY_MS")
@@ -333,5 +339,5 @@ fn build_slowly_for_tests(served: &Snapshot) -> Model {
     if let Some(d) = delay {
         std::thread::sleep(*d);
     }
-    ferrule_model::build(served)
+    ferrule_model::build_with(served, fallbacks)
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use super::{Common, SyncOptions, configmap_rejection, post, publish_status, update_readiness};
+use crate::nginx::safety::Prebuilt;
 use crate::nginx::{Applied, Dataplane};
 
 /// An NGINX that ran this long before it died restarts without the backoff of a
@@ -73,14 +74,20 @@ pub(super) async fn run(
             limiter.until_ready().await;
         }
         rx.borrow_and_update();
-        let Some((snap, latest)) = common.latest.lock().expect("latest lock").clone() else {
+        let Some(latest) = common.latest.lock().expect("latest lock").clone() else {
             continue;
         };
+        let snap = latest.raw;
         let started = Instant::now();
         let mut excl = common.exclusions.read().expect("exclusions lock").clone();
         // The model task's model of this snapshot holds the last valid certificates.
-        excl.certificates = latest.certificates.clone();
-        let result = dataplane.apply(&snap, &mut excl).await;
+        excl.fallbacks.certificates = latest.model.certificates.clone();
+        // Its model is served as it is unless this pass excludes more.
+        let prebuilt = Prebuilt {
+            served: latest.served,
+            model: latest.model,
+        };
+        let result = dataplane.apply(&snap, Some(prebuilt), &mut excl).await;
         *common.exclusions.write().expect("exclusions lock") = excl.clone();
         match result {
             Ok(outcome) => {
@@ -132,8 +139,8 @@ pub(super) async fn run(
                     .lock()
                     .expect("latest lock")
                     .as_ref()
-                    .is_some_and(|(s, m)| {
-                        Arc::ptr_eq(s, &snap) && m.hash() != outcome.model.hash()
+                    .is_some_and(|l| {
+                        Arc::ptr_eq(&l.raw, &snap) && l.model.hash() != outcome.model.hash()
                     });
                 let model = outcome.model;
                 let activated = outcome.applied != Applied::Unchanged;

@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 
 use crate::annotations::{self, IngressAnnotations, SourceRanges};
+use crate::fallbacks::Fallbacks;
 use crate::model::*;
 use crate::snapshot::Snapshot;
 
@@ -55,9 +56,15 @@ fn dh_param(snap: &Snapshot, secret: &str) -> Result<String, String> {
     }
 }
 
-/// Builds the model of a snapshot. Pure and deterministic: the same objects in any
-/// order give the same model.
+/// Builds the model of a snapshot with nothing to fall back on (what a first build
+/// has). Pure and deterministic: the same objects in any order give the same model.
 pub fn build(snap: &Snapshot) -> Model {
+    build_with(snap, &Fallbacks::default())
+}
+
+/// Builds the model of a snapshot; a TLS Secret whose new version is not valid
+/// keeps the certificate `fallbacks` holds for it. Pure and deterministic.
+pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
     let mut problems = Vec::new();
     let global = config::global(
         snap.config_map.as_deref(),
@@ -119,6 +126,7 @@ pub fn build(snap: &Snapshot) -> Model {
     }
     let mut b = Builder {
         snap,
+        fallbacks,
         index: backends::ServiceIndex::new(
             &snap.services,
             &snap.endpoint_slices,
@@ -151,7 +159,7 @@ pub fn build(snap: &Snapshot) -> Model {
         streams: Vec::new(),
         passthrough: Vec::new(),
         root_defaults: Vec::new(),
-        fallbacks: BTreeMap::new(),
+        default_backend_fallbacks: BTreeMap::new(),
     };
 
     let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
@@ -299,7 +307,7 @@ struct BalancingOwners {
 
 /// A TLS Secret as checked: its certificate, or why there is none; `refused` says
 /// why its new version was not taken when `certificate` is its last valid one
-/// (`Snapshot::previous_certificates`).
+/// (`Fallbacks::certificates`).
 #[derive(Clone)]
 struct CheckedSecret {
     certificate: Result<Certificate, String>,
@@ -334,6 +342,8 @@ struct ServerAcc {
 
 struct Builder<'a> {
     snap: &'a Snapshot,
+    /// The last valid certificates.
+    fallbacks: &'a Fallbacks,
     index: backends::ServiceIndex<'a>,
     secrets: HashMap<(&'a str, &'a str), &'a Secret>,
     /// The ConfigMaps annotations may name, by namespace and name.
@@ -369,7 +379,7 @@ struct Builder<'a> {
     /// `default-backend` as the fallback of a Service without ready endpoints: each
     /// such backend (named `<primary>~fallback~<default>`) and its two parts,
     /// materialised by `finish` once the primary's balancing is known.
-    fallbacks: BTreeMap<String, (String, String)>,
+    default_backend_fallbacks: BTreeMap<String, (String, String)>,
 }
 
 /// What a path answers while its backend has no ready endpoints (its problem says).
@@ -764,7 +774,8 @@ impl Builder<'_> {
         match self.target(ns, r, &dflt, (false, WhenEmpty::Answer503), label) {
             Target::Backend(secondary) if secondary != primary => {
                 let name = format!("{primary}~fallback~{secondary}");
-                self.fallbacks.insert(name.clone(), (primary, secondary));
+                self.default_backend_fallbacks
+                    .insert(name.clone(), (primary, secondary));
                 Target::Backend(name)
             }
             _ => Target::Backend(primary),
@@ -1168,7 +1179,7 @@ impl Builder<'_> {
     }
 
     fn finish(mut self) -> Model {
-        for (name, (primary, secondary)) in std::mem::take(&mut self.fallbacks) {
+        for (name, (primary, secondary)) in std::mem::take(&mut self.default_backend_fallbacks) {
             let (Some(p), Some(d)) = (self.backends.get(&primary), self.backends.get(&secondary))
             else {
                 continue;
@@ -1369,7 +1380,7 @@ impl Builder<'_> {
                 // A Secret that exists but whose new version is not valid keeps its
                 // last valid version while that is not expired (a deleted one does not).
                 let previous = || {
-                    let prev = self.snap.previous_certificates.get(&name)?;
+                    let prev = self.fallbacks.certificates.get(&name)?;
                     (prev.not_after >= now).then(|| prev.clone())
                 };
                 let c = match certificate {

@@ -9,12 +9,13 @@
 //!
 //! When a resource that was served is edited into something NGINX rejects, its last
 //! accepted version keeps serving (the "fallback") instead of being dropped: an edit
-//! must never take down a route that worked.
+//! must never take down a route that worked. The last accepted versions live in one
+//! [`Fallbacks`] value, which the model reads too (the last valid certificates).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ferrule_model::{Certificate, ResourceRef, Snapshot};
+use ferrule_model::{Fallbacks, ResourceRef, Snapshot};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
 
@@ -29,15 +30,15 @@ pub struct Excluded {
     pub fallback: bool,
 }
 
-/// A ConfigMap version that was rejected, and the one still in use.
+/// A ConfigMap version that was rejected, and what serves instead.
 #[derive(Debug, Clone)]
 pub struct HeldConfigMap {
     /// Fingerprint of the rejected version.
     pub rejected: String,
     /// Why.
     pub message: String,
-    /// The last good version (None: defaults).
-    pub last_good: Option<Arc<ConfigMap>>,
+    /// The defaults serve, not the last good ConfigMap (when that failed too).
+    pub defaults: bool,
 }
 
 /// Resources currently excluded by config safety.
@@ -47,16 +48,12 @@ pub struct Exclusions {
     pub ingresses: BTreeMap<ResourceRef, Excluded>,
     /// The held-back ConfigMap, if any.
     pub configmap: Option<HeldConfigMap>,
-    /// Every Ingress as it was in the last configuration NGINX accepted (shared:
-    /// the sync loop clones the exclusions on every sync).
-    last_applied: Arc<BTreeMap<ResourceRef, Arc<Ingress>>>,
     /// Fingerprint of the ConfigMap the Ingress exclusions were found with.
     configmap_seen: Option<String>,
-    /// The certificates of the newest model, by Secret (`namespace/name`): a Secret
-    /// whose new version is not valid keeps serving its last valid certificate, as
-    /// an Ingress keeps its last accepted version (the model reads them as
-    /// `Snapshot::previous_certificates`).
-    pub certificates: Arc<BTreeMap<String, Certificate>>,
+    /// What served last: the Ingresses and the ConfigMap of the configuration NGINX
+    /// accepted ([`Self::remember`]), the certificates of the newest model (set by
+    /// the sync tasks).
+    pub fallbacks: Fallbacks,
 }
 
 impl Exclusions {
@@ -107,8 +104,7 @@ impl Exclusions {
             e.fallback = false;
             return false;
         }
-        let fallback = self
-            .last_applied
+        let fallback = (self.fallbacks.ingresses)
             .get(r)
             .is_some_and(|old| ingress_fingerprint(old) != fingerprint);
         let excluded = Excluded {
@@ -120,42 +116,46 @@ impl Exclusions {
         fallback
     }
 
-    /// Holds back the snapshot's ConfigMap, keeping `last_good` in use.
-    pub fn hold_configmap(
-        &mut self,
-        snap: &Snapshot,
-        last_good: Option<Arc<ConfigMap>>,
-        message: &str,
-    ) {
+    /// Holds back the snapshot's ConfigMap: the last good one serves instead, or the
+    /// `defaults`.
+    pub fn hold_configmap(&mut self, snap: &Snapshot, defaults: bool, message: &str) {
         if let Some(cm) = snap.config_map.as_deref() {
             self.configmap = Some(HeldConfigMap {
                 rejected: configmap_fingerprint(cm),
                 message: message.to_owned(),
-                last_good,
+                defaults,
             });
+        }
+    }
+
+    /// The ConfigMap that serves while the snapshot's is held back.
+    pub fn held_configmap_stand_in(&self) -> Option<Arc<ConfigMap>> {
+        match &self.configmap {
+            Some(h) if h.defaults => None,
+            _ => self.fallbacks.config_map.clone(),
         }
     }
 
     /// Records what NGINX now serves (`served` is a snapshot made by [`Self::apply`]),
     /// as the fallback of resources edited into something NGINX rejects.
     pub fn remember(&mut self, served: &Snapshot) {
-        self.last_applied = Arc::new(
+        self.fallbacks.ingresses = Arc::new(
             served
                 .ingresses
                 .iter()
                 .map(|i| (ingress_ref(i), i.clone()))
                 .collect(),
         );
+        self.fallbacks.config_map = served.config_map.clone();
     }
 
     /// The snapshot without excluded resources (their last accepted version where
     /// they have a fallback), with the last good ConfigMap when the current one is
-    /// held back, the last valid certificates, and with `extra` Ingresses switched off.
+    /// held back, and with `extra` Ingresses switched off.
     pub fn apply(&self, snap: &Snapshot, extra: &BTreeSet<ResourceRef>) -> Snapshot {
         let mut out = snap.clone();
-        out.previous_certificates = self.certificates.clone();
-        if let Some(held) = &self.configmap {
-            out.config_map = held.last_good.clone();
+        if self.configmap.is_some() {
+            out.config_map = self.held_configmap_stand_in();
         }
         if self.ingresses.is_empty() && extra.is_empty() {
             return out;
@@ -170,7 +170,7 @@ impl Exclusions {
                 }
                 match self.ingresses.get(&r) {
                     None => Some(i.clone()),
-                    Some(e) if e.fallback => self.last_applied.get(&r).cloned(),
+                    Some(e) if e.fallback => self.fallbacks.ingresses.get(&r).cloned(),
                     Some(_) => None,
                 }
             })
@@ -319,7 +319,8 @@ mod tests {
         let s = snap(&[&a], Some(&bad));
         excl.refresh(&s);
         excl.exclude(&s, &r("a"), "e");
-        excl.hold_configmap(&s, Some(good.clone()), "held");
+        excl.remember(&snap(&[&a], Some(&good)));
+        excl.hold_configmap(&s, false, "held");
         let served = excl.apply(&s, &BTreeSet::new());
         assert_eq!(served.config_map.as_deref(), Some(good.as_ref()));
 

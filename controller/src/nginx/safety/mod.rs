@@ -29,8 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrule_model::{ResourceRef, Snapshot};
-use k8s_openapi::api::core::v1::ConfigMap;
+use ferrule_model::{Model, ResourceRef, Snapshot};
 
 use super::process::TestFailure;
 use super::{Applied, ApplyError};
@@ -46,9 +45,10 @@ pub trait Probe: Send {
     /// in it, undo the write or activate it.
     type Written: Send;
 
-    /// Renders the configuration of `snap` (a snapshot made by
-    /// [`Exclusions::apply`]) and writes it, keeping what it replaces.
-    fn write(&mut self, snap: &Snapshot) -> Result<Self::Written, ApplyError>;
+    /// Renders the configuration of `served` (a snapshot made by
+    /// [`Exclusions::apply`]), whose model is `model`, and writes it, keeping what
+    /// it replaces.
+    fn write(&mut self, served: &Snapshot, model: Arc<Model>) -> Result<Self::Written, ApplyError>;
 
     /// Whether `written` is exactly what NGINX serves already: nothing to test or
     /// activate.
@@ -75,6 +75,17 @@ pub trait Probe: Send {
     ) -> impl Future<Output = Result<Applied, ApplyError>> + Send;
 }
 
+/// The model the model task built of a snapshot, and the snapshot it built it
+/// from (the input minus its exclusions then): the first round of a pass uses it
+/// when its exclusions are the same, rather than building the model again.
+#[derive(Debug, Clone)]
+pub struct Prebuilt {
+    /// What the model was built from.
+    pub served: Arc<Snapshot>,
+    /// The model.
+    pub model: Arc<Model>,
+}
+
 /// A pass that ended with a configuration NGINX serves.
 #[derive(Debug)]
 pub struct Served<W> {
@@ -90,12 +101,15 @@ pub struct Served<W> {
     pub test_time: Duration,
     /// How many of them refused the configuration.
     pub refused: usize,
+    /// How many models the pass built (none when the prebuilt one was served).
+    pub builds: usize,
 }
 
 /// The reload path with config safety (see the module docs): serves `snap` through
 /// `probe`, minus what NGINX rejects. `excl` is updated with every resource
 /// excluded on the way; the ConfigMap is held back when it breaks shared
-/// configuration. `last_good` is the ConfigMap of the configuration NGINX serves.
+/// configuration, for the last good one (`excl.fallbacks`). `prebuilt` is the
+/// model task's model of `snap`, if it has one.
 ///
 /// Every failing round makes progress (an Ingress excluded, its fallback dropped,
 /// or the ConfigMap held back); when it cannot, the pass falls back to testing
@@ -103,17 +117,17 @@ pub struct Served<W> {
 pub async fn apply<P: Probe>(
     probe: &mut P,
     snap: &Snapshot,
+    prebuilt: Option<Prebuilt>,
     excl: &mut Exclusions,
-    last_good: Option<Arc<ConfigMap>>,
 ) -> Result<Served<P::Written>, ApplyError> {
     excl.refresh(snap);
-    let mut pass = Pass::new(excl, last_good);
+    let mut pass = Pass::new(excl, prebuilt);
     // An Ingress can fail twice (its new version, then its fallback), and the
     // ConfigMap can be held back twice (last good, then defaults).
     let max_rounds = 2 * snap.ingresses.len() + 4;
     for _ in 0..max_rounds {
         let served = excl.apply(snap, &BTreeSet::new());
-        let written = probe.write(&served)?;
+        let written = pass.write(probe, excl, &served)?;
         if probe.serves(&written) {
             // Exactly what NGINX serves already: no test, no reload.
             return Ok(pass.served(excl, served, written, Applied::Unchanged));
@@ -176,25 +190,47 @@ struct Pass {
     /// The Ingress exclusions when the pass began (restored when the ConfigMap is
     /// blamed instead).
     start: BTreeMap<ResourceRef, Excluded>,
-    /// The ConfigMap of the configuration NGINX serves.
-    last_good: Option<Arc<ConfigMap>>,
     /// Ingresses that failed in this pass, in order, each once.
     failed: Vec<ResourceRef>,
     /// NGINX was started once in this pass without a test first.
     started_untested: bool,
+    /// The model task's model (see [`Prebuilt`]).
+    prebuilt: Option<Prebuilt>,
+    /// Models built so far.
+    builds: usize,
 }
 
 impl Pass {
-    fn new(excl: &Exclusions, last_good: Option<Arc<ConfigMap>>) -> Self {
+    fn new(excl: &Exclusions, prebuilt: Option<Prebuilt>) -> Self {
         Self {
             tests: 0,
             test_time: Duration::ZERO,
             refused: 0,
             start: excl.ingresses.clone(),
-            last_good,
             failed: Vec::new(),
             started_untested: false,
+            prebuilt,
+            builds: 0,
         }
+    }
+
+    /// Writes the configuration of `served` through `probe`, with the prebuilt
+    /// model when it was built from the same Ingresses and ConfigMap (the rest of
+    /// `served` is the same snapshot's), else one built now.
+    fn write<P: Probe>(
+        &mut self,
+        probe: &mut P,
+        excl: &Exclusions,
+        served: &Snapshot,
+    ) -> Result<P::Written, ApplyError> {
+        let model = match &self.prebuilt {
+            Some(p) if same_exclusions(&p.served, served) => p.model.clone(),
+            _ => {
+                self.builds += 1;
+                Arc::new(ferrule_model::build_with(served, &excl.fallbacks))
+            }
+        };
+        probe.write(served, model)
     }
 
     /// `nginx -t` on what `probe` wrote, counted.
@@ -224,6 +260,24 @@ impl Pass {
             tests: self.tests,
             test_time: self.test_time,
             refused: self.refused,
+            builds: self.builds,
         }
     }
+}
+
+/// Whether two snapshots made by [`Exclusions::apply`] of the same input serve the
+/// same versions of the same Ingresses and the same ConfigMap (by identity: each
+/// version is one `Arc`, so this is a pointer comparison per Ingress).
+fn same_exclusions(a: &Snapshot, b: &Snapshot) -> bool {
+    let same = |x: &Option<Arc<_>>, y: &Option<Arc<_>>| match (x, y) {
+        (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+        (None, None) => true,
+        _ => false,
+    };
+    same(&a.config_map, &b.config_map)
+        && a.ingresses.len() == b.ingresses.len()
+        && a.ingresses
+            .iter()
+            .zip(&b.ingresses)
+            .all(|(x, y)| Arc::ptr_eq(x, y))
 }

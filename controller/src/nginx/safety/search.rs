@@ -46,7 +46,7 @@ pub(super) async fn ingress_failed<P: Probe>(
     if !pass.failed.contains(&r) {
         pass.failed.push(r);
     }
-    if pass.failed.len() < 2 || !configmap_suspect(snap, excl, pass) {
+    if pass.failed.len() < 2 || !configmap_suspect(snap, excl) {
         return Ok(true);
     }
     let pair = pass.failed[pass.failed.len() - 2..].to_vec();
@@ -57,7 +57,7 @@ pub(super) async fn ingress_failed<P: Probe>(
             None => trial.ingresses.remove(p),
         };
     }
-    trial.hold_configmap(snap, pass.last_good.clone(), "");
+    trial.hold_configmap(snap, false, "");
     if test_without(probe, snap, &trial, &BTreeSet::new(), pass)
         .await?
         .is_ok()
@@ -81,22 +81,22 @@ pub(super) fn blame_configmap(
     pass: &mut Pass,
     message: &str,
 ) -> bool {
-    if !configmap_suspect(snap, excl, pass) {
+    if !configmap_suspect(snap, excl) {
         return false;
     }
     excl.ingresses = pass.start.clone();
     pass.failed.clear();
-    excl.hold_configmap(snap, pass.last_good.clone(), message);
+    excl.hold_configmap(snap, false, message);
     true
 }
 
 /// Whether the snapshot's ConfigMap differs from the one NGINX last accepted (at
 /// startup: whether there is one) and is not held back already.
-fn configmap_suspect(snap: &Snapshot, excl: &Exclusions, pass: &Pass) -> bool {
+fn configmap_suspect(snap: &Snapshot, excl: &Exclusions) -> bool {
     let fp = |cm: Option<&ConfigMap>| cm.map(configmap_fingerprint);
     excl.configmap.is_none()
         && snap.config_map.is_some()
-        && fp(snap.config_map.as_deref()) != fp(pass.last_good.as_deref())
+        && fp(snap.config_map.as_deref()) != fp(excl.fallbacks.config_map.as_deref())
 }
 
 /// The Ingresses in the configuration (sorted, so bisection is deterministic).
@@ -159,7 +159,7 @@ async fn test_without<P: Probe>(
     off: &BTreeSet<ResourceRef>,
     pass: &mut Pass,
 ) -> Result<Result<(), TestFailure>, ApplyError> {
-    let written = probe.write(&excl.apply(snap, off))?;
+    let written = pass.write(probe, excl, &excl.apply(snap, off))?;
     let result = pass.test(probe).await;
     probe.roll_back(written)?;
     Ok(result)
@@ -179,21 +179,22 @@ pub(super) async fn one_by_one<P: Probe>(
     excl.ingresses = pass.start.clone();
     let every: BTreeSet<ResourceRef> = snap.ingresses.iter().map(|i| ingress_ref(i)).collect();
     while let Err(f) = test_without(probe, snap, excl, &every, &mut pass).await? {
-        let last_good = match &excl.configmap {
-            None if snap.config_map.is_some() => pass.last_good.clone(),
-            Some(h) if h.last_good.is_some() => None,
+        // Held back for the last good ConfigMap first, then for the defaults.
+        let defaults = match &excl.configmap {
+            None if snap.config_map.is_some() => false,
+            Some(_) if excl.held_configmap_stand_in().is_some() => true,
             _ => return Err(ApplyError::Base(f)),
         };
         let message = format!(
             "nginx -t failed: {}; not applied, {} in use",
             f.message,
-            if last_good.is_some() {
-                "the last good ConfigMap stays"
-            } else {
+            if defaults || excl.fallbacks.config_map.is_none() {
                 "the defaults are"
+            } else {
+                "the last good ConfigMap stays"
             }
         );
-        excl.hold_configmap(snap, last_good, &message);
+        excl.hold_configmap(snap, defaults, &message);
     }
     let candidates = candidates(snap, excl);
     let mut off: BTreeSet<ResourceRef> = candidates.iter().cloned().collect();
@@ -207,7 +208,7 @@ pub(super) async fn one_by_one<P: Probe>(
         }
     }
     let served = excl.apply(snap, &BTreeSet::new());
-    let written = probe.write(&served)?;
+    let written = pass.write(probe, excl, &served)?;
     let applied = if probe.serves(&written) {
         Applied::Unchanged
     } else {

@@ -19,9 +19,9 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ferrule_model::{ResourceRef, Snapshot};
+use ferrule_model::{Model, ResourceRef, Snapshot};
 
-use super::{Exclusions, Probe, apply};
+use super::{Exclusions, Prebuilt, Probe, apply};
 use crate::nginx::process::TestFailure;
 use crate::nginx::{Applied, ApplyError};
 
@@ -38,6 +38,8 @@ struct Conf {
 struct Written {
     conf: Conf,
     replaced: Option<Conf>,
+    /// The model it was written with.
+    model: Arc<Model>,
 }
 
 /// NGINX as the search sees it.
@@ -143,11 +145,15 @@ fn failure(message: &str, at: Option<&str>) -> TestFailure {
 impl Probe for Fake {
     type Written = Written;
 
-    fn write(&mut self, snap: &Snapshot) -> Result<Written, ApplyError> {
+    fn write(&mut self, snap: &Snapshot, model: Arc<Model>) -> Result<Written, ApplyError> {
         let conf = self.render(snap);
         let replaced =
             (conf.text != self.disk.text).then(|| std::mem::replace(&mut self.disk, conf.clone()));
-        Ok(Written { conf, replaced })
+        Ok(Written {
+            conf,
+            replaced,
+            model,
+        })
     }
 
     fn serves(&mut self, written: &Written) -> bool {
@@ -240,18 +246,16 @@ fn world(words: &str) -> (Snapshot, Option<String>) {
 async fn run(before: &str, now: &str) -> (String, String) {
     let mut fake = Fake::new();
     let mut excl = Exclusions::default();
-    let mut last_good = None;
     if !before.is_empty() {
         let (snap, _) = world(before);
-        let served = apply(&mut fake, &snap, &mut excl, None).await.unwrap();
+        let served = apply(&mut fake, &snap, None, &mut excl).await.unwrap();
         assert_eq!(served.applied, Applied::Started, "{before}");
         assert!(excl.is_empty() && fake.tested.is_empty(), "{before}");
-        last_good = served.snapshot.config_map;
     }
     let (snap, outside) = world(now);
     fake.outside = outside;
     fake.tested.clear();
-    let result = apply(&mut fake, &snap, &mut excl, last_good).await;
+    let result = apply(&mut fake, &snap, None, &mut excl).await;
     let tests = fake.tested.len();
     let mut rejected: Vec<String> = excl
         .ingresses
@@ -533,4 +537,38 @@ async fn bisection_takes_at_most_log2_n_plus_one_tests() {
             assert_eq!(tail, want, "n={n} k={k}");
         }
     }
+}
+
+/// The model task's model of the snapshot is served as it is when the pass excludes
+/// nothing more than the model task knew: the reload path builds no model then.
+#[tokio::test]
+async fn the_model_task_s_model_serves_unless_the_pass_excludes_more() {
+    let prebuilt = |snap: &Snapshot| {
+        let served = Arc::new(Exclusions::default().apply(snap, &BTreeSet::new()));
+        let model = Arc::new(ferrule_model::build(&served));
+        Prebuilt { served, model }
+    };
+    let (snap, _) = world("a b");
+    let given = prebuilt(&snap);
+    let (mut fake, mut excl) = (Fake::new(), Exclusions::default());
+    let served = apply(&mut fake, &snap, Some(given.clone()), &mut excl)
+        .await
+        .unwrap();
+    assert_eq!(served.builds, 0);
+    assert!(Arc::ptr_eq(&served.written.model, &given.model));
+
+    // c is new and broken: the configuration without it is a model of its own.
+    let (snap, _) = world("a b c:!");
+    let given = prebuilt(&snap);
+    let served = apply(&mut fake, &snap, Some(given.clone()), &mut excl)
+        .await
+        .unwrap();
+    assert_eq!(fake.render(&served.snapshot).text, "a:1 b:1");
+    assert_eq!(served.builds, 1);
+    assert!(!Arc::ptr_eq(&served.written.model, &given.model));
+    assert_eq!(
+        *served.written.model,
+        ferrule_model::build(&served.snapshot),
+        "built from what is served"
+    );
 }
