@@ -55,6 +55,14 @@ pub struct BuildLabel {
     pub kind: String,
 }
 
+/// Label: what started a pass of the model task.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PassLabel {
+    /// `snapshot` (the source saw a change the model reads), `reload` (NGINX serves
+    /// a new model: the diff base changed) or `retry` (of a failed post).
+    pub cause: String,
+}
+
 /// Label: a resource state.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StateLabel {
@@ -99,6 +107,8 @@ pub struct Metrics {
     pub sync_duration: Histogram,
     /// Models built after a change, by kind.
     pub model_builds: Family<BuildLabel, Counter>,
+    /// Passes of the model task, by what started them.
+    pub model_passes: Family<PassLabel, Counter>,
     /// Resources by state.
     pub resources: Family<StateLabel, Gauge>,
     /// Dynamic (no reload) updates by kind and result.
@@ -161,6 +171,13 @@ impl Metrics {
             "model_builds",
             "Models built after a change: endpoints (the last one patched) or full",
             model_builds.clone(),
+        );
+        let model_passes = Family::<PassLabel, Counter>::default();
+        registry.register(
+            "model_passes",
+            "Passes of the model task by cause: snapshot (a change the model reads), \
+             reload (the diff base changed) or retry (of a failed post)",
+            model_passes.clone(),
         );
         let resources = Family::<StateLabel, Gauge>::default();
         registry.register("resources", "Resources by state", resources.clone());
@@ -230,6 +247,11 @@ impl Metrics {
         for kind in ["endpoints", "full"] {
             drop(model_builds.get_or_create(&BuildLabel { kind: kind.into() }));
         }
+        for cause in ["snapshot", "reload", "retry"] {
+            drop(model_passes.get_or_create(&PassLabel {
+                cause: cause.into(),
+            }));
+        }
         Self {
             registry,
             identity,
@@ -241,6 +263,7 @@ impl Metrics {
             reload_verify_failures,
             sync_duration,
             model_builds,
+            model_passes,
             resources,
             dynamic_updates,
             dynamic_latency,

@@ -333,6 +333,11 @@ where
         match ev {
             Ok(ev) => {
                 if seen.changes(&ev, relevant) {
+                    if tracing::enabled!(tracing::Level::DEBUG) {
+                        let (event, object) = describe(&ev);
+                        let kind = std::any::type_name::<K>().rsplit("::").next();
+                        tracing::debug!(kind, event, object, "a change the model reads");
+                    }
                     dirty.notify_one();
                 }
             }
@@ -389,6 +394,21 @@ impl Seen {
                 true
             }
         }
+    }
+}
+
+/// A watcher event's kind and object (`namespace/name`), for the debug log.
+fn describe<K: Resource>(ev: &watcher::Event<K>) -> (&'static str, String) {
+    let name = |o: &K| {
+        let (ns, name) = key(o);
+        format!("{ns}/{name}")
+    };
+    match ev {
+        watcher::Event::Apply(o) => ("apply", name(o)),
+        watcher::Event::Delete(o) => ("delete", name(o)),
+        watcher::Event::Init => ("relist", String::new()),
+        watcher::Event::InitApply(o) => ("relist-apply", name(o)),
+        watcher::Event::InitDone => ("relist-done", String::new()),
     }
 }
 

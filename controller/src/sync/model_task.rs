@@ -79,14 +79,23 @@ pub(super) async fn run(
     // A snapshot arrived during a full build: the next pass starts at once.
     let mut pending = false;
     loop {
-        if !pending {
+        // What started the pass (a snapshot that came during the last build is one).
+        let cause = if pending {
+            "snapshot"
+        } else {
             tokio::select! {
-                r = snapshots.changed() => if r.is_err() { return },
+                r = snapshots.changed() => if r.is_err() { return } else { "snapshot" },
                 // A reload finished: the diff base changed, re-evaluate.
-                r = applied_rx.changed() => if r.is_err() { return },
-                _ = sleep_until_some(task.retry) => {}
+                r = applied_rx.changed() => if r.is_err() { return } else { "reload" },
+                _ = sleep_until_some(task.retry) => "retry",
             }
-        }
+        };
+        tracing::debug!(cause, "model pass");
+        (task.common.shared.metrics.model_passes)
+            .get_or_create(&crate::metrics::PassLabel {
+                cause: cause.into(),
+            })
+            .inc();
         pending = false;
         let detected = Instant::now();
         // Leading-edge coalescing: a change after a quiet period is handled at once

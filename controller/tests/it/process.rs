@@ -515,6 +515,7 @@ async fn status_port_health_readiness_and_metrics() {
         format!("ferrule_reload_duration_seconds_count{id}"),
         "ferrule_sync_duration_seconds_bucket{".to_owned(),
         format!("ferrule_sync_duration_seconds_count{id}"),
+        format!("ferrule_model_passes_total{id}"),
         ",state=\"applied\"} ".to_owned(),
         ",state=\"rejected\"} ".to_owned(),
         format!("ferrule_reload_verify_failures_total{id}"),
