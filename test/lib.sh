@@ -1,9 +1,14 @@
 # Shared scaffolding of the in-NGINX balancer suites (lua/test/run.sh and
-# njs/test/run.sh): a private nginx in a temporary prefix, checks and their
-# report, and the curl/openssl helpers both suites drive it with. Sourced after
+# njs/test/run.sh): a private nginx in a temporary prefix, running the
+# configuration `ferrule render` writes, checks and their report, and the
+# curl/openssl helpers both suites drive it with. Sourced after
 # `set -uo pipefail`; the suite sets the *_PORT variables named in PORT_VARS.
 
 NGINX=${NGINX:-nginx}
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The controller binary that renders the configuration: where `make test` leaves
+# it (`cargo test --workspace` builds target/debug/ferrule), or FERRULE=path.
+FERRULE=${FERRULE:-$REPO/target/debug/ferrule}
 START=$(date +%s)
 MASTER=""
 
@@ -18,6 +23,9 @@ require() {
 # new_prefix NAME: a temporary prefix in $WORK, removed at exit (KEEP=1 keeps it).
 new_prefix() {
     WORK=$(mktemp -d "/tmp/ferrule-$1-test.XXXXXX")
+    # Run as root, the rendered configuration has its workers run as nobody: they
+    # open their temporary files and state below the prefix, which mktemp made 0700.
+    chmod 755 "$WORK"
     mkdir -p "$WORK"/{conf,run,logs,tmp,certs,out}
     trap cleanup EXIT
     trap 'exit 130' INT TERM
@@ -28,6 +36,7 @@ stop_nginx() {
         kill -QUIT "$MASTER" 2>/dev/null
         for _ in $(seq 50); do kill -0 "$MASTER" 2>/dev/null || break; sleep 0.1; done
         kill -0 "$MASTER" 2>/dev/null && kill -KILL "$MASTER" 2>/dev/null
+        wait "$MASTER" 2>/dev/null   # our child (daemon off): reaped
     fi
     MASTER=""
 }
@@ -74,8 +83,10 @@ mkcert() { # mkcert name CN [extra openssl args]
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
         -subj "/CN=$2" -keyout "$WORK/certs/$1.key" -out "$WORK/certs/$1.crt" "${@:3}" 2>/dev/null
 }
-# common_certs: the static fallback (conf/default.*) and the certificates both
-# suites post: a, a2 (same host, serial 4242), wild, dflt.
+# common_certs: the static fallback (conf/default.*: what the njs configuration
+# serves, and a pair the Lua unit tests post) and the certificates both suites
+# post: a, a2 (same host, serial 4242), wild, dflt. After render_prefix, whose
+# default certificate it replaces.
 common_certs() {
     mkcert fallback static-fallback
     cp "$WORK/certs/fallback.crt" "$WORK/conf/default.crt"
@@ -95,6 +106,36 @@ render_conf() {
     sed "${args[@]}" "$@" "$template"
 }
 
+# render_prefix MANIFESTS [ferrule render flags]: $WORK as `ferrule render` writes it
+# from MANIFESTS (nginx.conf, servers, balancer sources, token, default
+# certificate), proxying on 127.0.0.1 at PROXY_PORT and TLS_PORT with 2 workers;
+# its http block includes conf/test-only.conf, which the suite writes.
+render_prefix() {
+    local manifests=$1 conf="$WORK/conf/nginx.conf" newer
+    shift
+    if [ ! -x "$FERRULE" ]; then
+        echo "FATAL: no ferrule binary at $FERRULE: build it (cargo build --bin ferrule;" \
+             "make test runs cargo test --workspace first) or set FERRULE=/path/to/ferrule" >&2
+        exit 2
+    fi
+    newer=$(find "$REPO/rootfs/etc/nginx" "$REPO/controller/src" "$REPO/model/src" \
+                 -newer "$FERRULE" -type f -print -quit 2>/dev/null)
+    [ -z "$newer" ] || echo "WARNING: $newer is newer than $FERRULE: rebuild it" \
+                            "to test what this tree renders" >&2
+    if ! "$FERRULE" render --manifests "$manifests" --out "$WORK" --nginx-binary "$NGINX" \
+            --listen-address 127.0.0.1 --http-port "$PROXY_PORT" --https-port "$TLS_PORT" \
+            --worker-processes 2 "$@" > "$WORK/logs/render.out" 2>&1; then
+        echo "FATAL: ferrule render failed:" >&2; cat "$WORK/logs/render.out" >&2; exit 1
+    fi
+    # The one change to what the renderer wrote: the test-only file included right
+    # after the servers (a text insertion: the renderer has no include of its own,
+    # and a ConfigMap http-snippet would change every location it renders).
+    sed -i 's#^\( *\)include "[^"]*/conf/servers/\*\.conf";$#&\n\1include "'"$WORK"'/conf/test-only.conf";#' "$conf"
+    if [ "$(grep -c '/conf/test-only.conf";$' "$conf")" != 1 ]; then
+        echo "FATAL: the servers' include was not found once in the rendered $conf" >&2; exit 1
+    fi
+}
+
 # test_and_start: nginx -t on conf/nginx.conf (fatal when it fails), then start_nginx.
 test_and_start() {
     if ! "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" -t >"$WORK/logs/t.out" 2>&1; then
@@ -104,12 +145,22 @@ test_and_start() {
     echo "nginx master $MASTER, prefix $WORK, proxy :$PROXY_PORT tls :$TLS_PORT"
 }
 # start_nginx: starts the master and waits for its API socket and both workers.
+# The rendered configuration says `daemon off` (the controller supervises the
+# master): it runs in the background, a child of this shell.
 start_nginx() {
-    "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" || {
-        echo "FATAL: nginx did not start" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
-    for _ in $(seq 50); do [ -s "$WORK/run/nginx.pid" ] && [ -S "$WORK/run/balancer.sock" ] && break; sleep 0.1; done
+    local pid
+    "$NGINX" -p "$WORK" -c conf/nginx.conf -e "$WORK/logs/error.log" >> "$WORK/logs/nginx.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 50); do
+        [ -s "$WORK/run/nginx.pid" ] && [ -S "$WORK/run/balancer.sock" ] && break
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
     MASTER=$(cat "$WORK/run/nginx.pid" 2>/dev/null)
-    [ -n "$MASTER" ] || { echo "FATAL: no nginx pid" >&2; cat "$WORK/logs/error.log" >&2; exit 1; }
+    if [ -z "$MASTER" ]; then
+        MASTER=$pid   # stopped at exit if it runs after all
+        echo "FATAL: nginx did not start" >&2; cat "$WORK/logs/nginx.out" "$WORK/logs/error.log" >&2; exit 1
+    fi
     for _ in $(seq 50); do [ "$(workers | wc -w)" = 2 ] && break; sleep 0.1; done
     SOCK="$WORK/run/balancer.sock"
     PROXY="http://127.0.0.1:$PROXY_PORT"

@@ -266,7 +266,7 @@ end
 local function send_cookie(st, aff, ep)
     -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set in
     -- every location with a backend): two Ingresses on one host keep their cookies
-    -- apart. A location without it (hand-written, or the Lua test's) sends "/".
+    -- apart. A location without it (a hand-written configuration) sends "/".
     local path = not aff.path and ngx_var.ferrule_cookie_path or nil
     local https = aff.secure == nil and ngx_var.https == "on"
     local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time())

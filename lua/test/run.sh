@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Ferrule in-NGINX balancer tests: unit tests of the pure Lua modules (run
 # inside NGINX) and behaviour tests with curl/openssl against a private nginx
-# started from lua/test/nginx.conf. Needs: nginx with the lua module, curl,
-# openssl, python3. Usage: lua/test/run.sh   (KEEP=1 keeps the temp prefix)
+# running the configuration `ferrule render` writes from lua/test/manifests/,
+# plus lua/test/test-only.conf (unit-test locations, identity upstreams).
+# Needs: nginx with the lua module, curl, openssl, python3, and the ferrule
+# binary (target/debug/ferrule, or FERRULE=path).
+# Usage: lua/test/run.sh   (KEEP=1 keeps the temp prefix; FAST=1: with the C
+# fast path)
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -17,16 +21,31 @@ new_prefix lua
 PORT_VARS="PROXY_PORT TLS_PORT BACKEND_PORT SLOW_PORT DEAD_PORT LEAK_PORT"
 read -r $PORT_VARS < <(free_ports 6)
 
+# FAST=1: with the C fast path (nginx-module/), which then balances the plain
+# backends of every section below: the same checks hold through it. The
+# renderer uses it when NGINX loads the module; per-request metrics stay off
+# (a check below expects the API without them).
+FAST=${FAST:-0}
+fast_flag=(--no-fast-path)
+[ "$FAST" = 1 ] && fast_flag=()
+render_prefix "$HERE/manifests" "${fast_flag[@]}" --enable-metrics=false
+render_conf "$HERE/test-only.conf" -e "s#LUA_DIR#$LUA_DIR#g" > "$WORK/conf/test-only.conf"
+if [ "$FAST" = 1 ] && ! grep -q '^ *ferrule_fast;' "$WORK/conf/nginx.conf"; then
+    echo "FATAL: FAST=1, but the renderer left the C fast path out (does nginx load" \
+         "/usr/lib/nginx/modules/ngx_http_ferrule_module.so? make deps builds it)" >&2
+    exit 2
+fi
+# The balancer under test is this tree's lua/ferrule: the copy the binary carries
+# is the tree it was built from, which may predate an edit.
+rm -rf "$WORK/lua/ferrule" && cp -r "$LUA_DIR/ferrule" "$WORK/lua/"
+
 TOKEN=$(openssl rand -hex 24)
 echo "  $TOKEN  " > "$WORK/conf/balancer.token"   # surrounding blanks: must be trimmed
 
 common_certs
-# FAST=1: with the C fast path (nginx-module/), which then balances the plain
-# backends of every section below: the same checks hold through it.
-FAST=${FAST:-0}
-fast_sed=()
-[ "$FAST" = 1 ] && fast_sed=(-e 's/^\( *\)#FAST /\1/')
-render_conf "$HERE/nginx.conf" -e "s#LUA_DIR#$LUA_DIR#g" "${fast_sed[@]}" > "$WORK/conf/nginx.conf"
+chmod 644 "$WORK/conf/default.key"   # the unit tests read it in a worker (nobody)
+# the static fallback, also where the rendered servers name their certificate
+cat "$WORK/certs/fallback.crt" "$WORK/certs/fallback.key" > "$WORK/conf/certs/default.pem"
 test_and_start
 
 WORKERS_AT_START=$(workers)
@@ -55,17 +74,17 @@ section "POST /configuration/backends"
 EPS4="$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)"
 BODY=$(cat <<EOF
 {"version": 1, "backends": [
-  {"name": "default-echo-80", "endpoints": [$EPS4,$(ep ::1 $B)], "load_balance": "round_robin",
+  {"name": "default_echo_80", "endpoints": [$EPS4,$(ep ::1 $B)], "load_balance": "round_robin",
    "upstream_hash_by": null, "affinity": null, "canary": null},
-  {"name": "rr", "endpoints": [$EPS4]},
-  {"name": "empty", "endpoints": []},
-  {"name": "hash", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)], "upstream_hash_by": "\$arg_user"},
-  {"name": "sticky", "endpoints": [$EPS4], "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 3600, "path": "/"}},
-  {"name": "main", "endpoints": [$(ep 127.0.0.2 $B)],
-   "canary": {"backend": "main-canary", "weight": 20, "weight_total": 100, "header": "X-Canary", "header_value": null, "cookie": "canary"}},
-  {"name": "main-canary", "endpoints": [$(ep 127.0.0.3 $B)]},
-  {"name": "ewma", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.5 $SLOW_PORT)], "load_balance": "ewma"},
-  {"name": "retry", "endpoints": [$(ep 127.0.0.2 $DEAD_PORT),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)]}
+  {"name": "default_rr_80", "endpoints": [$EPS4]},
+  {"name": "default_empty_80", "endpoints": []},
+  {"name": "default_hash_80", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)], "upstream_hash_by": "\$arg_user"},
+  {"name": "default_sticky_80", "endpoints": [$EPS4], "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 3600, "path": "/"}},
+  {"name": "default_main_80", "endpoints": [$(ep 127.0.0.2 $B)],
+   "canary": {"backend": "default_main-canary_80", "weight": 20, "weight_total": 100, "header": "X-Canary", "header_value": null, "cookie": "canary"}},
+  {"name": "default_main-canary_80", "endpoints": [$(ep 127.0.0.3 $B)]},
+  {"name": "default_ewma_80", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.5 $SLOW_PORT)], "load_balance": "ewma"},
+  {"name": "default_retry_80", "endpoints": [$(ep 127.0.0.2 $DEAD_PORT),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)]}
  ], "removed": []}
 EOF
 )
@@ -79,13 +98,13 @@ check "endpoint \"1:2\" (not an IPv6 address) -> 400" \
     [ "$(api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"x\",\"endpoints\":[$(ep 127.0.0.2 $B),$(ep 1:2 80)]}]}")" = 400 ]
 check "  ... naming the field" grep -qF 'endpoints[1]: address must be an IPv4 or IPv6 literal, got 1:2' "$WORK/out/api"
 check "rejected POST changed nothing" [ "$(api GET /configuration/backends/x)" = 404 ]
-check "GET /configuration/backends/rr" [ "$(api GET /configuration/backends/rr)" = 200 ]
+check "GET /configuration/backends/default_rr_80" [ "$(api GET /configuration/backends/default_rr_80)" = 200 ]
 check "  ... returns the stored backend" grep -q "\"127.0.0.5\"" "$WORK/out/api"
 check "GET /configuration/backends lists all 9" \
     python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['backends']) != 9)" \
     <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends)
 check "GET /configuration/backends?names=1 lists the 9 names only" \
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(sorted(d) != ['generation','names','version'] or len(d['names']) != 9 or 'rr' not in d['names'])" \
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(sorted(d) != ['generation','names','version'] or len(d['names']) != 9 or 'default_rr_80' not in d['names'])" \
     <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" "http://x/configuration/backends?names=1")
 api GET /configuration/version >/dev/null
 check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
@@ -120,17 +139,17 @@ fast_of() { # NAME: the peers the C module holds for it, as JSON (null: none)
 }
 if [ "$FAST" = 1 ]; then
     check "plain round robin: its endpoints" \
-        [ "$(fast_of rr)" = "[\"127.0.0.2:$B\", \"127.0.0.3:$B\", \"127.0.0.4:$B\", \"127.0.0.5:$B\"]" ]
+        [ "$(fast_of default_rr_80)" = "[\"127.0.0.2:$B\", \"127.0.0.3:$B\", \"127.0.0.4:$B\", \"127.0.0.5:$B\"]" ]
 else
-    check "without the module: none" [ "$(fast_of rr)" = null ]
+    check "without the module: none" [ "$(fast_of default_rr_80)" = null ]
 fi
 for b in main sticky hash ewma; do
-    check "  ... not $b (canary, affinity, hash, EWMA stay on Lua)" [ "$(fast_of $b)" = null ]
+    check "  ... not $b (canary, affinity, hash, EWMA stay on Lua)" [ "$(fast_of "default_${b}_80")" = null ]
 done
 
 section "endpoint change without reload"
 W1=$(workers)
-api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"default_rr_80\",\"endpoints\":[$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
 hits "/rr/?[1-100]"   # immediately, no sleep
 check "the very next requests only reach the 2 new endpoints" \
     [ "$(count "127.0.0.4:$B")" -ge 45 -a "$(count "127.0.0.5:$B")" -ge 45 -a "$(total)" = 100 ]
@@ -157,11 +176,11 @@ expect100() { curl -sv -o /dev/null -H 'Expect: 100-continue' --data-binary @"$W
 expect100 "$PROXY/empty/" > "$WORK/out/expect"
 check "an upload to a backend without endpoints -> 503 before the body is read" \
     bash -c "grep -q '< HTTP/1.1 503' '$WORK/out/expect' && ! grep -q '< HTTP/1.1 100' '$WORK/out/expect'"
-api POST /configuration/backends '{"version":3,"backends":[],"removed":["rr"]}' >/dev/null
+api POST /configuration/backends '{"version":3,"backends":[],"removed":["default_rr_80"]}' >/dev/null
 check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
 
 section "IPv6 endpoints in other text forms"
-api POST /configuration/backends "{\"version\":3,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 0:0:0:0:0:0:0:1 $B),$(ep ::ffff:127.0.0.3 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":3,\"backends\":[{\"name\":\"default_rr_80\",\"endpoints\":[$(ep 0:0:0:0:0:0:0:1 $B),$(ep ::ffff:127.0.0.3 $B)]}]}" >/dev/null
 hits "/rr/?[1-20]"
 check "uncompressed and IPv4-mapped addresses are accepted and reached" \
     [ "$(count "::1:$B")" = 10 -a "$(count "127.0.0.3:$B")" = 10 ]
@@ -181,7 +200,7 @@ hits "/hash/?user=u[1-300]"
 awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash2"
 check "each user sticks to one endpoint" cmp -s "$WORK/out/hash1" "$WORK/out/hash2"
 check "users spread over all 3 endpoints" [ "$(awk '{print $2}' "$WORK/out/hash1" | sort -u | wc -l)" = 3 ]
-api POST /configuration/backends "{\"version\":4,\"backends\":[{\"name\":\"hash\",\"upstream_hash_by\":\"\$arg_user\",\"endpoints\":[$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":4,\"backends\":[{\"name\":\"default_hash_80\",\"upstream_hash_by\":\"\$arg_user\",\"endpoints\":[$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
 hits "/hash/?user=u[1-300]"
 awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash3"
 read -r MOVED MOVED_ELSEWHERE < <(join "$WORK/out/hash1" "$WORK/out/hash3" |
@@ -205,7 +224,7 @@ REMAINING=""
 for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do
     [ "$a:$B" = "$FIRST" ] || REMAINING="$REMAINING${REMAINING:+,}$(ep $a $B)"
 done
-api POST /configuration/backends "{\"version\":5,\"backends\":[{\"name\":\"sticky\",\"endpoints\":[$REMAINING],\"affinity\":{\"mode\":\"cookie\",\"cookie_name\":\"route\",\"max_age\":3600,\"path\":\"/\"}}]}" >/dev/null
+api POST /configuration/backends "{\"version\":5,\"backends\":[{\"name\":\"default_sticky_80\",\"endpoints\":[$REMAINING],\"affinity\":{\"mode\":\"cookie\",\"cookie_name\":\"route\",\"max_age\":3600,\"path\":\"/\"}}]}" >/dev/null
 curl -s -D "$WORK/out/h3" -b "$WORK/out/jar" -c "$WORK/out/jar" "$PROXY/sticky/" > "$WORK/out/hits"
 SECOND=$(awk '{print $1}' "$WORK/out/hits")
 check "endpoint removed -> re-picked ($FIRST -> $SECOND)" [ -n "$SECOND" -a "$SECOND" != "$FIRST" ]
@@ -231,14 +250,14 @@ check "cookie never -> primary" [ "$(count "127.0.0.2:$B")" = 50 ]
 # a request with a body is routed in the rewrite phase (before its body is read)
 hits "/canary/?[1-20]" -H "X-Canary: always" --data-binary body
 check "POST with header always -> canary (rewrite phase)" [ "$(count "127.0.0.3:$B")" = 20 ]
-api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"main\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"main-canary\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
+api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"default_main_80\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"default_main-canary_80\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
 hits "/canary/?[1-30]" -H "X-Canary: yes-please"
 check "header_value exact match -> canary" [ "$(count "127.0.0.3:$B")" = 30 ]
 hits "/canary/?[1-30]" -H "X-Canary: always"
 check "header_value set: 'always' is just another value -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
 hits "/canary/?[1-30]" -H "X-Canary: Yes-Please"
 check "header_value match is case-sensitive -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
-api POST /configuration/backends '{"version":7,"removed":["main-canary"]}' >/dev/null
+api POST /configuration/backends '{"version":7,"removed":["default_main-canary_80"]}' >/dev/null
 hits "/canary/?[1-20]" -H "X-Canary: yes-please"
 check "canary backend gone -> primary serves" [ "$(count "127.0.0.2:$B")" = 20 ]
 
@@ -279,14 +298,15 @@ check "  ... and is no longer redirected to HTTPS" [ "$(redirect a.example.com /
 expect100 -H "Host: a.example.com" "$PROXY/redirect/up" > "$WORK/out/expect"
 check "  ... and an upload is proxied (through the rewrite phase a body turns on)" \
     bash -c "grep -q '< HTTP/1.1 100' '$WORK/out/expect' && grep -q '< HTTP/1.1 200' '$WORK/out/expect'"
-# A certificate that comes while a request waits for a peer that times out: the
+# A certificate that comes while a request waits for a peer that times out (the
+# location's proxy-read-timeout is 1s, the slow peer sleeps 2): the
 # retry on the other peer serves it, not a redirect.
-api POST /configuration/backends "{\"version\":8,\"backends\":[{\"name\":\"slowfirst\",\"endpoints\":[$(ep 127.0.0.5 $SLOW_PORT),$(ep 127.0.0.2 $B)],\"upstream_hash_by\":\"\$arg_k\"}]}" >/dev/null
+api POST /configuration/backends "{\"version\":8,\"backends\":[{\"name\":\"default_slowfirst_80\",\"endpoints\":[$(ep 127.0.0.5 $SLOW_PORT),$(ep 127.0.0.2 $B)],\"upstream_hash_by\":\"\$arg_k\"}]}" >/dev/null
 K=""
 for k in $(seq 1 40); do
     if curl -s -H "Host: a.example.com" "$PROXY/slowfirst/?k=$k&sleep=0" | grep -q slow; then K=$k; break; fi
 done
-curl -s -o "$WORK/out/slowfirst" -w '%{http_code}' -H "Host: a.example.com" "$PROXY/slowfirst/?k=$K&sleep=1" > "$WORK/out/slowfirst.code" &
+curl -s -o "$WORK/out/slowfirst" -w '%{http_code}' -H "Host: a.example.com" "$PROXY/slowfirst/?k=$K&sleep=2" > "$WORK/out/slowfirst.code" &
 SLOW_PID=$!
 sleep 0.2
 api POST /configuration/certificates "$(jcerts 4 a.example.com=a)" > /dev/null
@@ -319,7 +339,7 @@ check "POST 10k backends -> 201" [ "$(curl -s -o "$WORK/out/api" -w '%{http_code
 echo "    bulk POST of $(( $(stat -c %s "$WORK/out/big.json") / 1024 )) KiB took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
 hits "/?[1-4]"   # both workers pick the bulk change up
 T0=$(date +%s%N)
-api POST /configuration/backends "{\"version\":101,\"backends\":[{\"name\":\"default-echo-80\",\"endpoints\":[$(ep 127.0.0.4 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":101,\"backends\":[{\"name\":\"default_echo_80\",\"endpoints\":[$(ep 127.0.0.4 $B)]}]}" >/dev/null
 hits "/?[1-20]"
 echo "    one change among 10k + 20 requests took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
 check "the single change is live at once" [ "$(count "127.0.0.4:$B")" = 20 ]
@@ -355,15 +375,16 @@ if [ "$FAST" = 1 ]; then
     section "a reload that makes the fast path's zone anew (the shared dicts keep theirs)"
     api POST /configuration/certificates "$(jcerts 9 a.example.com=a)" > /dev/null
     W=$(workers)
-    sed -i 's/ferrule_fast_zone 128m;/ferrule_fast_zone 64m;/' "$WORK/conf/nginx.conf"
+    # (the renderer quotes the size)
+    sed -i 's/ferrule_fast_zone "128m";/ferrule_fast_zone 64m;/' "$WORK/conf/nginx.conf"
     kill -HUP "$MASTER"
     wait_new_workers "$W"
     # at once, before or after the workers mirror the store into the new zone
-    api POST /configuration/backends "{\"version\":20,\"backends\":[{\"name\":\"default-echo-80\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}" > /dev/null
+    api POST /configuration/backends "{\"version\":20,\"backends\":[{\"name\":\"default_echo_80\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}" > /dev/null
     check "plain HTTP to a host with a certificate is still redirected" \
         [ "$(redirect a.example.com /redirect/x)" = "308 https://a.example.com/redirect/x" ]
     sleep 0.3
-    check "the store is mirrored into the new zone: a backend not posted since" [ "$(fast_of rr)" != null ]
+    check "the store is mirrored into the new zone: a backend not posted since" [ "$(fast_of default_rr_80)" != null ]
     check "  ... and the hosts with a certificate (still redirected)" \
         [ "$(redirect a.example.com /redirect/y)" = "308 https://a.example.com/redirect/y" ]
     api POST /configuration/certificates "$(jcerts 10 rm=a.example.com)" > /dev/null
@@ -372,13 +393,13 @@ if [ "$FAST" = 1 ]; then
     # A POST that an old worker finishes after a reload made a new zone: it writes
     # the old zone; the new workers notice (the zone it went to is recorded) and
     # mirror the store again.
-    api POST /configuration/backends "{\"version\":21,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}" > /dev/null
+    api POST /configuration/backends "{\"version\":21,\"backends\":[{\"name\":\"default_rr_80\",\"endpoints\":[$(ep 127.0.0.2 $B)]}]}" > /dev/null
     python3 - "$SOCK" "$TOKEN" "$MASTER" "$WORK/conf/nginx.conf" "$B" > "$WORK/out/inflight" <<'PY'
 import json, os, signal, socket, sys, time
 sock, token, master, conf, port = sys.argv[1:]
-body = json.dumps({"version": 22, "backends": [{"name": "rr",
+body = json.dumps({"version": 22, "backends": [{"name": "default_rr_80",
     "endpoints": [{"address": "127.0.0.3", "port": int(port)}]}],
-    "removed": ["retry"]}).encode()
+    "removed": ["default_retry_80"]}).encode()
 s = socket.socket(socket.AF_UNIX)
 s.connect(sock)
 s.sendall(b"POST /configuration/backends HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
@@ -395,7 +416,7 @@ PY
     check "  (an old worker answered the in-flight POST)" grep -q '^HTTP/1.1 201' "$WORK/out/inflight"
     sleep 0.3
     check "a POST an old worker wrote during a reload reaches the new zone" \
-        [ "$(fast_of rr)" = "[\"127.0.0.3:$B\"]" ]
+        [ "$(fast_of default_rr_80)" = "[\"127.0.0.3:$B\"]" ]
     hits "/rr/?[1-20]"
     check "  ... and its traffic" [ "$(count "127.0.0.3:$B")" = 20 ]
     check "  ... and a backend it removed is gone from it (503)" [ "$(status "$PROXY/retry/")" = 503 ]
