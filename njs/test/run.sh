@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Ferrule njs balancer tests: unit tests of the pure modules (run inside
-# nginx) and behaviour tests with curl/openssl against a private nginx started
-# from njs/test/nginx.conf. Needs: nginx + libnginx-mod-http-js (njs 0.7.9),
-# curl, openssl, python3 (stdlib), procps.
+# nginx) and behaviour tests with curl/openssl against a private nginx running
+# the configuration `ferrule render --balancer njs` writes from
+# njs/test/manifests/, plus njs/test/test-only.conf (unit-test location,
+# identity upstreams). Needs: nginx + libnginx-mod-http-js (njs 0.7.9), curl,
+# openssl, python3 (stdlib), procps, and the ferrule binary
+# (target/debug/ferrule, or FERRULE=path).
 # Usage: njs/test/run.sh   (KEEP=1 keeps the temp prefix; NGINX=/path/to/nginx)
 set -uo pipefail
 
@@ -19,6 +22,12 @@ new_prefix njs
 # ---------------------------------------------------------------- setup
 PORT_VARS="PROXY_PORT TLS_PORT BACKEND_PORT DEAD_PORT LEAK_PORT"
 read -r $PORT_VARS < <(free_ports 5)
+
+render_prefix "$HERE/manifests" --balancer njs --enable-metrics=false
+render_conf "$HERE/test-only.conf" -e "s#NJS_DIR#$NJS_DIR#g" > "$WORK/conf/test-only.conf"
+# The balancer under test is this tree's njs/: the copy the binary carries is
+# the tree it was built from, which may predate an edit.
+rm -rf "$WORK/njs/ferrule" && cp -r "$NJS_DIR/ferrule" "$NJS_DIR/ferrule.js" "$NJS_DIR/stream.js" "$WORK/njs/"
 
 TOKEN=$(openssl rand -hex 24)
 # JSON for js_preload_object; surrounding blanks in the token must be trimmed
@@ -37,8 +46,6 @@ for k in rsa:'RSA PRIVATE KEY' sec1:'EC PRIVATE KEY'; do
     grep -q "BEGIN ${k#*:}" "$WORK/certs/${k%%:*}.key" ||
         { echo "FATAL: openssl did not write a ${k#*:}" >&2; exit 1; }
 done
-
-render_conf "$HERE/nginx.conf" -e "s#NJS_DIR#$NJS_DIR#g" > "$WORK/conf/nginx.conf"
 
 # fail closed: without the token file the configuration does not load
 sed "s#$WORK/conf/balancer.token.json#$WORK/conf/missing.token.json#" "$WORK/conf/nginx.conf" \
@@ -78,17 +85,17 @@ section "POST /configuration/backends"
 EPS4="$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)"
 BODY=$(cat <<EOF
 {"version": 1, "backends": [
-  {"name": "default-echo-80", "endpoints": [$EPS4,$(ep ::1 $B)], "load_balance": "round_robin",
+  {"name": "default_echo_80", "endpoints": [$EPS4,$(ep ::1 $B)], "load_balance": "round_robin",
    "upstream_hash_by": null, "affinity": null, "canary": null},
-  {"name": "rr", "endpoints": [$EPS4]},
-  {"name": "empty", "endpoints": []},
-  {"name": "hash", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)], "upstream_hash_by": "\$arg_user"},
-  {"name": "sticky", "endpoints": [$EPS4], "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 3600, "path": "/"}},
-  {"name": "main", "endpoints": [$(ep 127.0.0.2 $B)],
-   "canary": {"backend": "main-canary", "weight": 20, "weight_total": 100, "header": "X-Canary", "header_value": null, "cookie": "canary"}},
-  {"name": "main-canary", "endpoints": [$(ep 127.0.0.3 $B)]},
-  {"name": "dead", "endpoints": [$(ep 127.0.0.2 $DEAD_PORT),$(ep 127.0.0.3 $B)]},
-  {"name": "ewma", "endpoints": [$(ep 127.0.0.2 $B)], "load_balance": "ewma"}
+  {"name": "default_rr_80", "endpoints": [$EPS4]},
+  {"name": "default_empty_80", "endpoints": []},
+  {"name": "default_hash_80", "endpoints": [$(ep 127.0.0.2 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.4 $B)], "upstream_hash_by": "\$arg_user"},
+  {"name": "default_sticky_80", "endpoints": [$EPS4], "affinity": {"mode": "cookie", "cookie_name": "route", "max_age": 3600, "path": "/"}},
+  {"name": "default_main_80", "endpoints": [$(ep 127.0.0.2 $B)],
+   "canary": {"backend": "default_main-canary_80", "weight": 20, "weight_total": 100, "header": "X-Canary", "header_value": null, "cookie": "canary"}},
+  {"name": "default_main-canary_80", "endpoints": [$(ep 127.0.0.3 $B)]},
+  {"name": "default_dead_80", "endpoints": [$(ep 127.0.0.2 $DEAD_PORT),$(ep 127.0.0.3 $B)]},
+  {"name": "default_ewma_80", "endpoints": [$(ep 127.0.0.2 $B)], "load_balance": "ewma"}
  ], "removed": []}
 EOF
 )
@@ -101,13 +108,13 @@ check "400 says why (invalid JSON)" grep -q 'invalid JSON' "$WORK/out/api"
 check "invalid field -> 400" [ "$(api POST /configuration/backends '{"version":2,"backends":[{"name":"y"},{"name":"x","endpoints":[{"address":"nohost","port":1}]}]}')" = 400 ]
 check "400 names the field" grep -q 'backends\[1\] \\"x\\": endpoints\[0\]: address must be an IPv4 or IPv6 literal, got nohost' "$WORK/out/api"
 check "rejected POST changed nothing" [ "$(api GET /configuration/backends/y)" = 404 ]
-check "GET /configuration/backends/rr" [ "$(api GET /configuration/backends/rr)" = 200 ]
+check "GET /configuration/backends/default_rr_80" [ "$(api GET /configuration/backends/default_rr_80)" = 200 ]
 check "  ... returns the stored backend" grep -q '"127.0.0.5"' "$WORK/out/api"
 check "GET /configuration/backends lists all 9" \
     python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1]))['backends']) != 9)" \
     <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" http://x/configuration/backends)
 check "GET /configuration/backends?names=1 lists the 9 names only" \
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(sorted(d) != ['generation','names','version'] or len(d['names']) != 9 or 'rr' not in d['names'])" \
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(sorted(d) != ['generation','names','version'] or len(d['names']) != 9 or 'default_rr_80' not in d['names'])" \
     <(curl -s --unix-socket "$SOCK" -H "Authorization: Bearer $TOKEN" "http://x/configuration/backends?names=1")
 api GET /configuration/version >/dev/null
 check "GET /configuration/version reports version 1" grep -q '"version":1' "$WORK/out/api"
@@ -151,12 +158,12 @@ check "load_balance ewma is accepted (served round robin)" [ "$(count "127.0.0.2
 
 section "endpoint change without reload"
 W1=$(workers)
-api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":2,\"backends\":[{\"name\":\"default_rr_80\",\"endpoints\":[$(ep 127.0.0.4 $B),$(ep 127.0.0.5 $B)]}]}" >/dev/null
 hits "/rr/?[1-100]"   # immediately, no sleep
 check "the very next requests only reach the 2 new endpoints" \
     [ "$(count "127.0.0.4:$B")" -ge 45 -a "$(count "127.0.0.5:$B")" -ge 45 -a "$(total)" = 100 ]
 check "worker pids unchanged (no reload)" [ "$W1" = "$(workers)" ]
-api POST /configuration/backends "{\"version\":3,\"backends\":[{\"name\":\"rr\",\"endpoints\":[$EPS4]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":3,\"backends\":[{\"name\":\"default_rr_80\",\"endpoints\":[$EPS4]}]}" >/dev/null
 hits "/rr/?[1-100]"
 check "and back to 4 endpoints at once" [ "$(distinct)" = 4 -a "$(total)" = 100 ]
 check "  ... still the same workers" [ "$W1" = "$(workers)" ]
@@ -195,8 +202,8 @@ rm -f "$WORK/run/ferrule-state/lock"
 section "503 for unknown backends and backends without endpoints"
 check "unknown backend -> 503" [ "$(status "$PROXY/unknown/")" = 503 ]
 check "backend with no endpoints -> 503" [ "$(status "$PROXY/empty/")" = 503 ]
-check "\$ferrule_backend not set -> 503" [ "$(status "$PROXY/unset/")" = 503 ]
-api POST /configuration/backends '{"version":4,"backends":[],"removed":["rr"]}' >/dev/null
+check "\$ferrule_backend not set -> 503" [ "$(status -H 'Host: unset.test' "$PROXY/unset/")" = 503 ]
+api POST /configuration/backends '{"version":4,"backends":[],"removed":["default_rr_80"]}' >/dev/null
 check "removed backend -> 503 at once" [ "$(status "$PROXY/rr/")" = 503 ]
 
 section "documented limit: no retry to the next peer"
@@ -224,7 +231,7 @@ check "each user sticks to one endpoint (again, on new connections, both workers
 echo "    $(awk '{print $2}' "$WORK/out/hash1" | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}')"
 check "users spread over all 3 endpoints (>= 60 each)" \
     [ "$(awk '{print $2}' "$WORK/out/hash1" | sort | uniq -c | awk '$1 >= 60' | wc -l)" = 3 ]
-api POST /configuration/backends "{\"version\":5,\"backends\":[{\"name\":\"hash\",\"upstream_hash_by\":\"\$arg_user\",\"endpoints\":[$(ep 127.0.0.5 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.2 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":5,\"backends\":[{\"name\":\"default_hash_80\",\"upstream_hash_by\":\"\$arg_user\",\"endpoints\":[$(ep 127.0.0.5 $B),$(ep 127.0.0.4 $B),$(ep 127.0.0.3 $B),$(ep 127.0.0.2 $B)]}]}" >/dev/null
 hits "/hash/?user=u[1-300]"
 awk '{print $2, $1}' "$WORK/out/hits" | sort > "$WORK/out/hash3"
 read -r MOVED MOVED_ELSEWHERE < <(join "$WORK/out/hash1" "$WORK/out/hash3" |
@@ -251,7 +258,7 @@ REMAINING=""
 for a in 127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.5; do
     [ "$a:$B" = "$FIRST" ] || REMAINING="$REMAINING${REMAINING:+,}$(ep $a $B)"
 done
-api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"sticky\",\"endpoints\":[$REMAINING],\"affinity\":{\"mode\":\"cookie\",\"cookie_name\":\"route\",\"max_age\":3600,\"path\":\"/\"}}]}" >/dev/null
+api POST /configuration/backends "{\"version\":6,\"backends\":[{\"name\":\"default_sticky_80\",\"endpoints\":[$REMAINING],\"affinity\":{\"mode\":\"cookie\",\"cookie_name\":\"route\",\"max_age\":3600,\"path\":\"/\"}}]}" >/dev/null
 curl -s -D "$WORK/out/h3" -b "$WORK/out/jar" -c "$WORK/out/jar" "$PROXY/sticky/" > "$WORK/out/hits"
 SECOND=$(awk '{print $1}' "$WORK/out/hits")
 check "endpoint removed -> re-picked ($FIRST -> $SECOND)" [ -n "$SECOND" -a "$SECOND" != "$FIRST" ]
@@ -276,7 +283,7 @@ hits "/canary/?[1-50]" -b "canary=never"
 check "cookie never -> primary" [ "$(count "127.0.0.2:$B")" = 50 ]
 hits "/canary/?[1-50]" -H "X-Canary: never" -b "canary=always"
 check "header wins over cookie" [ "$(count "127.0.0.2:$B")" = 50 ]
-api POST /configuration/backends "{\"version\":7,\"backends\":[{\"name\":\"main\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"main-canary\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
+api POST /configuration/backends "{\"version\":7,\"backends\":[{\"name\":\"default_main_80\",\"endpoints\":[$(ep 127.0.0.2 $B)],\"canary\":{\"backend\":\"default_main-canary_80\",\"weight\":0,\"header\":\"X-Canary\",\"header_value\":\"yes-please\"}}]}" >/dev/null
 hits "/canary/?[1-30]" -H "X-Canary: yes-please"
 check "header_value exact match -> canary" [ "$(count "127.0.0.3:$B")" = 30 ]
 hits "/canary/?[1-30]" -H "X-Canary: always"
@@ -285,7 +292,7 @@ hits "/canary/?[1-30]" -H "X-Canary: Yes-Please"
 check "header_value match is case-sensitive -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
 hits "/canary/?[1-30]"
 check "no header, weight 0 -> primary" [ "$(count "127.0.0.2:$B")" = 30 ]
-api POST /configuration/backends '{"version":8,"removed":["main-canary"]}' >/dev/null
+api POST /configuration/backends '{"version":8,"removed":["default_main-canary_80"]}' >/dev/null
 hits "/canary/?[1-20]" -H "X-Canary: yes-please"
 check "canary backend gone -> primary serves" [ "$(count "127.0.0.2:$B")" = 20 ]
 
@@ -347,7 +354,7 @@ check "POST 10k backends -> 201" [ "$(curl -s -o "$WORK/out/api" -w '%{http_code
 echo "    bulk POST of $(( $(stat -c %s "$WORK/out/big.json") / 1024 )) KiB took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
 echo "    worker peak RSS so far: $(for p in $(workers); do awk '/VmHWM/ {printf "%d MiB ", $2 / 1024}' /proc/$p/status; done)"
 T0=$(date +%s%N)
-api POST /configuration/backends "{\"version\":101,\"backends\":[{\"name\":\"default-echo-80\",\"endpoints\":[$(ep 127.0.0.4 $B)]}]}" >/dev/null
+api POST /configuration/backends "{\"version\":101,\"backends\":[{\"name\":\"default_echo_80\",\"endpoints\":[$(ep 127.0.0.4 $B)]}]}" >/dev/null
 hits "/?[1-20]"
 echo "    one change among 10k + 20 requests took $(( ($(date +%s%N) - T0) / 1000000 )) ms"
 check "the single change is live at once" [ "$(count "127.0.0.4:$B")" = 20 ]
@@ -378,7 +385,7 @@ api GET /configuration/version >/dev/null
 check "GET /configuration/version says version null (post everything)" \
     python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(not (d['backends']['version'] is None and d['certificates']['version'] is None))" "$WORK/out/api"
 check "first POST after restart -> 201" \
-    [ "$(api POST /configuration/backends "{\"version\":1,\"backends\":[{\"name\":\"default-echo-80\",\"endpoints\":[$(ep 127.0.0.3 $B)]}]}")" = 201 ]
+    [ "$(api POST /configuration/backends "{\"version\":1,\"backends\":[{\"name\":\"default_echo_80\",\"endpoints\":[$(ep 127.0.0.3 $B)]}]}")" = 201 ]
 hits "/?[1-5]"
 check "  ... serves the new state" [ "$(count "127.0.0.3:$B")" = 5 ]
 check "  ... and deleted the previous master's files" \
