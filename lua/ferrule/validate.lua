@@ -50,6 +50,12 @@ local function is_array(v)
     return n == #v
 end
 
+-- A JSON object. cjson decodes [] and {} alike, so an empty array counts too; a
+-- non-empty array does not.
+local function is_object(v)
+    return type(v) == "table" and not (is_array(v) and next(v) ~= nil)
+end
+
 local function ipv4_ok(a)
     local o = { a:match("^(%d+)%.(%d+)%.(%d+)%.(%d+)$") }
     if #o ~= 4 then
@@ -136,7 +142,7 @@ local function err(where, msg, ...)
 end
 
 local function endpoint(v, where)
-    if type(v) ~= "table" or is_array(v) and next(v) ~= nil then
+    if not is_object(v) then
         return err(where, "must be an object")
     end
     if not _M.address(v.address) then
@@ -191,7 +197,7 @@ local function affinity(v, where)
     if is_null(v) then
         return nil
     end
-    if type(v) ~= "table" then
+    if not is_object(v) then
         return err(where, "must be an object or null")
     end
     if v.mode ~= "cookie" then
@@ -216,7 +222,7 @@ local function canary(v, where, self_name)
     if is_null(v) then
         return nil
     end
-    if type(v) ~= "table" then
+    if not is_object(v) then
         return err(where, "must be an object or null")
     end
     if not clean_string(v.backend) or #v.backend > MAX_NAME then
@@ -258,7 +264,7 @@ end
 -- Validate one backend object; returns the normalised backend.
 function _M.backend(v, where)
     where = where or "backend"
-    if type(v) ~= "table" or (is_array(v) and next(v) ~= nil) then
+    if not is_object(v) then
         return err(where, "must be an object")
     end
     if not clean_string(v.name) or #v.name > MAX_NAME then
@@ -330,7 +336,7 @@ end
 
 -- POST /configuration/backends
 function _M.backends_payload(body)
-    if type(body) ~= "table" or (is_array(body) and next(body) ~= nil) then
+    if not is_object(body) then
         return nil, "body must be a JSON object"
     end
     local ver, v_err = version(body.version)
@@ -393,7 +399,7 @@ end
 _M.MAX_PEM = 128 * 1024
 
 local function pem_pair(v, where)
-    if type(v) ~= "table" then
+    if not is_object(v) then
         return err(where, "must be an object")
     end
     if type(v.cert) ~= "string" or not find(v.cert, "-----BEGIN ", 1, true) then
@@ -412,7 +418,7 @@ end
 -- POST /configuration/certificates. `check(cert, key)` (optional) parses the
 -- PEM and returns (true) or (nil, err).
 function _M.certificates_payload(body, check)
-    if type(body) ~= "table" or (is_array(body) and next(body) ~= nil) then
+    if not is_object(body) then
         return nil, "body must be a JSON object"
     end
     local ver, v_err = version(body.version)
@@ -427,7 +433,7 @@ function _M.certificates_payload(body, check)
         end
         for i, c in ipairs(body.certificates) do
             local where = format("certificates[%d]", i - 1)
-            if type(c) ~= "table" then
+            if not is_object(c) then
                 return err(where, "must be an object")
             end
             local host = _M.host(c.host)
