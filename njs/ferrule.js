@@ -201,12 +201,15 @@ async function postCertificates(r) {
     if (p.err) {
         return fail(r, 400, p.err);
     }
-    var pairs = p.ok.certificates.slice();
+    // the message names the pair as Lua's does
+    var pairs = p.ok.certificates.map(function (c, i) {
+        return {where: 'certificates[' + i + ']: ' + c.host, pair: c};
+    });
     if (p.ok.default) {
-        pairs.push(p.ok.default);
+        pairs.push({where: 'default', pair: p.ok.default});
     }
     for (var i = 0; i < pairs.length; i++) {
-        var problem = await pem.check(pairs[i].cert, pairs[i].key);
+        var problem = await pem.check(pairs[i].pair.cert, pairs[i].pair.key);
         if (problem) {
             return fail(r, 400, pairs[i].where + ': ' + problem);
         }

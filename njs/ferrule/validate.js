@@ -13,8 +13,25 @@ function isNull(v) {
     return v === null || v === undefined;
 }
 
+function isEmpty(v) {
+    for (var k in v) {
+        return false;
+    }
+    return true;
+}
+
+// A JSON object, or an empty array: the Lua balancer's decoder cannot tell [] from
+// {}, and both balancers take one for the other (balancer/API.md).
 function isObject(v) {
-    return typeof v === 'object' && v !== null && !Array.isArray(v);
+    return typeof v === 'object' && v !== null && (!Array.isArray(v) || v.length === 0);
+}
+
+// A JSON array as a list (an empty object is an empty one), or null.
+function list(v) {
+    if (Array.isArray(v)) {
+        return v;
+    }
+    return isObject(v) && isEmpty(v) ? [] : null;
 }
 
 function isInt(v, min, max) {
@@ -40,6 +57,30 @@ function cleanString(v, allowEmpty) {
         }
     }
     return true;
+}
+
+// Limits are in bytes of UTF-8, as Lua counts them (njs counts UTF-16 units).
+function byteLength(s) {
+    var n = 0;
+    for (var i = 0; i < s.length; i++) {
+        var c = s.charCodeAt(i);
+        if (c < 0x80) {
+            n += 1;
+        } else if (c < 0x800) {
+            n += 2;
+        } else if (c >= 0xd800 && c <= 0xdbff) {
+            n += 4; // a surrogate pair: one code point of 4 bytes
+            i++;
+        } else {
+            n += 3;
+        }
+    }
+    return n;
+}
+
+// A name as the API takes it (backends, canary backends, removed).
+function nameOk(v) {
+    return cleanString(v) && byteLength(v) <= MAX_NAME;
 }
 
 function q(s) {
@@ -81,22 +122,68 @@ function ipv4(a) {
     return parts === 4;
 }
 
+function isHex(c) {
+    return (c >= 48 && c <= 57) || (c >= 65 && c <= 70) || (c >= 97 && c <= 102);
+}
+
+// How many colon-separated groups of 1 to 4 hex digits a[from..to) holds, -1
+// unless well formed ("" holds 0: one side of a "::").
+function hexGroups(a, from, to) {
+    if (from === to) {
+        return 0;
+    }
+    var n = 0;
+    var digits = 0;
+    for (var i = from; i <= to; i++) {
+        var c = i < to ? a.charCodeAt(i) : 58; // a final ':'
+        if (c === 58) {
+            if (digits === 0) {
+                return -1;
+            }
+            n++;
+            digits = 0;
+        } else if (!isHex(c) || ++digits > 4) {
+            return -1;
+        }
+    }
+    return n;
+}
+
+// RFC 4291 section 2.2 text forms only: eight groups, or fewer around a single
+// "::" (which stands for at least one group), the last two groups possibly
+// written as a dotted IPv4 address. No zone ("%eth0"), port or brackets: an
+// address NGINX cannot connect to fails the request with 500 instead of being
+// retried (a loose check let "1:2" and "fe80::1%eth0" through).
 function ipv6(a) {
     if (a.length < 2 || a.length > 45 || a.indexOf(':') < 0) {
         return false;
     }
+    var dotted = false;
     for (var i = 0; i < a.length; i++) {
         var c = a.charCodeAt(i);
-        var ok = (c >= 48 && c <= 58) || (c >= 65 && c <= 70) || (c >= 97 && c <= 102) || c === 46;
-        if (!ok) {
+        if (c === 46) {
+            dotted = true;
+        } else if (c !== 58 && !isHex(c)) {
             return false;
         }
     }
-    if (a.indexOf(':::') >= 0) {
+    if (dotted) {
+        var last = a.lastIndexOf(':');
+        if (!ipv4(a.slice(last + 1))) {
+            return false;
+        }
+        a = a.slice(0, last + 1) + '0:0'; // its two groups' worth
+    }
+    var dbl = a.indexOf('::');
+    if (dbl < 0) {
+        return hexGroups(a, 0, a.length) === 8;
+    }
+    if (a.indexOf('::', dbl + 1) >= 0) {
         return false;
     }
-    var first = a.indexOf('::');
-    return first < 0 || a.indexOf('::', first + 1) < 0;
+    var left = hexGroups(a, 0, dbl);
+    var right = hexGroups(a, dbl + 2, a.length);
+    return left >= 0 && right >= 0 && left + right <= 7;
 }
 
 function bracketed(a) {
@@ -116,7 +203,7 @@ function address(a) {
 
 // RFC 6265 cookie-name token
 function cookieNameOk(s) {
-    return cleanString(s) && !/[\s()<>@,;:\\"\/\[\]?={}]/.test(s);
+    return cleanString(s) && !/[ ()<>@,;:\\"\/\[\]?={}]/.test(s);
 }
 
 // HTTP header field-name token
@@ -160,7 +247,8 @@ function affinity(v, where) {
         return fail(where, 'cookie_name must be a valid cookie name');
     }
     var out = {mode: 'cookie', cookie_name: v.cookie_name, max_age: null, path: null,
-               secure: null, samesite: null, expires: null, domain: null};
+               secure: null, samesite: null, expires: null, domain: null,
+               change_on_failure: null};
     if (!isNull(v.max_age)) {
         if (!isInt(v.max_age, 0, 2147483647)) {
             return fail(where, 'max_age must be a non-negative integer or null');
@@ -199,6 +287,12 @@ function affinity(v, where) {
         }
         out.domain = v.domain;
     }
+    if (!isNull(v.change_on_failure)) {
+        if (typeof v.change_on_failure !== 'boolean') {
+            return fail(where, 'change_on_failure must be true, false or null');
+        }
+        out.change_on_failure = v.change_on_failure;
+    }
     return {ok: out};
 }
 
@@ -209,7 +303,7 @@ function canary(v, where, selfName) {
     if (!isObject(v)) {
         return fail(where, 'must be an object or null');
     }
-    if (!cleanString(v.backend) || v.backend.length > MAX_NAME) {
+    if (!nameOk(v.backend)) {
         return fail(where, 'backend must be a backend name');
     }
     if (v.backend === selfName) {
@@ -245,7 +339,7 @@ function canary(v, where, selfName) {
     }
     if (!isNull(v.header_pattern)) {
         // compiled by balance.canary: a pattern the engine refuses never matches
-        if (!cleanString(v.header_pattern) || v.header_pattern.length > 1024) {
+        if (!cleanString(v.header_pattern) || byteLength(v.header_pattern) > 1024) {
             return fail(where, 'header_pattern must be a non-empty string of at most 1024 bytes');
         }
         out.header_pattern = v.header_pattern;
@@ -276,7 +370,7 @@ function backend(v, index) {
     if (!isObject(v)) {
         return fail(where, 'must be an object');
     }
-    if (!cleanString(v.name) || v.name.length > MAX_NAME) {
+    if (!nameOk(v.name)) {
         return fail(where, 'name must be a non-empty string (max ' + MAX_NAME +
                     ' chars, no control characters)');
     }
@@ -288,10 +382,10 @@ function backend(v, index) {
                upstream_hash_by: null, affinity: null, canary: null};
 
     if (!isNull(v.endpoints)) {
-        if (!Array.isArray(v.endpoints)) {
+        var eps = list(v.endpoints);
+        if (eps === null) {
             return at('endpoints must be an array');
         }
-        var eps = v.endpoints;
         var seen = eps.length > 16 ? {} : null; // small: a linear scan allocates nothing
         for (var i = 0; i < eps.length; i++) {
             var e = endpoint(eps[i]);
@@ -367,11 +461,12 @@ function backendsPayload(body) {
     var out = {version: ver.ok, backends: [], removed: []};
     var names = {};
     if (!isNull(body.backends)) {
-        if (!Array.isArray(body.backends)) {
+        var backends = list(body.backends);
+        if (backends === null) {
             return {err: 'backends must be an array'};
         }
-        for (var i = 0; i < body.backends.length; i++) {
-            var b = backend(body.backends[i], i);
+        for (var i = 0; i < backends.length; i++) {
+            var b = backend(backends[i], i);
             if (b.err) {
                 return b;
             }
@@ -383,12 +478,13 @@ function backendsPayload(body) {
         }
     }
     if (!isNull(body.removed)) {
-        if (!Array.isArray(body.removed)) {
+        var removed = list(body.removed);
+        if (removed === null) {
             return {err: 'removed must be an array of backend names'};
         }
-        for (var j = 0; j < body.removed.length; j++) {
-            var name = body.removed[j];
-            if (!cleanString(name) || name.length > MAX_NAME) {
+        for (var j = 0; j < removed.length; j++) {
+            var name = removed[j];
+            if (!nameOk(name)) {
                 return {err: 'removed[' + j + '] must be a backend name'};
             }
             if (names['n:' + name] === true) {
@@ -427,18 +523,18 @@ function pemPair(v, where) {
     if (typeof v.key !== 'string' || v.key.indexOf('-----BEGIN ') < 0) {
         return fail(where, 'key must be a PEM string');
     }
-    // the controller's bound (model/src/build/tls.rs MAX_TLS_PEM); JSON strings of
-    // PEM are ASCII: characters are bytes
-    if (v.cert.length + v.key.length > MAX_PEM) {
-        return fail(where, 'cert and key: ' + (v.cert.length + v.key.length) +
-                    ' bytes together, more than the ' + MAX_PEM + ' allowed');
+    // the controller's bound (model/src/build/tls.rs MAX_TLS_PEM)
+    var bytes = byteLength(v.cert) + byteLength(v.key);
+    if (bytes > MAX_PEM) {
+        return fail(where, 'cert and key: ' + bytes + ' bytes together, more than the ' +
+                    MAX_PEM + ' allowed');
     }
     return {ok: {cert: v.cert, key: v.key}};
 }
 
 // POST /configuration/certificates, structure only: the PEM contents are
 // checked by pem.check (asynchronous, WebCrypto) in the handler.
-// Returns {ok: {version, certificates: [{host, cert, key, where}], removed,
+// Returns {ok: {version, certificates: [{host, cert, key}], removed,
 // default: {cert, key} | null}}.
 function certificatesPayload(body) {
     if (!isObject(body)) {
@@ -451,12 +547,13 @@ function certificatesPayload(body) {
     var out = {version: ver.ok, certificates: [], removed: [], default: null};
     var seen = {};
     if (!isNull(body.certificates)) {
-        if (!Array.isArray(body.certificates)) {
+        var certificates = list(body.certificates);
+        if (certificates === null) {
             return {err: 'certificates must be an array'};
         }
-        for (var i = 0; i < body.certificates.length; i++) {
+        for (var i = 0; i < certificates.length; i++) {
             var where = 'certificates[' + i + ']';
-            var c = body.certificates[i];
+            var c = certificates[i];
             if (!isObject(c)) {
                 return fail(where, 'must be an object');
             }
@@ -473,16 +570,16 @@ function certificatesPayload(body) {
                 return pair;
             }
             pair.ok.host = h;
-            pair.ok.where = where + ': ' + h;
             out.certificates.push(pair.ok);
         }
     }
     if (!isNull(body.removed)) {
-        if (!Array.isArray(body.removed)) {
+        var removed = list(body.removed);
+        if (removed === null) {
             return {err: 'removed must be an array of hosts'};
         }
-        for (var j = 0; j < body.removed.length; j++) {
-            var rh = host(body.removed[j]);
+        for (var j = 0; j < removed.length; j++) {
+            var rh = host(removed[j]);
             if (!rh) {
                 return {err: 'removed[' + j + '] must be a host'};
             }
@@ -497,7 +594,6 @@ function certificatesPayload(body) {
         if (d.err) {
             return d;
         }
-        d.ok.where = 'default';
         out.default = d.ok;
     }
     return {ok: out};

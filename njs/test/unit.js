@@ -78,12 +78,13 @@ var tests = {
         ok(/affinity_behavior must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
             canary: {backend: 'b', affinity_behavior: 'Legacy'}}]}).err));
         eq(p.ok.backends[0].affinity, {mode: 'cookie', cookie_name: 'r', max_age: null, path: null,
-                                       secure: null, samesite: null, expires: null, domain: null});
+                                       secure: null, samesite: null, expires: null, domain: null,
+                                       change_on_failure: null});
         eq(validate.backendsPayload({version: 1, backends: [{name: 'a', affinity: {mode: 'cookie',
             cookie_name: 'r', secure: true, samesite: 'Strict', expires: 60, domain: '.a.example'}}]})
                .ok.backends[0].affinity,
            {mode: 'cookie', cookie_name: 'r', max_age: null, path: null, secure: true,
-            samesite: 'Strict', expires: 60, domain: '.a.example'});
+            samesite: 'Strict', expires: 60, domain: '.a.example', change_on_failure: null});
         ok(/domain must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
             affinity: {mode: 'cookie', cookie_name: 'r', domain: 'a.com; Secure'}}]}).err));
         ok(/samesite must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
