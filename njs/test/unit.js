@@ -1,6 +1,9 @@
 // Unit tests of the pure njs modules, run inside nginx (GET /t/unit on the
 // test-only unix socket; there is no njs CLI in Debian's libnginx-mod-http-js).
 // Output: "ok <name>" / "not ok <name>: <why>" lines; 200 if all pass.
+// The validator's tests are the API's case files (balancer/cases/, read from
+// $ferrule_repo), which the Lua unit tests run too.
+import fs from 'fs';
 import validate from 'ferrule/validate.js';
 import expr from 'ferrule/expr.js';
 import balance from 'ferrule/balance.js';
@@ -31,94 +34,6 @@ function ok(v, what) {
 }
 
 var tests = {
-    'validate: minimal backend is normalised with defaults': function () {
-        var p = validate.backendsPayload({version: 1, backends: [{name: 'a'}]});
-        eq(p.err, undefined);
-        eq(p.ok.backends[0], {name: 'a', endpoints: [], load_balance: 'round_robin',
-                              upstream_hash_by: null, affinity: null, canary: null});
-        eq(p.ok.removed, []);
-    },
-    'validate: endpoints keep IPv4/IPv6 literals, drop duplicates, unbracket': function () {
-        var p = validate.backendsPayload({version: 0, backends: [{name: 'a', endpoints: [
-            {address: '10.0.0.1', port: 80}, {address: '[::1]', port: 81},
-            {address: '10.0.0.1', port: 80}, {address: 'fe80::1', port: 82}]}]});
-        eq(p.ok.backends[0].endpoints, [{address: '10.0.0.1', port: 80},
-            {address: '::1', port: 81}, {address: 'fe80::1', port: 82}]);
-    },
-    'validate: messages name the field (same text as the Lua API)': function () {
-        var p = validate.backendsPayload({version: 2, backends: [{name: 'ok'},
-            {name: 'x', endpoints: [{address: 'nohost', port: 1}]}]});
-        eq(p.err, 'backends[1] "x": endpoints[0]: address must be an IPv4 or IPv6 literal, got nohost');
-        eq(validate.backendsPayload({version: -1}).err, 'version must be a non-negative integer');
-        ok(/port must be an integer/.test(validate.backendsPayload({version: 1, backends: [
-            {name: 'a', endpoints: [{address: '1.2.3.4', port: 70000}]}]}).err));
-        ok(/256/.test(validate.backendsPayload({version: 1, backends: [
-            {name: 'a', endpoints: [{address: '1.2.3.256', port: 1}]}]}).err) ||
-           /IPv4 or IPv6/.test(validate.backendsPayload({version: 1, backends: [
-            {name: 'a', endpoints: [{address: '1.2.3.256', port: 1}]}]}).err));
-    },
-    'validate: duplicates, removed-and-posted, control characters': function () {
-        ok(/duplicate backend name/.test(validate.backendsPayload({version: 1,
-            backends: [{name: 'a'}, {name: 'a'}]}).err));
-        ok(/also in backends/.test(validate.backendsPayload({version: 1,
-            backends: [{name: 'a'}], removed: ['a']}).err));
-        ok(validate.backendsPayload({version: 1, backends: [{name: 'a\nb'}]}).err);
-        ok(validate.backendsPayload({version: 1, backends: [{name: '__proto__'},
-            {name: 'constructor'}]}).ok, 'names that are Object.prototype keys');
-    },
-    'validate: canary and affinity rules': function () {
-        var p = validate.backendsPayload({version: 1, backends: [{name: 'a',
-            canary: {backend: 'b', weight: 5}, affinity: {mode: 'cookie', cookie_name: 'r'}}]});
-        eq(p.ok.backends[0].canary, {backend: 'b', weight: 5, weight_total: 100, header: null,
-                                     header_value: null, header_pattern: null, cookie: null,
-                                     legacy_affinity: false});
-        eq(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            canary: {backend: 'b', affinity_behavior: 'legacy'}}]}).ok.backends[0].canary.legacy_affinity,
-           true);
-        ok(/affinity_behavior must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            canary: {backend: 'b', affinity_behavior: 'Legacy'}}]}).err));
-        eq(p.ok.backends[0].affinity, {mode: 'cookie', cookie_name: 'r', max_age: null, path: null,
-                                       secure: null, samesite: null, expires: null, domain: null,
-                                       change_on_failure: null});
-        eq(validate.backendsPayload({version: 1, backends: [{name: 'a', affinity: {mode: 'cookie',
-            cookie_name: 'r', secure: true, samesite: 'Strict', expires: 60, domain: '.a.example'}}]})
-               .ok.backends[0].affinity,
-           {mode: 'cookie', cookie_name: 'r', max_age: null, path: null, secure: true,
-            samesite: 'Strict', expires: 60, domain: '.a.example', change_on_failure: null});
-        ok(/domain must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            affinity: {mode: 'cookie', cookie_name: 'r', domain: 'a.com; Secure'}}]}).err));
-        ok(/samesite must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            affinity: {mode: 'cookie', cookie_name: 'r', samesite: 'lax'}}]}).err));
-        ok(/weight must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            canary: {backend: 'b', weight: 101}}]}).err));
-        ok(/itself/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            canary: {backend: 'a'}}]}).err));
-        ok(/header must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            canary: {backend: 'b', header: 'X Bad'}}]}).err));
-        ok(/cookie_name/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            affinity: {mode: 'cookie', cookie_name: 'a;b'}}]}).err));
-        ok(/mode must be/.test(validate.backendsPayload({version: 1, backends: [{name: 'a',
-            affinity: {mode: 'balanced', cookie_name: 'r'}}]}).err));
-    },
-    'validate: a certificate and its key, 128 KiB at most': function () {
-        var pem = '-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n';
-        var key = '-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n';
-        var pad = function (n) { return pem + 'x'.repeat(n - pem.length - key.length); };
-        var body = function (n) {
-            return {version: 1, certificates: [{host: 'a', cert: pad(n), key: key}]};
-        };
-        eq(validate.certificatesPayload(body(128 * 1024)).err, undefined);
-        ok(/131073 bytes together, more than the 131072/.test(
-            validate.certificatesPayload(body(128 * 1024 + 1)).err));
-    },
-    'validate: hosts': function () {
-        eq(validate.host('A.Example.COM.'), 'a.example.com');
-        eq(validate.host('*.w.example.com'), '*.w.example.com');
-        eq(validate.host('a/../b'), null);
-        eq(validate.host('*'), null);
-        eq(validate.host('a..b'), null);
-        eq(validate.host(''), null);
-    },
     'expr: parse and evaluate': function () {
         eq(expr.parse('$request_uri').ok, [{v: 'request_uri'}]);
         eq(expr.parse('$arg_user$http_x_a').ok, [{v: 'arg_user'}, {v: 'http_x_a'}]);
@@ -258,13 +173,80 @@ var tests = {
     },
 };
 
-function run(r) {
+// Where `actual` differs from `expected`, field by field (null when equal): the
+// validator's value must hold every field of the case, nulls included, and no other.
+function differs(actual, expected, path) {
+    if (expected === null || typeof expected !== 'object') {
+        return actual === expected ? null
+            : path + ': expected ' + JSON.stringify(expected) + ', got ' + JSON.stringify(actual);
+    }
+    if (actual === null || typeof actual !== 'object' ||
+        Array.isArray(actual) !== Array.isArray(expected)) {
+        return path + ': expected ' + JSON.stringify(expected) + ', got ' + JSON.stringify(actual);
+    }
+    var keys = Object.keys(expected);
+    for (var i = 0; i < keys.length; i++) {
+        var d = differs(actual[keys[i]], expected[keys[i]], path + '.' + keys[i]);
+        if (d !== null) {
+            return d;
+        }
+    }
+    var extra = Object.keys(actual).filter(function (k) { return !(k in expected); });
+    return extra.length ? path + ': unexpected ' + extra.join(', ') : null;
+}
+
+// cert_and_key_bytes: the first certificate's PEM padded to that many bytes with
+// its key, in the body and in the accepted value alike.
+function pad(c) {
+    [c.body, c.accepted].forEach(function (v) {
+        if (c.cert_and_key_bytes !== undefined && v !== undefined) {
+            var first = v.certificates[0];
+            first.cert += 'x'.repeat(c.cert_and_key_bytes - first.cert.length - first.key.length);
+        }
+    });
+}
+
+// One test per case of balancer/cases/FILE, run through `validator`.
+function caseTests(root, file, validator) {
+    var out = {};
+    var path = root + '/balancer/cases/' + file;
+    var cases;
+    try {
+        cases = JSON.parse(fs.readFileSync(path, 'utf8'));
+    } catch (e) {
+        out[file + ': readable'] = function () { throw new Error(path + ': ' + e.message); };
+        return out;
+    }
+    cases.forEach(function (c, i) {
+        var name = file + ': ' + c.name;
+        out[out[name] ? name + ' #' + (i + 1) : name] = function () {
+            ok((c.error === undefined) !== (c.accepted === undefined),
+               'a case holds either accepted or error');
+            pad(c);
+            var got = validator(c.body);
+            if (c.error !== undefined) {
+                eq(got.ok, undefined, 'accepted a body it must refuse');
+                eq(got.err, c.error);
+            } else {
+                eq(got.err, undefined, 'refused');
+                var d = differs(got.ok, c.accepted, 'accepted');
+                ok(d === null, d);
+            }
+        };
+    });
+    return out;
+}
+
+async function run(r) {
     var out = [];
     var failed = 0;
-    var names = Object.keys(tests);
+    var all = Object.assign({}, tests,
+        caseTests(r.variables.ferrule_repo, 'backends.json', validate.backendsPayload),
+        caseTests(r.variables.ferrule_repo, 'certificates.json', validate.certificatesPayload));
+    var names = Object.keys(all);
     for (var i = 0; i < names.length; i++) {
         try {
-            tests[names[i]]();
+            await all[names[i]]();
             out.push('ok ' + names[i]);
         } catch (e) {
             failed++;
