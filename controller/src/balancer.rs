@@ -11,13 +11,12 @@ use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use ferrule_model::annotations::{Affinity, Canary, LoadBalance};
-use ferrule_model::{Backend, Certificate, Endpoint, Model, Server};
-use serde::Serialize;
-use serde::ser::{SerializeMap, Serializer};
+use ferrule_model::{Backend, Certificate, Model, Server};
 use serde_json::Value;
 
 use crate::nginx::api;
+
+mod wire;
 
 /// A failed update.
 #[derive(Debug, thiserror::Error)]
@@ -334,12 +333,12 @@ impl BalancerClient {
             );
         }
         if !changed.is_empty() || !removed.is_empty() {
-            let items: Vec<(String, BackendPayload)> = changed
+            let items: Vec<(String, wire::Backend)> = changed
                 .iter()
-                .map(|(b, _)| (b.name.clone(), BackendPayload::from(*b)))
+                .map(|(b, _)| (b.name.clone(), wire::Backend::from(*b)))
                 .collect();
             let refused = self
-                .post_chunked("/configuration/backends", "backends", items, &removed)
+                .post_chunked(items, &removed)
                 .await
                 .map_err(during(BACKENDS))?;
             for name in &removed {
@@ -458,21 +457,14 @@ impl BalancerClient {
         // what was served before a restart first (a stable sort: host order else)
         changed.sort_by_key(|(h, _)| !self.stored_before_reset.contains(*h));
         if !changed.is_empty() || !removed.is_empty() {
-            let items: Vec<(String, CertificatePayload)> = changed
+            let items: Vec<(String, wire::Certificate)> = changed
                 .iter()
                 .map(|(h, _)| {
                     let (cert, key) = wanted[h];
-                    (h.to_string(), CertificatePayload { host: h, cert, key })
+                    (h.to_string(), wire::Certificate { host: h, cert, key })
                 })
                 .collect();
-            let refused = self
-                .post_chunked(
-                    "/configuration/certificates",
-                    "certificates",
-                    items,
-                    &removed,
-                )
-                .await?;
+            let refused = self.post_chunked(items, &removed).await?;
             for host in &removed {
                 self.certificates.remove(host);
             }
@@ -531,14 +523,17 @@ impl BalancerClient {
         }
         let wanted = Some((cert.to_owned(), key.to_owned()));
         self.version += 1;
-        let body = serde_json::json!({
-            "version": self.version,
-            "certificates": [],
-            "removed": [],
-            "default": {"cert": cert, "key": key},
-        });
-        let body = serde_json::to_vec(&body).expect("JSON encoding cannot fail");
-        match self.post("/configuration/certificates", &body).await {
+        let body = wire::Certificates {
+            version: self.version,
+            certificates: &[],
+            removed: &[],
+            default: Some(wire::Pair { cert, key }),
+        }
+        .encode();
+        match self
+            .post(<wire::Certificate as wire::Item>::PATH, &body)
+            .await
+        {
             Ok(()) => {
                 posted.certificates += 1;
                 self.refused_default = None;
@@ -564,10 +559,8 @@ impl BalancerClient {
 
     /// [`BalancerClient::post_delta`] in chunks of `self.batch` objects ([`CHUNK`]
     /// unless the balancer needs fewer; removals go with the first).
-    async fn post_chunked<T: Serialize>(
+    async fn post_chunked<T: wire::Item>(
         &mut self,
-        path: &str,
-        field: &str,
         mut items: Vec<(String, T)>,
         removed: &[String],
     ) -> Result<Vec<Refused>, BalancerError> {
@@ -575,7 +568,7 @@ impl BalancerClient {
         let mut removed = removed;
         loop {
             let rest = items.split_off(items.len().min(self.batch));
-            refused.extend(self.post_delta(path, field, items, removed).await?);
+            refused.extend(self.post_delta(items, removed).await?);
             removed = &[];
             if rest.is_empty() {
                 return Ok(refused);
@@ -584,30 +577,24 @@ impl BalancerClient {
         }
     }
 
-    /// Posts `items` (name, payload) and `removed` under `field`; when the API
-    /// refuses an object (it fails its validation, or the store has no room for it),
-    /// isolates the culprits. Returns the refused items.
-    async fn post_delta<T: Serialize>(
+    /// Posts `items` (name, payload) and `removed`; when the API refuses an object
+    /// (it fails its validation, or the store has no room for it), isolates the
+    /// culprits. Returns the refused items.
+    async fn post_delta<T: wire::Item>(
         &mut self,
-        path: &str,
-        field: &str,
         items: Vec<(String, T)>,
         removed: &[String],
     ) -> Result<Vec<Refused>, BalancerError> {
-        let kind = if field == "backends" {
-            BACKENDS
-        } else {
-            CERTIFICATES
-        };
+        let path = T::PATH;
         let refusal = |name: String, status: u16, body: &str| Refused {
-            kind,
+            kind: T::KIND,
             name,
             message: api_message(body),
             full: status == STORE_FULL,
         };
         self.version += 1;
         let all: Vec<&T> = items.iter().map(|(_, v)| v).collect();
-        let body = payload(self.version, field, &all, removed);
+        let body = T::body(self.version, &all, removed);
         match self.post(path, &body).await {
             Ok(()) => return Ok(Vec::new()),
             Err(e) if !is_refusal(&e) || items.len() + removed.len() <= 1 => {
@@ -627,13 +614,13 @@ impl BalancerClient {
         // Isolate: removals first (they cannot be invalid), then one object at a time.
         if !removed.is_empty() {
             self.version += 1;
-            let body = payload::<T>(self.version, field, &[], removed);
+            let body = T::body(self.version, &[], removed);
             self.post(path, &body).await?;
         }
         let mut refused = Vec::new();
         for (name, item) in items {
             self.version += 1;
-            let body = payload(self.version, field, &[&item], &[]);
+            let body = T::body(self.version, &[&item], &[]);
             match self.post(path, &body).await {
                 Ok(()) => {}
                 Err(BalancerError::Refused { status, body }) if is_refusal_status(status) => {
@@ -803,81 +790,6 @@ fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> Digest {
     let mut e = Encoding(Vec::with_capacity(512));
     value.hash(&mut e);
     *blake3::hash(&e.0).as_bytes()
-}
-
-/// `{"version": V, FIELD: [items], "removed": [names]}`, encoded straight from the
-/// model's values (no intermediate JSON tree: at 10k backends it took ~70 MB).
-fn payload<T: Serialize>(version: u64, field: &str, items: &[&T], removed: &[String]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::new(&mut out);
-    let encoded = (|| {
-        let mut map = ser.serialize_map(Some(3))?;
-        map.serialize_entry("version", &version)?;
-        map.serialize_entry(field, items)?;
-        map.serialize_entry("removed", removed)?;
-        map.end()
-    })();
-    encoded.expect("JSON encoding of owned strings and numbers cannot fail");
-    out
-}
-
-/// A backend as the balancer API takes it.
-#[derive(Serialize)]
-struct BackendPayload<'a> {
-    name: &'a str,
-    endpoints: &'a [Endpoint],
-    load_balance: LoadBalance,
-    upstream_hash_by: Option<&'a str>,
-    affinity: Option<AffinityPayload<'a>>,
-    canary: Option<CanaryPayload<'a>>,
-}
-
-#[derive(Serialize)]
-struct AffinityPayload<'a> {
-    mode: &'static str,
-    #[serde(flatten)]
-    affinity: &'a Affinity,
-}
-
-#[derive(Serialize)]
-struct CanaryPayload<'a> {
-    backend: &'a str,
-    #[serde(flatten)]
-    rules: &'a Canary,
-}
-
-impl<'a> From<&'a Backend> for BackendPayload<'a> {
-    fn from(b: &'a Backend) -> Self {
-        let bal = &b.balancing;
-        Self {
-            name: &b.name,
-            endpoints: &b.endpoints,
-            load_balance: bal.load_balance,
-            upstream_hash_by: bal.upstream_hash_by.as_deref(),
-            affinity: bal.affinity.as_ref().map(|affinity| AffinityPayload {
-                mode: "cookie",
-                affinity,
-            }),
-            // A canary on the backend itself routes to the same endpoints either way;
-            // the API refuses it, so it is dropped here rather than refusing the backend.
-            canary: bal
-                .canary
-                .as_ref()
-                .filter(|c| c.backend != b.name)
-                .map(|c| CanaryPayload {
-                    backend: &c.backend,
-                    rules: &c.rules,
-                }),
-        }
-    }
-}
-
-/// A certificate as the balancer API takes it.
-#[derive(Serialize)]
-struct CertificatePayload<'a> {
-    host: &'a str,
-    cert: &'a str,
-    key: &'a str,
 }
 
 #[cfg(test)]

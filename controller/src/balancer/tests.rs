@@ -1,6 +1,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
+use ferrule_model::annotations::{Affinity, Canary};
 use ferrule_model::{Backend, Endpoint, Model, ResourceRef, Snapshot};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -399,13 +400,13 @@ fn a_canary_on_the_backend_itself_is_dropped() {
             affinity_behavior: Default::default(),
         },
     });
-    let json = |b: &Backend| serde_json::to_value(BackendPayload::from(b)).unwrap();
+    let json = |b: &Backend| serde_json::to_value(wire::Backend::from(b)).unwrap();
     assert!(json(&b)["canary"].is_null());
     b.balancing.canary.as_mut().unwrap().backend = "c".into();
     assert_eq!(json(&b)["canary"]["backend"], "c");
 }
 
-/// The payload is what the API documents (lua/README.md), field for field.
+/// The payload is what the API documents (balancer/API.md), field for field.
 #[test]
 fn backend_payload_fields() {
     let mut b = backend("a", "10.0.0.1");
@@ -431,12 +432,8 @@ fn backend_payload_fields() {
             affinity_behavior: ferrule_model::annotations::CanaryAffinity::Legacy,
         },
     });
-    let body = payload(
-        7,
-        "backends",
-        &[&BackendPayload::from(&b)],
-        &["gone".into()],
-    );
+    let body =
+        <wire::Backend as wire::Item>::body(7, &[&wire::Backend::from(&b)], &["gone".into()]);
     let v: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         v,
