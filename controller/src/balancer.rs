@@ -16,7 +16,10 @@ use serde_json::Value;
 
 use crate::nginx::api;
 
+mod mirror;
 mod wire;
+
+use mirror::{Mirror, Refusal};
 
 /// A failed update.
 #[derive(Debug, thiserror::Error)]
@@ -101,15 +104,6 @@ pub struct Refused {
 /// The kind of a refused default certificate.
 pub const DEFAULT_CERTIFICATE: &str = "default certificate";
 
-/// A refused object as the client remembers it: not posted again while its digest
-/// is the same (a full store's refusal: until something leaves the store).
-#[derive(Debug, Clone)]
-struct Refusal {
-    digest: Digest,
-    message: String,
-    full: bool,
-}
-
 /// At most this many objects per POST: a full sync at 10k backends in one body
 /// needed tens of MB in the controller and in the Lua decoder at once.
 const CHUNK: usize = 1000;
@@ -126,14 +120,12 @@ pub struct BalancerClient {
     socket: PathBuf,
     token: String,
     version: u64,
-    /// What the store holds, as far as this client posted it.
-    backends: BTreeMap<String, Digest>,
-    certificates: BTreeMap<String, Digest>,
-    /// Objects the API refused, as they were refused (not retried while unchanged).
-    refused_backends: BTreeMap<String, Refusal>,
-    refused_certificates: BTreeMap<String, Refusal>,
+    /// What the store holds of backends by name and certificates by host, as far as
+    /// this client posted it, and what the API refused (not retried while unchanged).
+    backends: Mirror<String, Digest>,
+    certificates: Mirror<String, Digest>,
     /// Why the fallback certificate was refused, if it was.
-    refused_default: Option<Refusal>,
+    refused_default: Option<Refusal<Digest>>,
     /// The certificate store's size and free bytes, as the API last said (Lua only).
     certificate_store: Option<(u64, u64)>,
     /// The hosts whose certificates the store held before [`BalancerClient::reset`]:
@@ -172,10 +164,9 @@ impl BalancerClient {
             socket,
             token,
             version: 0,
-            backends: BTreeMap::new(),
-            certificates: BTreeMap::new(),
-            refused_backends: BTreeMap::new(),
-            refused_certificates: BTreeMap::new(),
+            backends: Mirror::new(false),
+            // a certificate rotated to a smaller pair can make room
+            certificates: Mirror::new(true),
             refused_default: None,
             certificate_store: None,
             stored_before_reset: Default::default(),
@@ -213,12 +204,11 @@ impl BalancerClient {
 
     /// Forgets what the store holds (after NGINX restarted: its shared memory is new).
     pub fn reset(&mut self) {
-        self.backends.clear();
-        if !self.certificates.is_empty() {
-            self.stored_before_reset = std::mem::take(&mut self.certificates).into_keys().collect();
+        self.backends.forget();
+        let hosts = self.certificates.forget();
+        if !hosts.is_empty() {
+            self.stored_before_reset = hosts.into_iter().collect();
         }
-        self.refused_backends.clear();
-        self.refused_certificates.clear();
         self.refused_default = None;
         self.certificate_store = None;
         self.certificates_posted = None;
@@ -229,8 +219,9 @@ impl BalancerClient {
     /// What the API refuses now: each refused object until it changes (or, refused
     /// for want of room, until something leaves the store).
     pub fn refused(&self) -> Vec<Refused> {
-        let each = |kind, map: &BTreeMap<String, Refusal>| {
-            map.iter()
+        let each = |kind, mirror: &Mirror<String, Digest>| {
+            mirror
+                .refused()
                 .map(|(name, r)| Refused {
                     kind,
                     name: name.clone(),
@@ -239,8 +230,8 @@ impl BalancerClient {
                 })
                 .collect::<Vec<_>>()
         };
-        let mut out = each(BACKENDS, &self.refused_backends);
-        out.extend(each(CERTIFICATES, &self.refused_certificates));
+        let mut out = each(BACKENDS, &self.backends);
+        out.extend(each(CERTIFICATES, &self.certificates));
         out.extend(self.refused_default.iter().map(|r| Refused {
             kind: DEFAULT_CERTIFICATE,
             name: String::new(),
@@ -283,7 +274,7 @@ impl BalancerClient {
     pub async fn sync(&mut self, model: &Model) -> Result<Posted, SyncError> {
         let mut posted = Posted::default();
         self.digests.retain(|n, _| model.backends.contains_key(n));
-        let mut wanted: Vec<(&Backend, Digest)> = Vec::with_capacity(model.backends.len());
+        let mut wanted: BTreeMap<&str, Digest> = BTreeMap::new();
         for (name, b) in &model.backends {
             let d = match self.digests.get_mut(name) {
                 Some((seen, d)) if Arc::ptr_eq(seen, b) => *d,
@@ -297,73 +288,35 @@ impl BalancerClient {
                     d
                 }
             };
-            wanted.push((b, d));
+            wanted.insert(name, d);
         }
-        let digests = &self.digests;
-        self.refused_backends
-            .retain(|n, r| digests.get(n).is_some_and(|(_, seen)| *seen == r.digest));
-        let mut removed: Vec<String> = self
-            .backends
-            .keys()
-            .filter(|n| !model.backends.contains_key(*n))
-            .cloned()
-            .collect();
-        // What leaves the store makes room for what it refused as full.
-        if !removed.is_empty() {
-            self.refused_backends.retain(|_, r| !r.full);
-        }
-        let changed: Vec<(&Backend, Digest)> = wanted
-            .into_iter()
-            .filter(|(b, d)| {
-                self.backends.get(&b.name) != Some(d)
-                    && self.refused_backends.get(&b.name).map(|r| &r.digest) != Some(d)
-            })
-            .collect();
         let stored = if self.store_unread {
             Some(self.stored_names().await.map_err(during(BACKENDS))?)
         } else {
             None
         };
-        if let Some((backends, _)) = &stored {
-            removed.extend(
-                backends
-                    .iter()
-                    .filter(|n| !model.backends.contains_key(*n) && !self.backends.contains_key(*n))
-                    .cloned(),
-            );
-        }
-        if !changed.is_empty() || !removed.is_empty() {
-            let items: Vec<(String, wire::Backend)> = changed
+        let stored_backends = stored.as_ref().map(|(backends, _)| &backends[..]);
+        let delta = self.backends.delta(&wanted, stored_backends);
+        if !delta.changed.is_empty() || !delta.removed.is_empty() {
+            let items: Vec<(String, wire::Backend)> = delta
+                .changed
                 .iter()
-                .map(|(b, _)| (b.name.clone(), wire::Backend::from(*b)))
+                .map(|(name, _)| {
+                    (
+                        name.to_string(),
+                        wire::Backend::from(&*model.backends[*name]),
+                    )
+                })
                 .collect();
             let refused = self
-                .post_chunked(items, &removed)
+                .post_chunked(items, &delta.removed)
                 .await
                 .map_err(during(BACKENDS))?;
-            for name in &removed {
-                self.backends.remove(name);
+            let (applied, rejected) = self.backends.record(delta, refusal_in(&refused));
+            posted.backends += applied;
+            for (name, message) in rejected {
+                posted.rejected.push(format!("backend {name}: {message}"));
             }
-            for (b, d) in changed {
-                match refused.iter().find(|r| r.name == b.name) {
-                    Some(r) => {
-                        posted
-                            .rejected
-                            .push(format!("backend {}: {}", b.name, r.message));
-                        let refusal = Refusal {
-                            digest: d,
-                            message: r.message.clone(),
-                            full: r.full,
-                        };
-                        self.refused_backends.insert(b.name.clone(), refusal);
-                    }
-                    None => {
-                        posted.backends += 1;
-                        self.backends.insert(b.name.clone(), d);
-                    }
-                }
-            }
-            posted.backends += removed.len();
         }
 
         let shared = self
@@ -420,74 +373,28 @@ impl BalancerClient {
                 (*h, d)
             })
             .collect();
-        self.refused_certificates
-            .retain(|h, r| digests.get(h.as_str()) == Some(&r.digest));
-        let mut removed: Vec<String> = self
-            .certificates
-            .keys()
-            .filter(|h| !wanted.contains_key(h.as_str()))
-            .cloned()
-            .collect();
-        if let Some(hosts) = stored_hosts {
-            removed.extend(
-                hosts
-                    .iter()
-                    .filter(|h| {
-                        !wanted.contains_key(h.as_str()) && !self.certificates.contains_key(*h)
-                    })
-                    .cloned(),
-            );
-        }
-        // What leaves the store makes room for what it refused as full (the API
-        // removes before it stores), and so may a rotation to a smaller pair.
-        let rotated = digests
-            .iter()
-            .any(|(h, d)| self.certificates.get(*h).is_some_and(|old| old != d));
-        if !removed.is_empty() || rotated {
-            self.refused_certificates.retain(|_, r| !r.full);
-        }
-        let mut changed: Vec<(&str, Digest)> = digests
-            .iter()
-            .filter(|(h, d)| {
-                self.certificates.get(**h) != Some(*d)
-                    && self.refused_certificates.get(**h).map(|r| &r.digest) != Some(*d)
-            })
-            .map(|(h, d)| (*h, *d))
-            .collect();
+        let mut delta = self.certificates.delta(&digests, stored_hosts);
         // what was served before a restart first (a stable sort: host order else)
-        changed.sort_by_key(|(h, _)| !self.stored_before_reset.contains(*h));
-        if !changed.is_empty() || !removed.is_empty() {
-            let items: Vec<(String, wire::Certificate)> = changed
+        delta
+            .changed
+            .sort_by_key(|(h, _)| !self.stored_before_reset.contains(*h));
+        if !delta.changed.is_empty() || !delta.removed.is_empty() {
+            let items: Vec<(String, wire::Certificate)> = delta
+                .changed
                 .iter()
                 .map(|(h, _)| {
                     let (cert, key) = wanted[h];
                     (h.to_string(), wire::Certificate { host: h, cert, key })
                 })
                 .collect();
-            let refused = self.post_chunked(items, &removed).await?;
-            for host in &removed {
-                self.certificates.remove(host);
+            let refused = self.post_chunked(items, &delta.removed).await?;
+            let (applied, rejected) = self.certificates.record(delta, refusal_in(&refused));
+            posted.certificates += applied;
+            for (host, message) in rejected {
+                posted
+                    .rejected
+                    .push(format!("certificate {host}: {message}"));
             }
-            for (host, d) in changed {
-                match refused.iter().find(|r| r.name == host) {
-                    Some(r) => {
-                        posted
-                            .rejected
-                            .push(format!("certificate {host}: {}", r.message));
-                        let refusal = Refusal {
-                            digest: d,
-                            message: r.message.clone(),
-                            full: r.full,
-                        };
-                        self.refused_certificates.insert(host.to_owned(), refusal);
-                    }
-                    None => {
-                        posted.certificates += 1;
-                        self.certificates.insert(host.to_owned(), d);
-                    }
-                }
-            }
-            posted.certificates += removed.len();
         }
         self.stored_before_reset.clear();
         Ok(())
@@ -738,6 +645,16 @@ fn is_refusal_status(status: u16) -> bool {
 
 fn is_refusal(e: &BalancerError) -> bool {
     matches!(e, BalancerError::Refused { status, .. } if is_refusal_status(*status))
+}
+
+/// Why `refused` says an object was refused (message, for want of room), by name.
+fn refusal_in(refused: &[Refused]) -> impl Fn(&str) -> Option<(String, bool)> + '_ {
+    |name| {
+        refused
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| (r.message.clone(), r.full))
+    }
 }
 
 /// The `error` of an API error body, or the body itself.
