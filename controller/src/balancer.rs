@@ -710,4 +710,6 @@ fn digest<T: std::hash::Hash + ?Sized>(value: &T) -> Digest {
 }
 
 #[cfg(test)]
+mod contract_tests;
+#[cfg(test)]
 mod tests;

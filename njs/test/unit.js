@@ -237,12 +237,83 @@ function caseTests(root, file, validator) {
     return out;
 }
 
+// Where the validated `value` lost or changed a field the controller `sent` (null
+// when it kept them all). The one field the validator renames is
+// canary.affinity_behavior, kept as legacy_affinity.
+function dropped(sent, value, path) {
+    if (sent === null) {
+        return null;
+    }
+    if (typeof sent !== 'object') {
+        return value === sent ? null
+            : path + ': sent ' + JSON.stringify(sent) + ', validated ' + JSON.stringify(value);
+    }
+    if (value === null || typeof value !== 'object') {
+        return path + ': sent ' + JSON.stringify(sent) + ', validated ' + JSON.stringify(value);
+    }
+    var keys = Object.keys(sent);
+    for (var i = 0; i < keys.length; i++) {
+        var k = keys[i];
+        var d = k === 'affinity_behavior'
+            ? dropped(sent[k] === 'legacy', value.legacy_affinity, path + '.legacy_affinity')
+            : dropped(sent[k], value[k], path + '.' + k);
+        if (d !== null) {
+            return d;
+        }
+    }
+    return null;
+}
+
+// The API's validation of each path; certificates are parsed as the handler does.
+var SENT_TO = {
+    '/configuration/backends': function (body) {
+        return validate.backendsPayload(body);
+    },
+    '/configuration/certificates': async function (body) {
+        var p = validate.certificatesPayload(body);
+        var pairs = p.ok ? p.ok.certificates.concat(p.ok.default ? [p.ok.default] : []) : [];
+        for (var i = 0; i < pairs.length; i++) {
+            var problem = await pem.check(pairs[i].cert, pairs[i].key);
+            if (problem) {
+                return {err: (pairs[i].host || 'default') + ': ' + problem};
+            }
+        }
+        return p;
+    },
+};
+
+// What the controller posts (recorded by controller/src/balancer/contract_tests.rs)
+// must be accepted, every field kept.
+function sentTests(root) {
+    var out = {};
+    var path = root + '/balancer/cases/sent.json';
+    var sent;
+    try {
+        sent = JSON.parse(fs.readFileSync(path, 'utf8'));
+    } catch (e) {
+        out['sent.json: readable'] = function () { throw new Error(path + ': ' + e.message); };
+        return out;
+    }
+    sent.forEach(function (post, i) {
+        out['sent.json: ' + (i + 1) + ' ' + post.sync + ', ' + post.path] = async function () {
+            var validator = SENT_TO[post.path];
+            ok(validator, 'no such path');
+            var got = await validator(post.body);
+            eq(got.err, undefined, 'refused');
+            var d = dropped(post.body, got.ok, 'body');
+            ok(d === null, d);
+        };
+    });
+    return out;
+}
+
 async function run(r) {
     var out = [];
     var failed = 0;
     var all = Object.assign({}, tests,
         caseTests(r.variables.ferrule_repo, 'backends.json', validate.backendsPayload),
-        caseTests(r.variables.ferrule_repo, 'certificates.json', validate.certificatesPayload));
+        caseTests(r.variables.ferrule_repo, 'certificates.json', validate.certificatesPayload),
+        sentTests(r.variables.ferrule_repo));
     var names = Object.keys(all);
     for (var i = 0; i < names.length; i++) {
         try {

@@ -11,7 +11,7 @@ use super::*;
 
 /// A fake balancer API: refuses (400) any POST naming a backend that starts with
 /// "bad", accepts the rest; records every accepted body. A GET sees an empty store.
-fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
+pub(super) fn fake_api(dir: &std::path::Path) -> (PathBuf, Arc<Mutex<Vec<Value>>>) {
     fake_api_answering(dir, r#"{"names":[],"hosts":[]}"#)
 }
 

@@ -533,4 +533,4 @@ mod server_view;
 mod static_files;
 mod streams;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -2,6 +2,7 @@
 -- through this balancer's validator. njs/test/unit.js runs the same files: a
 -- case holds for both balancers or the contract is broken.
 local cjson = require("cjson.safe")
+local certificate = require("ferrule.certificate")
 local validate = require("ferrule.validate")
 
 -- The repository holds this file as lua/test/unit/contract_test.lua; the runner
@@ -84,7 +85,63 @@ local function check(t, case, validator)
     end
 end
 
+-- Where the validated `value` lost or changed a field the controller `sent` (nil
+-- when it kept them all). The one field the validator renames is
+-- canary.affinity_behavior, kept as legacy_affinity.
+local function dropped(sent, value, path)
+    if sent == null then
+        return nil
+    end
+    if type(sent) ~= "table" then
+        if value ~= sent then
+            return path .. ": sent " .. show(sent) .. ", validated " .. show(value)
+        end
+        return nil
+    end
+    if type(value) ~= "table" then
+        return path .. ": sent " .. show(sent) .. ", validated " .. show(value)
+    end
+    for k, v in pairs(sent) do
+        local d
+        if k == "affinity_behavior" then
+            d = dropped(v == "legacy", value.legacy_affinity, path .. ".legacy_affinity")
+        else
+            d = dropped(v, value[k], path .. "." .. tostring(k))
+        end
+        if d then
+            return d
+        end
+    end
+    return nil
+end
+
+-- The API's validation of each path, certificates parsed as the handler does.
+local SENT_TO = {
+    ["/configuration/backends"] = validate.backends_payload,
+    ["/configuration/certificates"] = function(body)
+        return validate.certificates_payload(body, certificate.check)
+    end,
+}
+
 local T = {}
+
+-- What the controller posts (recorded by controller/src/balancer/contract_tests.rs)
+-- must be accepted, every field kept.
+local ok_sent, sent = pcall(read_cases, "sent.json")
+if not ok_sent then
+    T["sent.json: readable"] = function() error(sent) end
+else
+    for i, post in ipairs(sent) do
+        T[("sent.json: %d %s, %s"):format(i, tostring(post.sync), tostring(post.path))] = function(t)
+            local validator = SENT_TO[post.path]
+            t.ok(validator, "no such path")
+            local value, err = validator(post.body)
+            t.ok(value, "refused: " .. tostring(err))
+            local d = dropped(post.body, value, "body")
+            t.ok(d == nil, d)
+        end
+    end
+end
 
 for _, file in ipairs({
     { "backends.json", validate.backends_payload },

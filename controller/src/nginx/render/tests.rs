@@ -49,7 +49,7 @@ fn model_expecting(yaml: &str, settings: Settings, expected: &[&str]) -> Model {
 }
 
 /// A model (with [`SERVICES`]) that must build without errors.
-fn model(yaml: &str, settings: Settings) -> Model {
+pub(crate) fn model(yaml: &str, settings: Settings) -> Model {
     model_expecting(yaml, settings, &[])
 }
 
@@ -112,7 +112,8 @@ ports: [{ name: http, port: 8080 }]
 endpoints: [{ addresses: ["10.0.0.2"], conditions: { ready: true } }]
 "#;
 
-fn fixture(name: &str) -> String {
+/// A file of `model/tests/fixtures/`.
+pub(crate) fn fixture(name: &str) -> String {
     let path = format!(
         "{}/../model/tests/fixtures/{name}",
         env!("CARGO_MANIFEST_DIR")
