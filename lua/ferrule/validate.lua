@@ -1,6 +1,8 @@
 -- Validation and normalisation of configuration API payloads.
 -- Pure: takes decoded JSON (cjson) tables, returns normalised plain tables or
 -- (nil, "clear message"). Nothing here touches shared dicts or the request.
+-- The rules are balancer/API.md; balancer/cases/ holds this and the njs port
+-- (njs/ferrule/validate.js) to them, message for message.
 local cjson = require("cjson.safe")
 local expr = require("ferrule.expr")
 local util = require("ferrule.util")

@@ -1,6 +1,7 @@
 // Validation and normalisation of configuration API payloads (pure).
 // A port of lua/ferrule/validate.lua: same rules, same messages, so the
-// controller sees the same 400s whichever balancer runs.
+// controller sees the same 400s whichever balancer runs. The rules are
+// balancer/API.md; balancer/cases/ holds both validators to them.
 //
 // Every function returns {ok: value} or {err: "clear message"}.
 import expr from 'ferrule/expr.js';
