@@ -144,6 +144,7 @@ async fn record() -> Vec<Value> {
         let posted = client.sync(&model).await.unwrap();
         assert_eq!(posted.rejected, Vec::<String>::new());
         for body in accepted.lock().unwrap().drain(..) {
+            // the fake API keeps bodies only; each kind's body has its own list
             let path = match body.get("backends") {
                 Some(_) => "/configuration/backends",
                 None => "/configuration/certificates",
