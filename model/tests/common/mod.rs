@@ -4,6 +4,9 @@
 //! exactly like the manifests source, and the data-driven `check` helper.
 #![allow(dead_code)]
 
+#[path = "../../../test/routing/cases.rs"]
+pub mod cases;
+
 use std::fmt::Write as _;
 
 use ferrule_model::route::{Outcome, route};
@@ -469,4 +472,51 @@ pub fn problem_list(model: &Model) -> String {
         .map(|p| format!("  {} [{:?}] {}", p.resource, p.severity, p.message))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+// ---------------------------------------------------------------------------------------
+// The routing cases of test/routing
+
+/// Where the model puts a case's app or echo number `i`: one address, a port each
+/// (the case files may put several ports of one Service on the same address).
+pub fn case_address(case: &cases::Case, name: &str) -> (String, u16) {
+    let i = case
+        .backends()
+        .position(|b| b == name)
+        .unwrap_or_else(|| panic!("{}: no app or echo {name}", case.id()));
+    ("10.0.0.1".to_owned(), 8000 + i as u16)
+}
+
+/// The model of a routing case: its manifests with [`case_address`], and its flags.
+pub fn case_model(case: &cases::Case) -> Model {
+    let mut snap = snapshot(&case.manifests_yaml(&|n| case_address(case, n)));
+    for (flag, value) in case.flag_values() {
+        set_flag(&mut snap.settings, &flag, &value);
+    }
+    build(&snap)
+}
+
+/// The model of the case `file/name`, for tests that assert more than routing on it.
+pub fn named_case_model(id: &str) -> Model {
+    let cases = cases::load();
+    let case = cases
+        .iter()
+        .find(|c| c.id() == id)
+        .unwrap_or_else(|| panic!("no routing case {id}"));
+    case_model(case)
+}
+
+/// What a controller flag of `ferrule run` sets in `Settings`. A flag the model does
+/// not know fails the test: a case must not mean more to NGINX than to the model.
+fn set_flag(s: &mut Settings, flag: &str, value: &str) {
+    let yes = || value == "true";
+    match flag {
+        "controller-class" => s.controller = value.to_owned(),
+        "ingress-class" => s.ingress_class = value.to_owned(),
+        "watch-ingress-without-class" => s.watch_without_class = yes(),
+        "default-backend-service" => s.default_backend_service = Some(value.to_owned()),
+        "disable-catch-all" => s.disable_catch_all = yes(),
+        "max-regex-paths-per-host" => s.limits.regex_paths_per_host = value.parse().unwrap(),
+        other => panic!("flag --{other} is not known to the model's routing tests"),
+    }
 }
