@@ -24,6 +24,7 @@ mod process;
 mod prometheus;
 mod protocols;
 mod request_metrics;
+mod routing;
 mod safety;
 mod streams;
 mod tenants;
