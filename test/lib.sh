@@ -31,6 +31,20 @@ new_prefix() {
     trap 'exit 130' INT TERM
 }
 
+# for_workers PATH...: copies these paths of the repository (relative to its root)
+# below the prefix and prints where: the workers run as nobody, who may not be able
+# to reach the checkout itself (a clone below /root, whose mode is 0700).
+for_workers() {
+    local root p
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    for p in "$@"; do
+        mkdir -p "$WORK/repo/$(dirname "$p")"
+        cp -r "$root/$p" "$WORK/repo/$p"
+    done
+    chmod -R a+rX "$WORK/repo"
+    echo "$WORK/repo"
+}
+
 stop_nginx() {
     if [ -n "$MASTER" ] && kill -0 "$MASTER" 2>/dev/null; then
         kill -QUIT "$MASTER" 2>/dev/null

@@ -29,7 +29,9 @@ FAST=${FAST:-0}
 fast_flag=(--no-fast-path)
 [ "$FAST" = 1 ] && fast_flag=()
 render_prefix "$HERE/manifests" "${fast_flag[@]}" --enable-metrics=false
-render_conf "$HERE/test-only.conf" -e "s#LUA_DIR#$LUA_DIR#g" > "$WORK/conf/test-only.conf"
+# The unit tests, their runner and the API's case files, where a worker reads them.
+REPO=$(for_workers lua/test lua/ferrule balancer/cases)
+render_conf "$HERE/test-only.conf" -e "s#LUA_DIR#$REPO/lua#g" > "$WORK/conf/test-only.conf"
 if [ "$FAST" = 1 ] && ! grep -q '^ *ferrule_fast;' "$WORK/conf/nginx.conf"; then
     echo "FATAL: FAST=1, but the renderer left the C fast path out (does nginx load" \
          "/usr/lib/nginx/modules/ngx_http_ferrule_module.so? make deps builds it)" >&2

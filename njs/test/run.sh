@@ -24,7 +24,10 @@ PORT_VARS="PROXY_PORT TLS_PORT BACKEND_PORT DEAD_PORT LEAK_PORT"
 read -r $PORT_VARS < <(free_ports 5)
 
 render_prefix "$HERE/manifests" --balancer njs --enable-metrics=false
-render_conf "$HERE/test-only.conf" -e "s#NJS_DIR#$NJS_DIR#g" > "$WORK/conf/test-only.conf"
+# The unit tests, the modules they import and the API's case files, where a worker
+# reads them.
+REPO=$(for_workers njs/test njs/ferrule njs/ferrule.js njs/stream.js balancer/cases)
+render_conf "$HERE/test-only.conf" -e "s#NJS_DIR#$REPO/njs#g" > "$WORK/conf/test-only.conf"
 # The balancer under test is this tree's njs/: the copy the binary carries is
 # the tree it was built from, which may predate an edit.
 rm -rf "$WORK/njs/ferrule" && cp -r "$NJS_DIR/ferrule" "$NJS_DIR/ferrule.js" "$NJS_DIR/stream.js" "$WORK/njs/"
