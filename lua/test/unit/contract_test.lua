@@ -5,8 +5,9 @@ local cjson = require("cjson.safe")
 local certificate = require("ferrule.certificate")
 local validate = require("ferrule.validate")
 
--- The repository holds this file as lua/test/unit/contract_test.lua; the runner
--- loads it by its absolute path (lua/test/nginx.conf), so its source names it.
+-- The repository (or run.sh's copy of its parts) holds this file as
+-- lua/test/unit/contract_test.lua; the runner loads it by its absolute path
+-- (lua/test/test-only.conf), so its source names it.
 local ROOT = debug.getinfo(1, "S").source:match("^@(.*)/lua/test/unit/[^/]+$")
 
 local function read_cases(name)
