@@ -36,6 +36,9 @@ image: deps build
 
 test: deps image
 	$(CARGO) test --workspace
+	@# The integration suite again with the njs balancer (LUA_ONLY tests stay on Lua;
+	@# the Kubernetes suites do not depend on the balancer).
+	FERRULE_IT_BALANCER=njs $(CARGO) test -p ferrule --test it -- --skip e2e:: --skip install:: --skip chart::
 	bash lua/test/run.sh
 	FAST=1 bash lua/test/run.sh
 	bash njs/test/run.sh

@@ -211,7 +211,7 @@ async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
             sticky("move", &[("session-cookie-change-on-failure", "true")]),
         ),
     );
-    let f = Ferrule::start(m.path(), &[]).await;
+    let f = Ferrule::start(m.path(), LUA_ONLY).await;
     wait_store(&f, "demo_move_80", |b| {
         endpoint_count(b) == 2 && b["affinity"]["change_on_failure"] == true
     })

@@ -324,7 +324,11 @@ async fn retry_non_idempotent_sends_a_failed_post_to_the_next_endpoint() {
     );
     m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
     m.write("cm.yaml", &configmap(&[("worker-processes", "3")]));
-    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let f = Ferrule::start(
+        m.path(),
+        &[LUA_ONLY, &["--configmap", "demo/ferrule"]].concat(),
+    )
+    .await;
     // worker-processes: three workers.
     assert_eq!(f.worker_pids().len(), 3, "{}", f.logs());
     // Round robin over two endpoints: some POSTs meet the dropping one, and a POST

@@ -411,7 +411,7 @@ async fn round_robin_and_hash_without_reload_and_ewma_with_one_reload() {
         "ing.yaml",
         &ingress("demo", "rr", CREATED, "rr.test", &rule, &[]),
     );
-    let f = Ferrule::start(m.path(), &[]).await;
+    let f = Ferrule::start(m.path(), LUA_ONLY).await;
     wait_store(&f, "demo_rr_80", |b| endpoint_count(b) == 3).await;
     let before = NoReload::capture(&f).await;
 
@@ -909,7 +909,7 @@ async fn first_answer_to_an_upload(f: &Ferrule, host: &str) -> String {
 // certificate, still redirected), then TLS goes again: all without a reload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_added_to_and_removed_from_served_hosts_without_reload() {
-    tls_comes_and_goes_without_reload("127.0.0.12", &[]).await;
+    tls_comes_and_goes_without_reload("127.0.0.12", LUA_ONLY).await;
 }
 
 /// The TLS test above with the balancer chosen by `args` (also run for njs).

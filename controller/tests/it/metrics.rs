@@ -363,7 +363,11 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
             &[],
         ),
     );
-    let f = Ferrule::start(m.path(), &["--allow-snippet-annotations"]).await;
+    let f = Ferrule::start(
+        m.path(),
+        &[LUA_ONLY, &["--allow-snippet-annotations"]].concat(),
+    )
+    .await;
     let prom = Prometheus::start(f.status, &[&alerts_file()]).await;
     let started = crate::prometheus::now();
     prom.wait_scrapes(2).await;

@@ -122,7 +122,7 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], sourc
             &[],
         ),
     );
-    let f = Ferrule::start(m.path(), extra).await;
+    let f = Ferrule::start(m.path(), &[LUA_ONLY, extra].concat()).await;
     let (_, text) = f.get_status("/metrics").await;
     assert!(
         text.contains(&format!(
@@ -300,7 +300,7 @@ async fn canary_label(extra: &[&str]) {
             &[("canary", "true"), ("canary-by-header", "x-canary")],
         ),
     );
-    let f = Ferrule::start(m.path(), extra).await;
+    let f = Ferrule::start(m.path(), &[LUA_ONLY, extra].concat()).await;
     wait_store(&f, "demo_svc-a_80", |b| !b["canary"].is_null()).await;
     assert_eq!(
         send(&f, "a.test", "/", &[("x-canary", "always")], 5).await[&200],

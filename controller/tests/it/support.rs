@@ -683,6 +683,12 @@ pub async fn echo_group(ips: &[&str]) -> Vec<Echo> {
 
 /// YAML of a Service `name` (port 80 named `http`, target `port`) with one
 /// EndpointSlice holding `endpoints` as (IP, ready) pairs.
+/// Arguments that pin the Lua balancer, for a test of what only it does (the C fast
+/// path and its request metrics, EWMA, retries to the next peer, `Expect:
+/// 100-continue` before a redirect): `FERRULE_IT_BALANCER=njs`, which `make test`
+/// runs too, runs every test that does not choose against the njs balancer.
+pub const LUA_ONLY: &[&str] = &["--balancer", "lua"];
+
 pub fn service_endpoints(ns: &str, name: &str, port: u16, endpoints: &[(&str, bool)]) -> String {
     let eps: String = endpoints
         .iter()

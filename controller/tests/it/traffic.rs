@@ -448,7 +448,7 @@ async fn retries_and_access_log_follow_their_annotations() {
         "quiet.yaml",
         &demo_ingress("quiet", "quiet.test", &[("enable-access-log", "false")]),
     );
-    let f = Ferrule::start(m.path(), &[]).await;
+    let f = Ferrule::start(m.path(), LUA_ONLY).await;
 
     let statuses = |host: &'static str| {
         let f = &f;
