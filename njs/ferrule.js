@@ -374,7 +374,8 @@ function peer(r) {
                 addSetCookie(r, balance.setCookie(aff, rec.ids[i],
                                                   r.variables.ferrule_cookie_path,
                                                   r.variables.https === 'on',
-                                                  Math.floor(Date.now() / 1000)));
+                                                  Math.floor(Date.now() / 1000),
+                                                  r.headersIn['User-Agent']));
             }
         } else if (rec.hash) {
             var key = expr.evaluate(rec.hash, function (v) { return r.variables[v]; });

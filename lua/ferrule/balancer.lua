@@ -269,7 +269,8 @@ local function send_cookie(st, aff, ep)
     -- apart. A location without it (a hand-written configuration) sends "/".
     local path = not aff.path and ngx_var.ferrule_cookie_path or nil
     local https = aff.secure == nil and ngx_var.https == "on"
-    local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time())
+    local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time(),
+        aff.conditional_samesite_none and ngx_var.http_user_agent or nil)
     local existing = ngx.header["Set-Cookie"]
     if existing == nil then
         ngx.header["Set-Cookie"] = cookie

@@ -185,6 +185,7 @@ local AFFINITY_FIELDS = {
     { "secure", is_bool, "true, false or null" },
     { "samesite", function(x) return x == "None" or x == "Lax" or x == "Strict" end,
       "\"None\", \"Lax\", \"Strict\" or null" },
+    { "conditional_samesite_none", is_bool, "true, false or null" },
     { "expires", function(x) return is_int(x, 1, 2^31 - 1) end,
       "a positive integer (seconds) or null" },
     -- a host name as certificates take it, no wildcard, perhaps after one dot

@@ -138,7 +138,8 @@ function stickyIndex(ids, cookieVal) {
 // it when session-cookie-path is not; "/" where the location has none. https:
 // the request came over TLS (Secure then, unless affinity.secure says
 // otherwise); now: seconds since the epoch, for Expires. As lua/'s sticky.
-function setCookie(affinity, id, defaultPath, https, now) {
+// userAgent: the request's, for conditional_samesite_none.
+function setCookie(affinity, id, defaultPath, https, now, userAgent) {
     var parts = [affinity.cookie_name + '=' + id,
                  'Path=' + (affinity.path || defaultPath || '/')];
     if (affinity.domain) {
@@ -158,10 +159,38 @@ function setCookie(affinity, id, defaultPath, https, now) {
         parts.push('Secure');
     }
     parts.push('HttpOnly');
-    if (affinity.samesite) {
-        parts.push('SameSite=' + affinity.samesite);
+    var samesite = affinity.samesite;
+    if (samesite === 'None' && affinity.conditional_samesite_none
+        && !takesSameSiteNone(userAgent)) {
+        samesite = null;
+    }
+    if (samesite) {
+        parts.push('SameSite=' + samesite);
     }
     return parts.join('; ');
+}
+
+// Whether a browser keeps a cookie that says SameSite=None, by its User-Agent:
+// as lua/'s sticky.takes_samesite_none (balancer/cases/samesite.json holds the
+// cases both run).
+function takesSameSiteNone(userAgent) {
+    if (typeof userAgent !== 'string') {
+        return true;
+    }
+    var m = /Chrome\/(\d+)/.exec(userAgent);
+    var chrome = m ? Number(m[1]) : null;
+    if (chrome !== null && chrome >= 40 && chrome <= 69) {
+        return false;
+    }
+    if (userAgent.indexOf('CPU iPhone OS 12_') >= 0
+        || userAgent.indexOf('iPad; CPU OS 12_') >= 0) {
+        return false;
+    }
+    var macSafari = userAgent.indexOf('Macintosh') >= 0
+        && userAgent.indexOf('Intel Mac OS X 10_14') >= 0
+        && userAgent.indexOf('Safari') >= 0
+        && userAgent.indexOf('Chrome') < 0;
+    return !macSafari;
 }
 
 var DAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
@@ -185,4 +214,5 @@ function peer(ep) {
     return (a.indexOf(':') >= 0 ? '[' + a + ']' : a) + ':' + ep.port;
 }
 
-export default {rrIndex, fmix32, hashIndex, canary, headerVar, stickyIndex, setCookie, peer};
+export default {rrIndex, fmix32, hashIndex, canary, headerVar, stickyIndex, setCookie,
+                takesSameSiteNone, peer};

@@ -248,8 +248,8 @@ function affinity(v, where) {
         return fail(where, 'cookie_name must be a valid cookie name');
     }
     var out = {mode: 'cookie', cookie_name: v.cookie_name, max_age: null, path: null,
-               secure: null, samesite: null, expires: null, domain: null,
-               change_on_failure: null};
+               secure: null, samesite: null, conditional_samesite_none: null,
+               expires: null, domain: null, change_on_failure: null};
     if (!isNull(v.max_age)) {
         if (!isInt(v.max_age, 0, 2147483647)) {
             return fail(where, 'max_age must be a non-negative integer or null');
@@ -273,6 +273,12 @@ function affinity(v, where) {
             return fail(where, 'samesite must be "None", "Lax", "Strict" or null');
         }
         out.samesite = v.samesite;
+    }
+    if (!isNull(v.conditional_samesite_none)) {
+        if (typeof v.conditional_samesite_none !== 'boolean') {
+            return fail(where, 'conditional_samesite_none must be true, false or null');
+        }
+        out.conditional_samesite_none = v.conditional_samesite_none;
     }
     if (!isNull(v.expires)) {
         if (!isInt(v.expires, 1, 2147483647)) {

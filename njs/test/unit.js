@@ -307,13 +307,39 @@ function sentTests(root) {
     return out;
 }
 
+// Which browsers keep a cookie saying SameSite=None (conditional_samesite_none), from
+// balancer/cases/samesite.json, and the cookie that follows from it.
+function sameSiteTests(root) {
+    var out = {};
+    var path = root + '/balancer/cases/samesite.json';
+    var cases;
+    try {
+        cases = JSON.parse(fs.readFileSync(path, 'utf8'));
+    } catch (e) {
+        out['samesite.json: readable'] = function () { throw new Error(path + ': ' + e.message); };
+        return out;
+    }
+    var aff = {cookie_name: 'r', max_age: null, path: null, samesite: 'None',
+               conditional_samesite_none: true};
+    cases.forEach(function (c) {
+        out['samesite.json: ' + c.name] = function () {
+            var ua = c.user_agent === null ? undefined : c.user_agent;
+            eq(balance.takesSameSiteNone(ua), c.takes_none);
+            eq(balance.setCookie(aff, 'abc', null, false, 0, ua),
+               'r=abc; Path=/; HttpOnly' + (c.takes_none ? '; SameSite=None' : ''));
+        };
+    });
+    return out;
+}
+
 async function run(r) {
     var out = [];
     var failed = 0;
     var all = Object.assign({}, tests,
         caseTests(r.variables.ferrule_repo, 'backends.json', validate.backendsPayload),
         caseTests(r.variables.ferrule_repo, 'certificates.json', validate.certificatesPayload),
-        sentTests(r.variables.ferrule_repo));
+        sentTests(r.variables.ferrule_repo),
+        sameSiteTests(r.variables.ferrule_repo));
     var names = Object.keys(all);
     for (var i = 0; i < names.length; i++) {
         try {

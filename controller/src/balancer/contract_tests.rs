@@ -47,7 +47,8 @@ metadata:
     nginx.ingress.kubernetes.io/session-cookie-max-age: "3600"
     nginx.ingress.kubernetes.io/session-cookie-path: /shop
     nginx.ingress.kubernetes.io/session-cookie-secure: "true"
-    nginx.ingress.kubernetes.io/session-cookie-samesite: Lax
+    nginx.ingress.kubernetes.io/session-cookie-samesite: None
+    nginx.ingress.kubernetes.io/session-cookie-conditional-samesite-none: "true"
     nginx.ingress.kubernetes.io/session-cookie-expires: "7200"
     nginx.ingress.kubernetes.io/session-cookie-domain: .example.com
     nginx.ingress.kubernetes.io/session-cookie-change-on-failure: "true"

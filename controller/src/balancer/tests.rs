@@ -416,6 +416,7 @@ fn backend_payload_fields() {
         path: None,
         secure: Some(false),
         samesite: Some(ferrule_model::annotations::SameSite::Lax),
+        conditional_samesite_none: false,
         expires: Some(3600),
         domain: Some(".example.com".into()),
         change_on_failure: true,
@@ -446,8 +447,8 @@ fn backend_payload_fields() {
                 "upstream_hash_by": null,
                 "affinity": {
                     "mode": "cookie", "cookie_name": "route", "max_age": 60, "path": null,
-                    "secure": false, "samesite": "Lax", "expires": 3600, "domain": ".example.com",
-                    "change_on_failure": true,
+                    "secure": false, "samesite": "Lax", "conditional_samesite_none": false,
+                    "expires": 3600, "domain": ".example.com", "change_on_failure": true,
                 },
                 "canary": {
                     "backend": "c", "weight": 10, "weight_total": 100,

@@ -16,19 +16,24 @@ async fn njs_affinity_cookie_attributes_follow_the_annotations_and_the_scheme() 
     cookie_attributes("127.0.0.61", &["--balancer", "njs"]).await;
 }
 
-/// The `Set-Cookie` header curl saw for `host` over HTTPS (or HTTP with `http`).
-async fn set_cookie_of(f: &Ferrule, host: &str, http: bool) -> String {
+/// The `Set-Cookie` header curl saw for `host` over HTTPS (or HTTP with `http`),
+/// sending `User-Agent: ua` when there is one.
+async fn set_cookie_of(f: &Ferrule, host: &str, http: bool, ua: Option<&str>) -> String {
+    let ua = ua.map(|ua| format!("User-Agent: {ua}"));
+    let ua: Vec<&str> = ua.iter().flat_map(|h| ["-H", h.as_str()]).collect();
     let out = if http {
         let out = tokio::process::Command::new("curl")
             .args(["-s", "-D", "-", "-o", "/dev/null", "-H"])
             .arg(format!("Host: {host}"))
+            .args(&ua)
             .arg(format!("http://127.0.0.1:{}/", f.http))
             .output()
             .await
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     } else {
-        curl_tls(f, host, "/", &["-D", "-", "-o", "/dev/null"]).await
+        let args = [&["-D", "-", "-o", "/dev/null"][..], &ua].concat();
+        curl_tls(f, host, "/", &args).await
     };
     out.lines()
         .find_map(|l| {
@@ -44,15 +49,20 @@ async fn set_cookie_of(f: &Ferrule, host: &str, http: bool) -> String {
 async fn cookie_attributes(ip: &str, args: &[&str]) {
     let echo = Echo::start(ip).await;
     let certs = tempfile::tempdir().unwrap();
-    let (cert, key, _) = self_signed(certs.path(), "c", &["plain.test", "tuned.test"]);
+    let (cert, key, _) = self_signed(
+        certs.path(),
+        "c",
+        &["plain.test", "tuned.test", "cross.test"],
+    );
     let m = Manifests::new();
     m.write(
         "svc.yaml",
         &format!(
-            "{}---\n{}---\n{}",
+            "{}---\n{}---\n{}---\n{}",
             // balancing settings are per Service: one each
             service("demo", "plain", &[echo.addr]),
             service("demo", "tuned", &[echo.addr]),
+            service("demo", "cross", &[echo.addr]),
             tls_secret("demo", "tls", &cert, &key)
         ),
     );
@@ -72,8 +82,16 @@ async fn cookie_attributes(ip: &str, args: &[&str]) {
     m.write(
         "ing.yaml",
         &format!(
-            "{}---\n{}",
+            "{}---\n{}---\n{}",
             affinity("plain", "plain.test", &[]),
+            affinity(
+                "cross",
+                "cross.test",
+                &[
+                    ("session-cookie-samesite", "None"),
+                    ("session-cookie-conditional-samesite-none", "true"),
+                ],
+            ),
             affinity(
                 "tuned",
                 "tuned.test",
@@ -94,16 +112,16 @@ async fn cookie_attributes(ip: &str, args: &[&str]) {
     .await;
 
     // Secure over HTTPS, not over HTTP, when the annotation is not set.
-    let https = set_cookie_of(&f, "plain.test", false).await;
+    let https = set_cookie_of(&f, "plain.test", false, None).await;
     assert!(
         https.ends_with("; Path=/; Secure; HttpOnly"),
         "HTTPS: {https}"
     );
-    let http = set_cookie_of(&f, "plain.test", true).await;
+    let http = set_cookie_of(&f, "plain.test", true, None).await;
     assert!(http.ends_with("; Path=/; HttpOnly"), "HTTP: {http}");
 
     // The annotations, in the order ingress-nginx writes them; Expires is an hour on.
-    let tuned = set_cookie_of(&f, "tuned.test", false).await;
+    let tuned = set_cookie_of(&f, "tuned.test", false, None).await;
     let (_, attrs) = tuned.split_once("; ").unwrap();
     let (expires, rest) = attrs
         .strip_prefix("Path=/; Domain=.tuned.test; Expires=")
@@ -119,6 +137,33 @@ async fn cookie_attributes(ip: &str, args: &[&str]) {
         "Expires {expires} is not an hour on (now {})",
         cookie_time(now)
     );
+
+    // SameSite=None, left out for the browsers that would drop the cookie with it.
+    for (browser, ua, none) in [
+        (
+            "Chrome 120",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36",
+            true,
+        ),
+        (
+            "Chrome 66",
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/66.0.3359.181 Safari/537.36",
+            false,
+        ),
+        (
+            "iOS 12",
+            "Mozilla/5.0 (iPhone; CPU iPhone OS 12_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/12.0 Mobile/15E148 Safari/604.1",
+            false,
+        ),
+    ] {
+        let cookie = set_cookie_of(&f, "cross.test", false, Some(ua)).await;
+        let want = if none {
+            "; Path=/; Secure; HttpOnly; SameSite=None"
+        } else {
+            "; Path=/; Secure; HttpOnly"
+        };
+        assert!(cookie.ends_with(want), "{browser}: {cookie}");
+    }
 }
 
 /// NGINX's cookie date for `t` seconds since the epoch ("Mon, 10-Sep-01 01:46:40

@@ -210,6 +210,17 @@ T["sticky ids are stable opaque and stop matching removed peers"] = function(t)
                     max_age = 60, samesite = "Lax" }, e[1], nil, false, 1000000000),
          "r=" .. id1 .. "; Path=/; Domain=.example.com; Expires=Mon, 10-Sep-01 01:46:40 GMT"
          .. "; Max-Age=60; HttpOnly; SameSite=Lax")
+    -- conditional_samesite_none: None left out for a browser that refuses it only
+    local none = { cookie_name = "r", samesite = "None", conditional_samesite_none = true }
+    local chrome66 = "Mozilla/5.0 (X11; Linux x86_64) Chrome/66.0.3359.181 Safari/537.36"
+    t.eq(s:cookie(none, e[1], nil, false, 0, chrome66), "r=" .. id1 .. "; Path=/; HttpOnly")
+    t.eq(s:cookie(none, e[1], nil, false, 0, "curl/8"),
+         "r=" .. id1 .. "; Path=/; HttpOnly; SameSite=None")
+    t.eq(s:cookie({ cookie_name = "r", samesite = "None" }, e[1], nil, false, 0, chrome66),
+         "r=" .. id1 .. "; Path=/; HttpOnly; SameSite=None")
+    t.eq(s:cookie({ cookie_name = "r", samesite = "Lax", conditional_samesite_none = true },
+                  e[1], nil, false, 0, chrome66),
+         "r=" .. id1 .. "; Path=/; HttpOnly; SameSite=Lax")
 end
 
 T["util helpers"] = function(t)

@@ -144,6 +144,23 @@ else
     end
 end
 
+-- Which browsers keep a cookie saying SameSite=None (conditional_samesite_none).
+local ok_samesite, samesite = pcall(read_cases, "samesite.json")
+if not ok_samesite then
+    T["samesite.json: readable"] = function() error(samesite) end
+else
+    local sticky = require("ferrule.algorithms.sticky")
+    for _, case in ipairs(samesite) do
+        T["samesite.json: " .. tostring(case.name)] = function(t)
+            local ua = case.user_agent
+            if ua == cjson.null then
+                ua = nil
+            end
+            t.eq(sticky.takes_samesite_none(ua), case.takes_none)
+        end
+    end
+end
+
 for _, file in ipairs({
     { "backends.json", validate.backends_payload },
     { "certificates.json", function(body) return validate.certificates_payload(body) end },

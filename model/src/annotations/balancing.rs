@@ -58,6 +58,12 @@ pub(super) const FAMILY: Family = Family {
             "SameSite of the affinity cookie",
         ),
         key(
+            "session-cookie-conditional-samesite-none",
+            Backend,
+            Low,
+            "SameSite=None left out for browsers that refuse it",
+        ),
+        key(
             "session-cookie-domain",
             Backend,
             Low,
@@ -97,6 +103,10 @@ pub struct Affinity {
     pub secure: Option<bool>,
     /// `session-cookie-samesite`.
     pub samesite: Option<SameSite>,
+    /// `session-cookie-conditional-samesite-none`: `SameSite=None` is left out for
+    /// the browsers that refuse a cookie carrying it (Chrome 40 to 69, iOS 12,
+    /// Safari on macOS 10.14), which would otherwise lose the session.
+    pub conditional_samesite_none: bool,
     /// `session-cookie-expires` in seconds: an `Expires` date that far ahead.
     pub expires: Option<u32>,
     /// `session-cookie-domain`.
@@ -203,6 +213,8 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     let path = r.parse("session-cookie-path", cookie_path)?;
     let secure = r.parse("session-cookie-secure", value::boolean)?;
     let samesite = r.parse("session-cookie-samesite", samesite)?;
+    let conditional_samesite_none =
+        r.parse("session-cookie-conditional-samesite-none", value::boolean)?;
     let expires = r.parse("session-cookie-expires", |v| {
         value::integer(v, 1, MAX_COOKIE_MAX_AGE)
     })?;
@@ -215,6 +227,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
             path,
             secure,
             samesite,
+            conditional_samesite_none: conditional_samesite_none.unwrap_or(false),
             expires,
             domain,
             change_on_failure: change_on_failure.unwrap_or(false),

@@ -108,24 +108,28 @@ fn balancing() {
             ("session-cookie-path", "/app"),
         ],
         "Affinity { cookie_name: \"route\", max_age: Some(3600), path: Some(\"/app\"), \
-         secure: None, samesite: None, expires: None, domain: None, change_on_failure: false }",
+         secure: None, samesite: None, conditional_samesite_none: false, expires: None, \
+         domain: None, change_on_failure: false }",
     );
     check(
         &[
             ("affinity", "cookie"),
             ("session-cookie-secure", "true"),
             ("session-cookie-samesite", "strict"),
+            ("session-cookie-conditional-samesite-none", "true"),
             ("session-cookie-expires", "172800"),
             ("session-cookie-domain", ".Example.com"),
             ("session-cookie-change-on-failure", "true"),
         ],
-        "secure: Some(true), samesite: Some(Strict), expires: Some(172800), \
+        "secure: Some(true), samesite: Some(Strict), conditional_samesite_none: true, \
+         expires: Some(172800), \
          domain: Some(\".example.com\"), change_on_failure: true",
     );
     for (key, bad) in [
         ("session-cookie-secure", "yes"),
         ("session-cookie-change-on-failure", "yes"),
         ("session-cookie-samesite", "Relaxed"),
+        ("session-cookie-conditional-samesite-none", "yes"),
         ("session-cookie-expires", "-1"),
         ("session-cookie-domain", "a.com; HttpOnly"),
         ("session-cookie-domain", "a..com"),

@@ -133,13 +133,6 @@ pub(super) const AFFINITY: Family = Family {
             "balanced or persistent stickiness",
         ),
         todo(
-            "session-cookie-conditional-samesite-none",
-            Backend,
-            Low,
-            false,
-            "SameSite=None only for browsers that take it",
-        ),
-        todo(
             "upstream-hash-by-subset",
             Backend,
             Low,
