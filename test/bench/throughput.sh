@@ -9,7 +9,9 @@
 # phase into shared memory, a Lua log phase without the module); `ferrule-nometrics`
 # is `ferrule` with --enable-metrics=false, and the summary gives ferrule against it
 # (the cost of the request metrics, goal >= 0.98). `ferrule-cors` is the same
-# Ferrule on a host with enable-cors (requests with an allowed Origin), and
+# Ferrule on a host with enable-cors (requests with an allowed Origin), `ferrule-allow`
+# one with whitelist-source-range (loopback allowed), `ferrule-basic` one with basic
+# auth (a {SHA} password, sent with every request), and
 # `ferrule-gzip` a Ferrule whose ConfigMap turns use-gzip on (requests that accept
 # gzip): what those features cost against static. `ferrule-tcp` is the same
 # Ferrule's TCP service (--tcp-services-configmap) to the same backend: HTTP over
@@ -186,36 +188,35 @@ ports: [{ name: http, port: $BPORT }]
 endpoints:
   - addresses: ["$BACKEND_IP"]
     conditions: { ready: true }
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata: { name: echo, namespace: bench }
-spec:
-  rules:
-  - host: bench.test
-    http:
-      paths:
-      - path: /
-        pathType: Prefix
-        backend: { service: { name: echo, port: { number: 80 } } }
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: cors
-  namespace: bench
-  annotations:
-    nginx.ingress.kubernetes.io/enable-cors: "true"
-    nginx.ingress.kubernetes.io/cors-allow-origin: "https://app.example"
-spec:
-  rules:
-  - host: cors.test
-    http:
-      paths:
-      - path: /
-        pathType: Prefix
-        backend: { service: { name: echo, port: { number: 80 } } }
 YAML
+# echo_ingress NAME HOST [ANNOTATION=VALUE...]: an Ingress of HOST to the echo Service.
+echo_ingress() {
+    local name=$1 host=$2 a
+    shift 2
+    printf -- '---\napiVersion: networking.k8s.io/v1\nkind: Ingress\nmetadata:\n  name: %s\n  namespace: bench\n  annotations:\n' "$name"
+    [ $# -gt 0 ] || echo '    {}'
+    for a; do printf '    nginx.ingress.kubernetes.io/%s: "%s"\n' "${a%%=*}" "${a#*=}"; done
+    printf 'spec:\n  rules:\n  - host: %s\n    http:\n      paths:\n      - path: /\n        pathType: Prefix\n        backend: { service: { name: echo, port: { number: 80 } } }\n' "$host"
+}
+# basic auth: {SHA} rather than apr1, whose hashing per request (NGINX reads and
+# checks the password file on every request) would measure the hash, not Ferrule.
+BASIC_USER=bench BASIC_PASSWORD=bench-secret
+BASIC_HTPASSWD="$BASIC_USER:{SHA}$(printf %s "$BASIC_PASSWORD" | openssl dgst -binary -sha1 | base64)"
+{
+    echo_ingress echo bench.test
+    echo_ingress cors cors.test enable-cors=true cors-allow-origin=https://app.example
+    echo_ingress allow allow.test whitelist-source-range=127.0.0.0/8,10.0.0.0/8
+    echo_ingress basic basic.test auth-type=basic auth-secret=basic-auth "auth-realm=bench"
+    cat <<YAML
+---
+apiVersion: v1
+kind: Secret
+metadata: { name: basic-auth, namespace: bench }
+type: Opaque
+stringData:
+  auth: "$BASIC_HTPASSWD"
+YAML
+} >> "$F/manifests/bench.yaml"
 cp "$F/manifests/bench.yaml" "$FG/manifests/"
 cat > "$F/manifests/tcp.yaml" <<YAML
 apiVersion: v1
@@ -249,6 +250,13 @@ wait_http "http://127.0.0.1:$FHTTP/" cors.test "$BACKEND_IP:$BPORT ferrule-bench
 # The features are on: an allowed Origin gets CORS headers, gzip is served.
 curl -s -D - -o /dev/null -H 'Host: cors.test' -H 'Origin: https://app.example' "http://127.0.0.1:$FHTTP/" |
     grep -qi '^access-control-allow-origin: https://app.example' || { echo "ferrule-cors: no CORS headers" >&2; exit 1; }
+# The allowlist lets loopback in; basic auth wants the password (and refuses without).
+wait_http "http://127.0.0.1:$FHTTP/" allow.test "$BACKEND_IP:$BPORT ferrule-bench-body"
+BASIC_AUTH="Authorization: Basic $(printf %s "$BASIC_USER:$BASIC_PASSWORD" | base64)"
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: basic.test' -H "$BASIC_AUTH" "http://127.0.0.1:$FHTTP/")" = 200 ] ||
+    { echo "ferrule-basic: the password is refused" >&2; exit 1; }
+[ "$(curl -s -o /dev/null -w '%{http_code}' -H 'Host: basic.test' "http://127.0.0.1:$FHTTP/")" = 401 ] ||
+    { echo "ferrule-basic: served without a password" >&2; exit 1; }
 curl -s -D - -o /dev/null -H 'Host: bench.test' -H 'Accept-Encoding: gzip' "http://127.0.0.1:$GHTTP/" |
     grep -qi '^content-encoding: gzip' || { echo "ferrule-gzip: not gzipped" >&2; exit 1; }
 # What each Ferrule target measures: the backend on the C fast path, or not.
@@ -292,11 +300,11 @@ if [ "$PIN" = 1 ]; then
     WRK=(taskset -c "$CLIENT_CPUS" wrk)
 fi
 
-TARGETS=(ferrule ferrule-nometrics ferrule-lua ferrule-cors ferrule-gzip ferrule-tcp static lua-floor balancer-floor static-bare)
-declare -A PORT=([ferrule]=$FHTTP [ferrule-tcp]=$FTCP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [ferrule-cors]=$FHTTP [ferrule-gzip]=$GHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
+TARGETS=(ferrule ferrule-nometrics ferrule-lua ferrule-cors ferrule-allow ferrule-basic ferrule-gzip ferrule-tcp static lua-floor balancer-floor static-bare)
+declare -A PORT=([ferrule]=$FHTTP [ferrule-tcp]=$FTCP [ferrule-nometrics]=$NHTTP [ferrule-lua]=$LHTTP [ferrule-cors]=$FHTTP [ferrule-allow]=$FHTTP [ferrule-basic]=$FHTTP [ferrule-gzip]=$GHTTP [static]=$SPORT [static-bare]=$BAREPORT [lua-floor]=$FLOORPORT [balancer-floor]=$BALFLOORPORT)
 # What each target's requests carry besides Host: bench.test.
-declare -A HEADERS=([ferrule-cors]="Host: cors.test|Origin: https://app.example" [ferrule-gzip]="Host: bench.test|Accept-Encoding: gzip")
-declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-tcp]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [ferrule-cors]="$F/nginx/run/nginx.pid" [ferrule-gzip]="$FG/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
+declare -A HEADERS=([ferrule-cors]="Host: cors.test|Origin: https://app.example" [ferrule-allow]="Host: allow.test" [ferrule-basic]="Host: basic.test|$BASIC_AUTH" [ferrule-gzip]="Host: bench.test|Accept-Encoding: gzip")
+declare -A MASTER=([ferrule]="$F/nginx/run/nginx.pid" [ferrule-tcp]="$F/nginx/run/nginx.pid" [ferrule-nometrics]="$FN/nginx/run/nginx.pid" [ferrule-lua]="$FL/nginx/run/nginx.pid" [ferrule-cors]="$F/nginx/run/nginx.pid" [ferrule-allow]="$F/nginx/run/nginx.pid" [ferrule-basic]="$F/nginx/run/nginx.pid" [ferrule-gzip]="$FG/nginx/run/nginx.pid" [static]="$WORK/static/logs/nginx.pid"
     [static-bare]="$WORK/bare/logs/nginx.pid" [lua-floor]="$WORK/floor/logs/nginx.pid"
     [balancer-floor]="$WORK/balfloor/logs/nginx.pid")
 # CPU ticks (utime + stime) of the workers of the NGINX serving target $1.
@@ -380,7 +388,7 @@ def ratio(name, d, inverse=False):
     v = [(d["static"][r] / d[name][r]) if inverse else (d[name][r] / d["static"][r]) for r in d[name]]
     return statistics.median(v)
 print("throughput ($(date -u +%FT%TZ); wrk -t$THREADS -c$CONNS -d$DURATION keepalive, $ROUNDS rounds, $MODE, medians; proxy workers: $PROXY_WORKERS; pinned: $PIN; load average $(cut -d' ' -f1-3 /proc/loadavg))")
-for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "ferrule-cors", "ferrule-gzip", "ferrule-tcp", "static", "lua-floor", "balancer-floor", "static-bare"]:
+for name in ["ferrule", "ferrule-nometrics", "ferrule-lua", "ferrule-cors", "ferrule-allow", "ferrule-basic", "ferrule-gzip", "ferrule-tcp", "static", "lua-floor", "balancer-floor", "static-bare"]:
     print(f"  {name:<15} {med(rps[name]):9.0f} req/s  {med(us[name]):6.1f} us CPU/req   "
           f"vs static: req/s x{ratio(name, rps):.3f}, CPU x{ratio(name, us, True):.3f}")
 r = ratio("ferrule", rps)
@@ -392,7 +400,7 @@ mr = ratio("ferrule", rps) / ratio("ferrule-nometrics", rps)
 mc = ratio("ferrule", us, True) / ratio("ferrule-nometrics", us, True)
 verdict = "goal met" if min(mr, mc) >= 0.98 else ("GOAL MISSED" if max(mr, mc) < 0.98 else "borderline")
 print(f"  metrics on / off (ferrule / ferrule-nometrics): req/s x{mr:.3f}, by CPU per request x{mc:.3f} ({verdict}, goal >= 0.98)")
-for name, what in [("ferrule-cors", "CORS on"), ("ferrule-gzip", "gzip on"), ("ferrule-tcp", "a TCP service")]:
+for name, what in [("ferrule-cors", "CORS on"), ("ferrule-allow", "an allowlist"), ("ferrule-basic", "basic auth"), ("ferrule-gzip", "gzip on"), ("ferrule-tcp", "a TCP service")]:
     print(f"  {what} / static: req/s x{ratio(name, rps):.3f}, by CPU per request x{ratio(name, us, True):.3f}")
 PY
 )
