@@ -781,14 +781,18 @@ async fn status_writes_rebuild_nothing_and_a_restarted_controller_adopts_nginx()
     assert_eq!(f.worker_pids(), workers, "still no reload");
 }
 
-/// An HTTP GET sent as raw bytes over a TCP service's port: the answer, or `None`
-/// when nothing answers.
+/// An HTTP GET sent as raw bytes over a TCP service's port on loopback: the answer,
+/// or `None` when nothing answers.
 async fn over_tcp_service(port: u16) -> Option<String> {
+    over_tcp("127.0.0.1", port).await
+}
+
+/// An HTTP GET sent as raw bytes to `ip:port`: the answer, or `None` when nothing
+/// answers.
+pub(crate) async fn over_tcp(ip: &str, port: u16) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let talk = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
+        let mut s = tokio::net::TcpStream::connect((ip, port)).await.ok()?;
         s.write_all(b"GET /tcp HTTP/1.1\r\nHost: tcp.e2e\r\nConnection: close\r\n\r\n")
             .await
             .ok()?;

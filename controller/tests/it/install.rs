@@ -335,6 +335,9 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
         "--set=controller.ingressClassResource.controllerValue=ferrule.dev/helm-e2e",
         "--set=controller.ingressClass=helm-e2e",
         "--set=controller.terminationGracePeriodSeconds=60",
+        // A TCP service (ingress-nginx's `tcp` value): the port on the pods and the
+        // Service, to the echo pods.
+        "--set=tcp.9000=e2e-helm/echo:80",
     ];
     // Not `helm --wait`: it would wait for the LoadBalancer Service's address, which
     // only a cloud provides (the test plays that part below).
@@ -397,6 +400,24 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     assert!(
         ingress_status_is(c, "192.0.2.60").await,
         "the chart Service's address is published"
+    );
+    // The TCP service through the chart's Service, as kube-proxy forwards it (to its
+    // ClusterIP from the node): NGINX's stream proxy passes the bytes to an echo pod.
+    let service = c.json(&["get", "service", "-n", NS, CONTROLLER]);
+    let cluster_ip = service["spec"]["clusterIP"].as_str().unwrap_or_default();
+    let answer = RefCell::new(None);
+    let over_tcp = wait_until(Duration::from_secs(30), || async {
+        *answer.borrow_mut() = crate::e2e::over_tcp(cluster_ip, 9000).await;
+        answer
+            .borrow()
+            .as_deref()
+            .is_some_and(|a| a.starts_with("HTTP/1.1 200") && a.contains(r#""pod":"echo-"#))
+    })
+    .await;
+    assert!(
+        over_tcp,
+        "TCP port 9000 of {cluster_ip} reaches an echo pod: {:?}\nService: {service}",
+        answer.borrow()
     );
 
     // A rolling upgrade under steady load: not one request fails.
