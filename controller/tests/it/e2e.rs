@@ -621,9 +621,12 @@ async fn only_the_lease_holder_writes_status_and_handover_works() {
         &[("/", "Prefix", "echo")],
         &[],
     ));
+    // 9 s: the holder renews 3 s (a third) before expiry. With 3 s it had 1 s of
+    // slack, and a renewal that a loaded machine delayed that long let the follower
+    // take the lease while the holder lived (a flake, seen rarely).
     let lease = [
         "--lease-duration-seconds",
-        "3",
+        "9",
         "--election-id",
         "e2e-lease",
     ];
