@@ -396,8 +396,9 @@ function peer(r) {
 // ---------------------------------------------------------------- certificates
 // js_set in "ssl_certificate data:$ferrule_ssl_cert" runs in the TLS
 // handshake (a fake request per handshake, the same for the certificate and
-// the key), so both variables come from one lookup: a rotation landing
-// between the two cannot pair a new certificate with an old key.
+// the key), so both variables come from one lookup, which reads one pair file
+// holding both: a rotation landing between the two js_sets (or between the
+// reads of the lookup) cannot pair a new certificate with an old key.
 var chosen = null; // per request (per handshake): njs clones the VM per request
 
 function lookupCertificate(r) {
@@ -408,14 +409,14 @@ function lookupCertificate(r) {
     var host = validate.host(r.variables.ssl_server_name || '');
     var rec = null;
     if (host && host.indexOf('*') < 0) {
-        rec = store.readCert(dir, host);
+        rec = store.readCertPair(dir, host);
         var dot = host.indexOf('.');
         if (!rec && dot > 0) {
-            rec = store.readCert(dir, '*.' + host.slice(dot + 1));
+            rec = store.readCertPair(dir, '*.' + host.slice(dot + 1));
         }
     }
     if (!rec) {
-        rec = store.readCert(dir, '#default');
+        rec = store.readCertPair(dir, '#default');
     }
     if (!rec) {
         // the static fallback the renderer writes (as ssl_certificate for Lua)
