@@ -343,10 +343,124 @@ check "  ... nothing of the rejected POSTs was written (ok.example.com absent)" 
     bash -c "! grep -q ok.example.com '$WORK/out/api'"
 check "  ... lists hosts" grep -q '\*.w.example.com' "$WORK/out/api"
 check "  ... never keys" bash -c "! grep -qi 'PRIVATE\|BEGIN' '$WORK/out/api'"
-check "certificate files are private (0600)" \
-    [ -z "$(find "$WORK/run/ferrule-state/c" -type f ! -perm 600)" ]
+check "certificate files are private (dirs 0700, files 0600)" \
+    [ -z "$(find "$WORK/run/ferrule-state/c" "$WORK/run/ferrule-state/p" -type f ! -perm 600)" -a \
+      "$(stat -c %a "$WORK/run/ferrule-state/c" "$WORK/run/ferrule-state/p" | sort -u)" = 700 ]
 check "HTTPS traffic is proxied too" grep -qE "^(127.0.0|::1)" <(curl -sk --resolve "x.w.example.com:$TLS_PORT:127.0.0.1" "https://x.w.example.com:$TLS_PORT/")
 check "worker pids unchanged by certificate changes" [ "$W2" = "$(workers)" ]
+
+# ---------------------------------------------------------------- 8b. shared pairs
+section "certificates shared by many hosts: each pair stored once (STATE/p/<sha256>.json)"
+STATE="$WORK/run/ferrule-state"
+records() { ls "$STATE/c" | grep -c '\.json$'; }
+pairs() { ls "$STATE/p" | grep -c '\.json$'; }
+# holding NAME: how many pair files hold certificate NAME (its first base64 line)
+holding() { grep -lF "$(sed -n 2p "$WORK/certs/$1.crt")" "$STATE"/p/*.json 2>/dev/null | wc -l; }
+hosts() { # hosts FROM TO PAIR|rm -> "sFROM.shared.example.com=PAIR ..." (or "rm=...")
+    local i
+    for i in $(seq "$1" "$2"); do
+        if [ "$3" = rm ]; then printf 'rm=s%d.shared.example.com ' "$i"
+        else printf 's%d.shared.example.com=%s ' "$i" "$3"; fi
+    done
+}
+# serves PATTERN SNI...: every SNI gets a certificate matching PATTERN
+serves() {
+    local want=$1 sni
+    shift
+    for sni in "$@"; do grep -q "$want" <(subject "$sni") || return 1; done
+}
+mkcert shared shared.example.com
+mkcert shared2 shared.example.com -set_serial 4243
+R0=$(records)
+P0=$(pairs)
+# shellcheck disable=SC2046 # one argument per host
+check "50 hosts sharing one pair -> 201" \
+    [ "$(api POST /configuration/certificates "$(jcerts 10 $(hosts 1 50 shared))")" = 201 ]
+check "  ... 50 new host records and exactly one new pair file ($R0+50, $P0+1)" \
+    [ "$(records)" = $((R0 + 50)) -a "$(pairs)" = $((P0 + 1)) -a "$(holding shared)" = 1 ]
+check "  ... host records are small and hold no PEM" \
+    [ -z "$(find "$STATE/c" -name 's*.shared.example.com.json' -size +300c)" -a \
+      -z "$(grep -l 'BEGIN' "$STATE/c/"*.json)" ]
+check "  ... served by SNI (s1, s50)" serves 'CN=shared.example.com' s1.shared.example.com s50.shared.example.com
+check "  ... other hosts unchanged (wildcard, default)" \
+    eval "serves 'CN=\*.w.example.com' x.w.example.com && serves 'CN=ferrule-default' other.example.org"
+PAIR1=$(grep -lF "$(sed -n 2p "$WORK/certs/shared.crt")" "$STATE"/p/*.json)
+INODE1=$(stat -c %i "$PAIR1")
+# shellcheck disable=SC2046
+api POST /configuration/certificates "$(jcerts 11 $(hosts 1 50 shared))" >/dev/null
+check "posting the same 50 again leaves the pair file as it was (not rewritten)" \
+    [ "$(stat -c %i "$PAIR1" 2>/dev/null)" = "$INODE1" -a "$(pairs)" = $((P0 + 1)) ]
+
+# shellcheck disable=SC2046
+check "rotating 10 of the 50 to another pair -> 201" \
+    [ "$(api POST /configuration/certificates "$(jcerts 12 $(hosts 1 10 shared2))")" = 201 ]
+check "  ... one new pair file; the old one stays for the other 40" \
+    [ "$(pairs)" = $((P0 + 2)) -a "$(holding shared)" = 1 -a "$(holding shared2)" = 1 -a "$(records)" = $((R0 + 50)) ]
+check "  ... rotated hosts serve the new pair (serial 4243 = 0x1093)" serves 'serial=1093' s1.shared.example.com s10.shared.example.com
+check "  ... the others still the old one" \
+    eval "serves 'CN=shared.example.com' s11.shared.example.com s50.shared.example.com && ! serves 'serial=1093' s11.shared.example.com s50.shared.example.com"
+# shellcheck disable=SC2046
+check "rotating the other 40 -> 201" \
+    [ "$(api POST /configuration/certificates "$(jcerts 13 $(hosts 11 50 shared2))")" = 201 ]
+check "  ... the old pair, used by no host any more, is deleted" \
+    [ "$(pairs)" = $((P0 + 1)) -a "$(holding shared)" = 0 -a "$(holding shared2)" = 1 ]
+check "  ... s11 and s50 now serve the new pair" serves 'serial=1093' s11.shared.example.com s50.shared.example.com
+
+# Handshakes while their pair is replaced (a record read, then its pair deleted
+# before the pair is read): every one must still serve a pair of this host.
+for i in $(seq 1 40); do subject s7.shared.example.com; echo; done > "$WORK/out/during" &
+HS=$!
+for v in $(seq 20 29); do
+    # shellcheck disable=SC2046
+    api POST /configuration/certificates "$(jcerts "$v" $(hosts 1 50 "$([ $((v % 2)) = 0 ] && echo shared || echo shared2)"))" >/dev/null
+done
+wait $HS
+check "40 handshakes during 10 rotations of their pair all served it" \
+    [ "$(grep -c 'CN=shared.example.com' "$WORK/out/during")" = 40 ]
+check "  ... and one pair file is left" [ "$(pairs)" = $((P0 + 1)) -a "$(holding shared2)" = 1 ]
+
+# shellcheck disable=SC2046
+check "removing 25 of the 50 hosts -> 201" \
+    [ "$(api POST /configuration/certificates "$(jcerts 30 $(hosts 1 25 rm))")" = 201 ]
+check "  ... their records are gone, the pair stays for the rest" \
+    [ "$(records)" = $((R0 + 25)) -a "$(pairs)" = $((P0 + 1)) ]
+check "  ... a removed host gets the default, a remaining one its pair" \
+    eval "serves 'CN=ferrule-default' s5.shared.example.com && serves 'serial=1093' s40.shared.example.com"
+# shellcheck disable=SC2046
+check "removing the other 25 -> 201" \
+    [ "$(api POST /configuration/certificates "$(jcerts 31 $(hosts 26 50 rm))")" = 201 ]
+check "  ... records and the unreferenced pair deleted (back to $R0 records, $P0 pairs)" \
+    [ "$(records)" = "$R0" -a "$(pairs)" = "$P0" -a "$(holding shared2)" = 0 ]
+check "  ... no temp files or lock left" [ -z "$(find "$STATE" -name '*.tmp.*' -o -name lock)" ]
+
+section "270 hosts sharing one ~128 KiB pair (one tenant's Secret named by every host)"
+# the largest pair the API takes: the certificate repeated as a chain, ~127 KiB
+python3 - "$WORK/certs" <<'EOF'
+import sys
+d = sys.argv[1]
+cert, key = open(f"{d}/shared.crt").read(), open(f"{d}/shared.key").read()
+open(f"{d}/big.crt", "w").write(cert * ((127 * 1024 - len(key)) // len(cert)))
+open(f"{d}/big.key", "w").write(key)
+EOF
+# shellcheck disable=SC2046
+jcerts 40 $(for i in $(seq 1 270); do printf 'm%d.big.example.com=big ' "$i"; done) > "$WORK/out/big270.json"
+# bytes: the size of the certificate files; allocated: the blocks they take (KiB)
+bytes() { find "$STATE/c" "$STATE/p" -type f -printf '%s\n' 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'; }
+allocated() { du -sk "$STATE/c" "$STATE/p" 2>/dev/null | awk '{ n += $1 } END { print n + 0 }'; }
+BYTES0=$(bytes)
+ALLOC0=$(allocated)
+T0=$(date +%s%N)
+check "POST 270 hosts with one $(( ($(stat -c %s "$WORK/certs/big.crt") + $(stat -c %s "$WORK/certs/big.key")) / 1024 )) KiB pair -> 201" \
+    [ "$(api POST /configuration/certificates "@$WORK/out/big270.json")" = 201 ]
+echo "    POST of $(( $(stat -c %s "$WORK/out/big270.json") / 1024 )) KiB took $(( ($(date +%s%N) - T0) / 1000000 )) ms;" \
+     "worker peak RSS so far: $(for p in $(workers); do awk '/VmHWM/ {printf "%d MiB ", $2 / 1024}' /proc/$p/status; done)"
+echo "    the 270 hosts added $(( $(bytes) - BYTES0 )) bytes ($(( ($(bytes) - BYTES0) / 1024 )) KiB," \
+     "$(( $(allocated) - ALLOC0 )) KiB allocated) to the state's certificate files"
+check "  ... one pair file for all 270" [ "$(pairs)" = $((P0 + 1)) -a "$(records)" = $((R0 + 270)) ]
+check "  ... served (m1, m270)" serves 'CN=shared.example.com' m1.big.example.com m270.big.example.com
+# shellcheck disable=SC2046
+api POST /configuration/certificates "$(jcerts 41 $(for i in $(seq 1 270); do printf 'rm=m%d.big.example.com ' "$i"; done))" >/dev/null
+check "  ... removing them leaves the state as before" [ "$(records)" = "$R0" -a "$(pairs)" = "$P0" ]
 
 # ---------------------------------------------------------------- 9. scale
 section "10,000 backends: bulk load, then one change"
@@ -391,8 +505,9 @@ check "first POST after restart -> 201" \
     [ "$(api POST /configuration/backends "{\"version\":1,\"backends\":[{\"name\":\"default_echo_80\",\"endpoints\":[$(ep 127.0.0.3 $B)]}]}")" = 201 ]
 hits "/?[1-5]"
 check "  ... serves the new state" [ "$(count "127.0.0.3:$B")" = 5 ]
-check "  ... and deleted the previous master's files" \
-    [ "$(ls "$WORK/run/ferrule-state/b" | wc -l)" = 1 -a "$(ls "$WORK/run/ferrule-state/c" | wc -l)" = 0 ]
+check "  ... and deleted the previous master's files (backends, host records, pairs)" \
+    [ "$(ls "$WORK/run/ferrule-state/b" | wc -l)" = 1 -a "$(ls "$WORK/run/ferrule-state/c" | wc -l)" = 0 -a \
+      "$(ls "$WORK/run/ferrule-state/p" | wc -l)" = 0 ]
 check "no njs exceptions / alerts in error.log after reload and restart" \
     bash -c "! grep -E 'js exception|peer selection failed|lookup failed|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
 
