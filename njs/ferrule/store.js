@@ -389,5 +389,5 @@ function certHosts(dir) {
     return {hosts: hosts, hasDefault: hasDefault};
 }
 
-export default {md5hex, readBackend, readCert, readCertPair, readMeta, ensureDirs, tryLock,
-                unlock, writeBackends, writeCertificates, allBackends, certHosts};
+export default {md5hex, pairDigest, readBackend, readCert, readCertPair, readMeta, ensureDirs,
+                tryLock, unlock, writeBackends, writeCertificates, allBackends, certHosts};
