@@ -281,7 +281,7 @@ async fn a_tenant_cannot_exhaust_the_certificate_store() {
         "good-ing.yaml",
         &tls_ing("good", "victim", &["victim.good.test".to_owned()], "victim"),
     );
-    // the Lua balancer's store (njs keeps certificates in files, one per host)
+    // the Lua balancer's store (njs keeps certificates in files: no store size to fill)
     let flags = ["--balancer", "lua", "--certificate-store-size", "2"];
     let f = Ferrule::start(m.path(), &flags).await;
     assert_eq!(f.served_fingerprint("victim.good.test"), v_fp);
