@@ -332,6 +332,30 @@ function cookieOf(r, affinity) {
     return r.variables['cookie_' + affinity.cookie_name];
 }
 
+// The first 32 bits of md5(s): the key hash of upstream_hash_by and of balanced
+// affinity.
+function md5u32(s) {
+    var d = nodeCrypto.createHash('md5').update(s).digest();
+    return (((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0);
+}
+
+// A balanced affinity cookie's tag for backend `name` (balance.js).
+function affinityTag(name) {
+    return nodeCrypto.createHash('md5').update(name).digest('hex').slice(0, 8);
+}
+
+// The endpoint index of rec's backend that an affinity cookie value stands for
+// under affinity settings aff (rec's own, or the primary's on a canary side), or -1.
+function stuckIndex(rec, aff, value) {
+    if (!aff) {
+        return -1;
+    }
+    if (aff.affinity_mode === 'balanced') {
+        return balance.balancedIndex(rec.ids, affinityTag(rec.backend.name), value, md5u32);
+    }
+    return balance.stickyIndex(rec.ids, value);
+}
+
 // js_set $ferrule_peer. Evaluated once per request (js_set values are cached
 // for the request): first by "if ($ferrule_peer = "")" in the rewrite phase,
 // then reused by proxy_pass.
@@ -353,13 +377,13 @@ function peer(r) {
             // A request stuck to an endpoint stays on its side before any canary
             // rule; the canary side's affinity is the primary's (sticky, the
             // default) or the canary backend's own (legacy), as in lua/.
-            i = balance.stickyIndex(rec.ids, aff ? cookieOf(r, aff) : undefined);
+            i = stuckIndex(rec, aff, aff ? cookieOf(r, aff) : undefined);
             var crec = i < 0 ? store.readBackend(dir, c.backend) : null;
             // an unknown or empty canary backend falls back to the primary
             // (ingress-nginx behaviour)
             if (crec && crec.backend.endpoints.length > 0) {
                 var caff = c.legacy_affinity ? crec.backend.affinity : aff;
-                var j = balance.stickyIndex(crec.ids, caff ? cookieOf(r, caff) : undefined);
+                var j = stuckIndex(crec, caff, caff ? cookieOf(r, caff) : undefined);
                 var hv = c.header ? r.variables[balance.headerVar(c.header)] : undefined;
                 var cv = c.cookie ? r.variables['cookie_' + c.cookie] : undefined;
                 if (j >= 0 || balance.canary(c, hv, cv, Math.random)) {
@@ -376,11 +400,19 @@ function peer(r) {
         }
         if (aff) {
             if (i < 0) {
-                i = balance.stickyIndex(rec.ids, cookieOf(r, aff));
+                i = stuckIndex(rec, aff, cookieOf(r, aff));
             }
             if (i < 0) {
-                i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);
-                addSetCookie(r, balance.setCookie(aff, rec.ids[i],
+                var value;
+                if (aff.affinity_mode === 'balanced') {
+                    // the session goes where its key maps, as the key is all it keeps
+                    value = balance.balancedValue(affinityTag(b.name), Math.random);
+                    i = balance.hashIndex(md5u32(value), rec.ids);
+                } else {
+                    i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);
+                    value = rec.ids[i];
+                }
+                addSetCookie(r, balance.setCookie(aff, value,
                                                   r.variables.ferrule_cookie_path,
                                                   r.variables.https === 'on',
                                                   Math.floor(Date.now() / 1000),
@@ -388,9 +420,7 @@ function peer(r) {
             }
         } else if (rec.hash) {
             var key = expr.evaluate(rec.hash, function (v) { return r.variables[v]; });
-            var d = nodeCrypto.createHash('md5').update(key).digest();
-            var h = (((d[0] << 24) | (d[1] << 16) | (d[2] << 8) | d[3]) >>> 0);
-            i = balance.hashIndex(h, rec.ids);
+            i = balance.hashIndex(md5u32(key), rec.ids);
         } else {
             // round_robin, and ewma (no per-worker statistics in njs 0.7.9)
             i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);

@@ -110,13 +110,28 @@ local function rr_of(b)
     return lazily(b, "rr", round_robin.new)
 end
 
-local function sticky_of(b)
-    return lazily(b, "sticky", sticky.new)
+local function ring_of(b)
+    return lazily(b, "ring", chash.new)
+end
+
+-- The affinity state of backend b for affinity settings aff: b's own, or the
+-- primary's on a canary backend (affinity-canary-behavior sticky), whose mode
+-- then decides.
+local function sticky_of(b, aff)
+    if aff.affinity_mode ~= "balanced" then
+        return lazily(b, "sticky", sticky.new)
+    end
+    local st = b.sticky_balanced
+    if not st then
+        st = sticky.new(b.endpoints, { balanced = true, backend = b.name, ring = ring_of(b) })
+        b.sticky_balanced = st
+    end
+    return st
 end
 
 local function pick(b, tried)
     if b.hash_expr then
-        return lazily(b, "ring", chash.new):pick(expr.eval(b.hash_expr, var_get), tried)
+        return ring_of(b):pick(expr.eval(b.hash_expr, var_get), tried)
     end
     if b.ewma then
         return lazily(b, "ewma_alg", ewma.new):pick(tried)
@@ -259,17 +274,17 @@ local function redirects()
     return rh and rh ~= "" and has_tls(rh) and ngx_var.ferrule_scheme == "http"
 end
 
--- Sends the affinity cookie naming `ep`, from the phase that routes the request
+-- Sends the affinity cookie with `value`, from the phase that routes the request
 -- (response headers can still be set in the balancer phase), again when a retry
 -- moves the session. Other Set-Cookie headers stay; an earlier one of this cookie
 -- is replaced.
-local function send_cookie(st, aff, ep)
+local function send_cookie(aff, value)
     -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set in
     -- every location with a backend): two Ingresses on one host keep their cookies
     -- apart. A location without it (a hand-written configuration) sends "/".
     local path = not aff.path and ngx_var.ferrule_cookie_path or nil
     local https = aff.secure == nil and ngx_var.https == "on"
-    local cookie = st:cookie(aff, ep, path ~= "" and path or nil, https, ngx.time(),
+    local cookie = sticky.cookie(aff, value, path ~= "" and path or nil, https, ngx.time(),
         aff.conditional_samesite_none and ngx_var.http_user_agent or nil)
     local existing = ngx.header["Set-Cookie"]
     if existing == nil then
@@ -306,12 +321,12 @@ local function route(ctx, b)
         -- A request stuck to an endpoint stays there, on either side, before any
         -- canary rule (ingress-nginx: an affinitized request keeps its balancer).
         local stuck = aff_var and ngx_var[aff_var]
-        ep = stuck and sticky_of(b):lookup(stuck)
+        ep = stuck and sticky_of(b, aff):lookup(stuck)
         if ep then
             cb = nil
         elseif cb and cb.n > 0 then
             local cstuck = cvar and ngx_var[cvar]
-            ep = cstuck and sticky_of(cb):lookup(cstuck)
+            ep = cstuck and sticky_of(cb, caff):lookup(cstuck)
             if ep then
                 b, aff, aff_var = cb, caff, cvar
                 cb = nil
@@ -338,11 +353,12 @@ local function route(ctx, b)
     if not aff or b.n == 0 then
         return b, nil
     end
-    local st = sticky_of(b)
+    local st = sticky_of(b, aff)
     ep = ep or st:lookup(ngx_var[aff_var])
     if not ep then
-        ep = rr_of(b):pick()
-        send_cookie(st, aff, ep)
+        local value
+        ep, value = st:new_session(rr_of(b), nil)
+        send_cookie(aff, value)
         ctx.ferrule_cookie_sent = true
     end
     ctx.ferrule_backend = b
@@ -427,9 +443,22 @@ function _M.balance()
         local aff = ctx.ferrule_affinity
         if ep and aff and (ctx.ferrule_cookie_sent or aff.change_on_failure) then
             -- The session follows the retry: a new one always (its cookie named the
-            -- failed peer), an established one where change_on_failure says so.
-            send_cookie(sticky_of(b), aff, ep)
-            ctx.ferrule_cookie_sent = true
+            -- failed peer), an established one where change_on_failure says so. A
+            -- balanced cookie cannot name the peer just picked, so the retry goes
+            -- where a new key maps (failing that, the cookie stays as it was).
+            local st = sticky_of(b, aff)
+            local value
+            if st.balanced then
+                local moved
+                moved, value = st:new_session(nil, ctx.ferrule_tried)
+                ep = moved or ep
+            else
+                value = st:id(ep)
+            end
+            if value then
+                send_cookie(aff, value)
+                ctx.ferrule_cookie_sent = true
+            end
         end
     else
         local name = ngx_var.ferrule_backend

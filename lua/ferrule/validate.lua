@@ -180,6 +180,8 @@ local function is_bool(x)
 end
 
 local AFFINITY_FIELDS = {
+    { "affinity_mode", function(x) return x == "balanced" or x == "persistent" end,
+      "\"balanced\", \"persistent\" or null" },
     { "max_age", function(x) return is_int(x, 0, 2^31 - 1) end, "a non-negative integer or null" },
     { "path", path_ok, "a string without ';' or control characters" },
     { "secure", is_bool, "true, false or null" },
@@ -209,7 +211,10 @@ local function affinity(v, where)
     if not cookie_name_ok(v.cookie_name) then
         return err(where, "cookie_name must be a valid cookie name")
     end
-    return optional(v, { mode = "cookie", cookie_name = v.cookie_name }, AFFINITY_FIELDS, where)
+    -- null is persistent: what a balancer did before the field existed, so that a
+    -- body without it (a stored one, one posted by hand) keeps its cookies working
+    return optional(v, { mode = "cookie", affinity_mode = "persistent", cookie_name = v.cookie_name },
+                    AFFINITY_FIELDS, where)
 end
 
 local CANARY_FIELDS = {

@@ -120,8 +120,18 @@ function headerVar(header) {
 }
 
 // ---------------------------------------------------------------- affinity
-// The cookie value is md5("addr:port") in hex, as in the Lua balancer: the
-// same in every worker, across reloads and across both balancers.
+// Two modes (affinity-mode), with the cookie values of lua/'s sticky:
+//  * persistent: md5("addr:port") in hex, the same in every worker, across
+//    reloads and across both balancers; it stops matching when its endpoint goes.
+//  * balanced: "<16 hex digits>.<tag>", a random key and the first 8 hex digits
+//    of md5(backend name); the endpoint is where hashIndex maps the whole value,
+//    so adding endpoints moves some sessions to them (only to them) and removing
+//    one moves its sessions, all without a new cookie. The tag tells a primary's
+//    sessions from its canary's (one cookie, affinity-canary-behavior sticky).
+//    The hash is rendezvous here and a ring in lua/: a balanced session maps to
+//    different endpoints in the two balancers.
+
+// persistent: the index of the endpoint whose id is the cookie's value, or -1
 function stickyIndex(ids, cookieVal) {
     if (!cookieVal) {
         return -1;
@@ -132,6 +142,31 @@ function stickyIndex(ids, cookieVal) {
         }
     }
     return -1;
+}
+
+var BALANCED_VALUE = /^[0-9a-fA-F]{16}\.([0-9a-fA-F]{8})$/;
+
+// balanced: the index the cookie's value maps to, or -1 for no value, one of the
+// other mode or of another backend (tag: this backend's). hash(s) -> uint32,
+// the first 32 bits of md5(s), as for upstream_hash_by.
+function balancedIndex(ids, tag, cookieVal, hash) {
+    if (!cookieVal || ids.length === 0) {
+        return -1;
+    }
+    var m = BALANCED_VALUE.exec(cookieVal);
+    if (!m || m[1] !== tag) {
+        return -1;
+    }
+    return hashIndex(hash(cookieVal), ids);
+}
+
+// balanced: a new session's cookie value; rand(): a float in [0, 1) (Math.random).
+function balancedValue(tag, rand) {
+    var hex8 = function () {
+        var h = Math.floor(rand() * 4294967296).toString(16);
+        return '00000000'.slice(h.length) + h;
+    };
+    return hex8() + hex8() + '.' + tag;
 }
 
 // defaultPath: the Ingress path ($ferrule_cookie_path), as ingress-nginx sets
@@ -214,5 +249,5 @@ function peer(ep) {
     return (a.indexOf(':') >= 0 ? '[' + a + ']' : a) + ':' + ep.port;
 }
 
-export default {rrIndex, fmix32, hashIndex, canary, headerVar, stickyIndex, setCookie,
-                takesSameSiteNone, peer};
+export default {rrIndex, fmix32, hashIndex, canary, headerVar, stickyIndex, balancedIndex,
+                balancedValue, setCookie, takesSameSiteNone, peer};

@@ -247,9 +247,17 @@ function affinity(v, where) {
     if (!cookieNameOk(v.cookie_name)) {
         return fail(where, 'cookie_name must be a valid cookie name');
     }
-    var out = {mode: 'cookie', cookie_name: v.cookie_name, max_age: null, path: null,
+    // null is persistent: what a balancer did before the field existed (as lua/)
+    var out = {mode: 'cookie', affinity_mode: 'persistent', cookie_name: v.cookie_name,
+               max_age: null, path: null,
                secure: null, samesite: null, conditional_samesite_none: null,
                expires: null, domain: null, change_on_failure: null};
+    if (!isNull(v.affinity_mode)) {
+        if (v.affinity_mode !== 'balanced' && v.affinity_mode !== 'persistent') {
+            return fail(where, 'affinity_mode must be "balanced", "persistent" or null');
+        }
+        out.affinity_mode = v.affinity_mode;
+    }
     if (!isNull(v.max_age)) {
         if (!isInt(v.max_age, 0, 2147483647)) {
             return fail(where, 'max_age must be a non-negative integer or null');

@@ -92,6 +92,51 @@ var tests = {
         }
         ok(moved > 600 && moved < 900, 'moved ' + moved + '/3000 (ideal 750)');
     },
+    'affinity: balanced keys map by the hash, tagged by backend': function () {
+        var tag = md5hex('demo-app-80').slice(0, 8);
+        var eps2 = ['10.0.0.1:80', '10.0.0.2:80'];
+        var eps4 = eps2.concat(['10.0.0.3:80', '10.0.0.4:80']);
+        var ids2 = eps2.map(md5hex);
+        var ids4 = eps4.map(md5hex);
+        var ids3 = [ids4[0], ids4[2], ids4[3]]; // 10.0.0.2 goes
+        var moved = 0;
+        var counts = [0, 0];
+        for (var k = 0; k < 400; k++) {
+            var v = balance.balancedValue(tag, Math.random);
+            ok(/^[0-9a-f]{16}\.[0-9a-f]{8}$/.test(v), v);
+            eq(v.slice(17), tag);
+            var i = balance.balancedIndex(ids2, tag, v, md5u32);
+            eq(i, balance.hashIndex(md5u32(v), ids2), 'the value maps by the hash');
+            counts[i]++;
+            // two endpoints more: a session stays or moves to a new one
+            var now = eps4[balance.balancedIndex(ids4, tag, v, md5u32)];
+            if (now !== eps2[i]) {
+                moved++;
+                ok(now === '10.0.0.3:80' || now === '10.0.0.4:80', 'moved to a new one: ' + now);
+            }
+            // one goes: its sessions move, every other one stays
+            var later = eps4[[0, 2, 3][balance.balancedIndex(ids3, tag, v, md5u32)]];
+            if (now === '10.0.0.2:80') {
+                ok(later !== now, 'left the removed endpoint');
+            } else {
+                eq(later, now, 'stays');
+            }
+        }
+        ok(moved > 120 && moved < 280, 'moved ' + moved + '/400 (ideal 200)');
+        ok(counts[0] > 140 && counts[1] > 140, 'new sessions spread ' + JSON.stringify(counts));
+        var v1 = balance.balancedValue(tag, function () { return 0.5; });
+        eq(v1, '8000000080000000.' + tag);
+        eq(balance.balancedValue(tag, function () { return 0; }), '0000000000000000.' + tag);
+        // another backend's tag, a persistent id, junk, nothing, no endpoints: -1
+        eq(balance.balancedIndex(ids2, md5hex('demo-canary-80').slice(0, 8), v1, md5u32), -1);
+        eq(balance.balancedIndex(ids2, tag, ids2[0], md5u32), -1);
+        eq(balance.balancedIndex(ids2, tag, v1 + '0', md5u32), -1);
+        eq(balance.balancedIndex(ids2, tag, 'x' + v1.slice(1), md5u32), -1);
+        eq(balance.balancedIndex(ids2, tag, undefined, md5u32), -1);
+        eq(balance.balancedIndex([], tag, v1, md5u32), -1);
+        // a persistent lookup does not take a balanced value
+        eq(balance.stickyIndex(ids2, v1), -1);
+    },
     'canary: ingress-nginx precedence': function () {
         var never = function () { return 0.999; };
         var always = function () { return 0; };

@@ -183,6 +183,7 @@ async fn what_the_client_posts_is_in_sent_json() {
         ".body.backends[].load_balance",
         ".body.backends[].upstream_hash_by",
         ".body.backends[].affinity.mode",
+        ".body.backends[].affinity.affinity_mode",
         ".body.backends[].affinity.cookie_name",
         ".body.backends[].affinity.max_age",
         ".body.backends[].affinity.path",

@@ -411,6 +411,7 @@ fn a_canary_on_the_backend_itself_is_dropped() {
 fn backend_payload_fields() {
     let mut b = backend("a", "10.0.0.1");
     b.balancing.affinity = Some(Affinity {
+        mode: ferrule_model::annotations::AffinityMode::Persistent,
         cookie_name: "route".into(),
         max_age: Some(60),
         path: None,
@@ -446,7 +447,8 @@ fn backend_payload_fields() {
                 "load_balance": "round_robin",
                 "upstream_hash_by": null,
                 "affinity": {
-                    "mode": "cookie", "cookie_name": "route", "max_age": 60, "path": null,
+                    "mode": "cookie", "affinity_mode": "persistent",
+                    "cookie_name": "route", "max_age": 60, "path": null,
                     "secure": false, "samesite": "Lax", "conditional_samesite_none": false,
                     "expires": 3600, "domain": ".example.com", "change_on_failure": true,
                 },

@@ -109,6 +109,7 @@ enum LoadBalance {
 #[derive(Debug, Serialize)]
 struct Affinity<'a> {
     mode: AffinityMode,
+    affinity_mode: Stickiness,
     cookie_name: &'a str,
     max_age: Option<u32>,
     path: Option<&'a str>,
@@ -124,6 +125,17 @@ struct Affinity<'a> {
 enum AffinityMode {
     #[serde(rename = "cookie")]
     Cookie,
+}
+
+/// `affinity.affinity_mode`: always sent, since the API's default (null) is
+/// `persistent`, the behaviour of balancers from before the field, while the
+/// annotation's default is `balanced`.
+#[derive(Debug, Serialize)]
+enum Stickiness {
+    #[serde(rename = "balanced")]
+    Balanced,
+    #[serde(rename = "persistent")]
+    Persistent,
 }
 
 #[derive(Debug, Serialize)]
@@ -212,6 +224,10 @@ impl<'a> From<&'a model_annotations::Affinity> for Affinity<'a> {
     fn from(a: &'a model_annotations::Affinity) -> Self {
         Self {
             mode: AffinityMode::Cookie,
+            affinity_mode: match a.mode {
+                model_annotations::AffinityMode::Balanced => Stickiness::Balanced,
+                model_annotations::AffinityMode::Persistent => Stickiness::Persistent,
+            },
             cookie_name: &a.cookie_name,
             max_age: a.max_age,
             path: a.path.as_deref(),

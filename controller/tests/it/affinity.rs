@@ -237,7 +237,11 @@ async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
         ),
     );
     let sticky = |name: &str, extra: &[(&str, &str)]| {
-        let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
+        let mut a = vec![
+            ("affinity", "cookie"),
+            ("affinity-mode", "persistent"),
+            ("session-cookie-name", "route"),
+        ];
         a.extend_from_slice(extra);
         ingress(
             "demo",
@@ -310,5 +314,276 @@ async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
     for _ in 0..5 {
         let (b, set) = get("move.test", Some(live.clone())).await;
         assert_eq!((b.as_str(), set), (answered.as_str(), None));
+    }
+}
+
+/// The same with balanced affinity (the default): a balanced cookie holds a key,
+/// not an endpoint, so a session whose key maps to the dead endpoint is retried on
+/// the live one and, with `session-cookie-change-on-failure`, given a new key that
+/// maps there; without it, the cookie stays.
+#[tokio::test]
+async fn balanced_affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
+    let echo = Echo::start("127.0.0.64").await;
+    let port = echo.addr.port();
+    // 127.0.0.65: listed and ready, but nothing listens there
+    let eps = [("127.0.0.64", true), ("127.0.0.65", true)];
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints("demo", "bkeep", port, &eps),
+            service_endpoints("demo", "bmove", port, &eps),
+        ),
+    );
+    let sticky = |name: &str, extra: &[(&str, &str)]| {
+        let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
+        a.extend_from_slice(extra);
+        ingress(
+            "demo",
+            name,
+            CREATED,
+            &format!("{name}.test"),
+            &[("/", "Prefix", name)],
+            &a,
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            sticky("bkeep", &[]),
+            sticky("bmove", &[("session-cookie-change-on-failure", "true")]),
+        ),
+    );
+    let f = Ferrule::start(m.path(), LUA_ONLY).await;
+    wait_store(&f, "demo_bmove_80", |b| {
+        endpoint_count(b) == 2 && b["affinity"]["affinity_mode"] == "balanced"
+    })
+    .await;
+    wait_store(&f, "demo_bkeep_80", |b| endpoint_count(b) == 2).await;
+    let c = crate::dynamic::fresh_client();
+    let answered = echo.addr.to_string();
+    let get = |host: &'static str, cookie: Option<String>| {
+        let (c, f) = (&c, &f);
+        async move {
+            let cookie = cookie.map(|v| format!("route={v}"));
+            let h: Vec<(&str, &str)> = cookie.iter().map(|v| ("Cookie", v.as_str())).collect();
+            let (s, b, h) = crate::dynamic::hit(c, f, host, "/", &h).await;
+            assert_eq!(s, 200, "{host}");
+            let set =
+                crate::dynamic::set_cookie(&h, "route").map(|v| v["route=".len()..].to_owned());
+            (b, set)
+        }
+    };
+
+    // New sessions: about half of the keys map to the dead endpoint first; every
+    // one is answered by the live endpoint, with a cookie that keeps it there.
+    for _ in 0..10 {
+        let (b, set) = get("bkeep.test", None).await;
+        assert_eq!(b, answered);
+        let set = set.expect("a new session's cookie");
+        assert_eq!(get("bkeep.test", Some(set)).await, (answered.clone(), None));
+    }
+    // Established sessions (keys of our own, with each backend's tag): about half
+    // map to the dead endpoint. All are answered; only with change-on-failure do
+    // those get a new key, which then sticks.
+    let key = |backend: &str, i: usize| {
+        format!(
+            "{:016x}.{}",
+            0x9e37_79b9_7f4a_7c15u64.wrapping_mul(i as u64 + 1),
+            &md5_hex(backend)[..8]
+        )
+    };
+    let mut moved = 0;
+    for i in 0..20 {
+        let (b, set) = get("bkeep.test", Some(key("demo_bkeep_80", i))).await;
+        assert_eq!((b.as_str(), set), (answered.as_str(), None), "kept cookie");
+        let (b, set) = get("bmove.test", Some(key("demo_bmove_80", i))).await;
+        assert_eq!(b, answered);
+        if let Some(new) = set {
+            moved += 1;
+            assert_ne!(new, key("demo_bmove_80", i));
+            for _ in 0..3 {
+                assert_eq!(
+                    get("bmove.test", Some(new.clone())).await,
+                    (answered.clone(), None)
+                );
+            }
+        }
+    }
+    assert!(
+        (1..20).contains(&moved),
+        "{moved} of 20 sessions were on the dead endpoint"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_modes_when_endpoints_are_added_and_removed() {
+    affinity_modes(
+        ["127.0.0.80", "127.0.0.81", "127.0.0.82", "127.0.0.83"],
+        &[],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_affinity_modes_when_endpoints_are_added_and_removed() {
+    affinity_modes(
+        ["127.0.0.84", "127.0.0.85", "127.0.0.86", "127.0.0.87"],
+        &["--balancer", "njs"],
+    )
+    .await;
+}
+
+/// `affinity-mode`, observed: sessions made on 2 endpoints, then 2 more added, then
+/// one of the first removed. Persistent sessions stay put until their endpoint goes
+/// (then a new cookie); balanced ones (the default) partly move to the new
+/// endpoints, and off the removed one, with the cookies they have.
+async fn affinity_modes(ips: [&str; 4], args: &[&str]) {
+    let echos = echo_group(&ips).await;
+    let port = echos[0].addr.port();
+    let addr = |ip: &str| format!("{ip}:{port}");
+    let m = Manifests::new();
+    let services = |up: &[&str]| {
+        let eps: Vec<(&str, bool)> = up.iter().map(|ip| (*ip, true)).collect();
+        format!(
+            "{}---\n{}",
+            service_endpoints("demo", "bal", port, &eps),
+            service_endpoints("demo", "per", port, &eps)
+        )
+    };
+    m.write("svc.yaml", &services(&ips[..2]));
+    let sticky = |name: &str, extra: &[(&str, &str)]| {
+        let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
+        a.extend_from_slice(extra);
+        ingress(
+            "demo",
+            name,
+            CREATED,
+            &format!("{name}.test"),
+            &[("/", "Prefix", name)],
+            &a,
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            // no affinity-mode: ingress-nginx's default, balanced
+            sticky("bal", &[]),
+            sticky("per", &[("affinity-mode", "persistent")]),
+        ),
+    );
+    let f = Ferrule::start(m.path(), args).await;
+    let settled = |n: usize| {
+        let f = &f;
+        async move {
+            wait_store(f, "demo_bal_80", |b| {
+                endpoint_count(b) == n && b["affinity"]["affinity_mode"] == "balanced"
+            })
+            .await;
+            wait_store(f, "demo_per_80", |b| {
+                endpoint_count(b) == n && b["affinity"]["affinity_mode"] == "persistent"
+            })
+            .await;
+        }
+    };
+    settled(2).await;
+    let c = crate::dynamic::fresh_client();
+    // (endpoint, new cookie) of a request to `host` with the cookie `route=value`
+    let get = |host: &'static str, value: Option<String>| {
+        let (c, f) = (&c, &f);
+        async move {
+            let cookie = value.map(|v| format!("route={v}"));
+            let h: Vec<(&str, &str)> = cookie.iter().map(|v| ("Cookie", v.as_str())).collect();
+            let (s, b, h) = crate::dynamic::hit(c, f, host, "/", &h).await;
+            assert_eq!(s, 200, "{host}");
+            let set =
+                crate::dynamic::set_cookie(&h, "route").map(|v| v["route=".len()..].to_owned());
+            (b, set)
+        }
+    };
+    const N: usize = 40;
+    // sessions[host] = [(cookie value, endpoint)]
+    let mut sessions = Vec::new();
+    for host in ["bal.test", "per.test"] {
+        let mut s = Vec::new();
+        for _ in 0..N {
+            let (ep, set) = get(host, None).await;
+            let value = set.unwrap_or_else(|| panic!("{host}: a new session's cookie"));
+            assert_eq!(
+                get(host, Some(value.clone())).await,
+                (ep.clone(), None),
+                "{host} sticks"
+            );
+            s.push((value, ep));
+        }
+        let on_first = s.iter().filter(|(_, ep)| *ep == addr(ips[0])).count();
+        assert!(
+            on_first > 0 && on_first < N,
+            "{host}: sessions spread: {on_first} of {N} on one"
+        );
+        sessions.push((host, s));
+    }
+
+    // Scale from 2 to 4 endpoints.
+    m.write("svc.yaml", &services(&ips));
+    settled(4).await;
+    for (host, s) in &mut sessions {
+        let mut moved = 0;
+        for (value, ep) in s.iter_mut() {
+            let (now, set) = get(host, Some(value.clone())).await;
+            assert_eq!(set, None, "{host}: the cookie stays valid");
+            if now != *ep {
+                moved += 1;
+                assert!(
+                    now == addr(ips[2]) || now == addr(ips[3]),
+                    "{host}: a session moved from {ep} to {now}, not to a new endpoint"
+                );
+                *ep = now;
+            }
+            // and it sticks where it is now
+            assert_eq!(get(host, Some(value.clone())).await, (ep.clone(), None));
+        }
+        if *host == "per.test" {
+            assert_eq!(moved, 0, "persistent sessions stay on their endpoint");
+        } else {
+            // half of them in theory (2 of 4 endpoints are new)
+            assert!(
+                moved > 0 && moved < N,
+                "balanced: {moved} of {N} sessions moved"
+            );
+        }
+    }
+
+    // Remove the first endpoint: its sessions move (a persistent one with a new
+    // cookie, a balanced one with its own), every other one stays.
+    m.write("svc.yaml", &services(&ips[1..]));
+    settled(3).await;
+    for (host, s) in &sessions {
+        let gone = addr(ips[0]);
+        let mut left = 0;
+        for (value, ep) in s {
+            let (now, set) = get(host, Some(value.clone())).await;
+            if *ep == gone {
+                left += 1;
+                assert_ne!(now, gone, "{host}: off the removed endpoint");
+                let again = match (*host, set) {
+                    ("per.test", Some(new)) => new,
+                    ("per.test", None) => panic!("per.test: a new cookie for a new session"),
+                    (_, Some(new)) => panic!("{host}: a new cookie {new}: the old key still maps"),
+                    (_, None) => value.clone(),
+                };
+                assert_eq!(
+                    get(host, Some(again)).await,
+                    (now.clone(), None),
+                    "{host} sticks"
+                );
+            } else {
+                assert_eq!((&now, set), (ep, None), "{host}: stays");
+            }
+        }
+        assert!(left > 0, "{host}: no session was on the removed endpoint");
     }
 }

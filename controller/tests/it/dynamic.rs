@@ -601,6 +601,9 @@ async fn cookie_affinity_sticks_and_repicks_when_the_endpoint_goes() {
             &[("/app", "Prefix", "sticky")],
             &[
                 ("affinity", "cookie"),
+                // a persistent session is re-picked with a new cookie when its
+                // endpoint goes (affinity::affinity_modes shows balanced ones too)
+                ("affinity-mode", "persistent"),
                 ("session-cookie-name", "route"),
                 ("session-cookie-max-age", "3600"),
             ],

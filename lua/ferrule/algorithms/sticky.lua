@@ -1,33 +1,99 @@
--- Cookie affinity: maps an opaque, stable cookie value to an endpoint.
--- The id is the md5 (hex) of "addr:port", so it is the same in every worker
--- and across reloads, and it stops matching once the endpoint is gone.
+-- Cookie affinity: maps an affinity cookie's value to an endpoint, in one of two
+-- modes (affinity-mode):
+--
+--   * persistent: the value is the md5 (hex) of "addr:port", the same in every
+--     worker, across reloads and in both balancers; it stops matching once its
+--     endpoint is gone (the session then starts again, with a new cookie).
+--   * balanced: the value is a random key and a tag of the backend,
+--     "<16 hex digits>.<8 hex digits of md5(backend name)>", and the endpoint is
+--     where the consistent hash (chash) maps the whole value. The key never names
+--     an endpoint, so when endpoints are added some sessions move to them (only to
+--     them), and when one goes its sessions move, all without a new cookie. The tag
+--     tells the primary's sessions from its canary's when both read one cookie
+--     (affinity-canary-behavior sticky): a key would map onto either side.
+local bit = require("bit")
+
+local tohex = bit.tohex
+local random = math.random
+
 local _M = {}
 local mt = { __index = _M }
 
--- opts: { md5 = fn(s) -> hex }
+-- a balanced cookie value; the capture is its tag
+local BALANCED_VALUE = "^" .. string.rep("%x", 16) .. "%.(" .. string.rep("%x", 8) .. ")$"
+
+-- Keys tried for a new balanced session before giving up on avoiding the peers a
+-- request already failed on: with k of n peers tried, all of them miss with
+-- probability (k/n)^32.
+_M.NEW_KEY_TRIES = 32
+
+-- opts: { md5 = fn(s) -> hex, balanced = bool, backend = its name (balanced),
+-- ring = a chash over the same endpoints (balanced), random = fn(m, n) }
 function _M.new(endpoints, opts)
     opts = opts or {}
     local md5 = opts.md5 or ngx.md5
-    local by_id = {}
-    local ids = {}
-    for i = 1, #endpoints do
-        local ep = endpoints[i]
-        local id = md5(ep.key)
-        by_id[id] = ep
-        ids[ep.key] = id
+    local self = { random = opts.random or random }
+    if opts.balanced then
+        self.balanced = true
+        self.ring = opts.ring
+        self.n = #endpoints
+        self.tag = md5(opts.backend or ""):sub(1, 8)
+    else
+        local by_id = {}
+        local ids = {}
+        for i = 1, #endpoints do
+            local ep = endpoints[i]
+            local id = md5(ep.key)
+            by_id[id] = ep
+            ids[ep.key] = id
+        end
+        self.by_id, self.ids = by_id, ids
     end
-    return setmetatable({ by_id = by_id, ids = ids }, mt)
+    return setmetatable(self, mt)
 end
 
+-- The endpoint a cookie value stands for in this backend, or nil (no cookie, an
+-- endpoint that is gone, a value of another mode or backend): a new session.
 function _M.lookup(self, cookie_value)
     if not cookie_value or cookie_value == "" then
         return nil
     end
-    return self.by_id[cookie_value]
+    if not self.balanced then
+        return self.by_id[cookie_value]
+    end
+    if self.n == 0 or cookie_value:match(BALANCED_VALUE) ~= self.tag then
+        return nil
+    end
+    return self.ring:pick(cookie_value)
 end
 
+-- The cookie value of an endpoint (persistent mode only).
 function _M.id(self, ep)
     return self.ids[ep.key]
+end
+
+-- A new session: its endpoint and cookie value. rr: the round robin that spreads
+-- persistent sessions; tried: a set of endpoint keys to avoid (a retry), or nil.
+-- A balanced session takes the endpoint its random key maps to, as the key is all
+-- the cookie keeps: nil when every key tried maps to a tried endpoint.
+function _M.new_session(self, rr, tried)
+    if not self.balanced then
+        local ep = rr:pick(tried)
+        return ep, ep and self.ids[ep.key]
+    end
+    if self.n == 0 then
+        return nil
+    end
+    local rand = self.random
+    for _ = 1, _M.NEW_KEY_TRIES do
+        local value = tohex(rand(0, 0xffffffff), 8) .. tohex(rand(0, 0xffffffff), 8)
+            .. "." .. self.tag
+        local ep = self.ring:pick(value)
+        if not tried or not tried[ep.key] then
+            return ep, value
+        end
+    end
+    return nil
 end
 
 -- Whether a browser keeps a cookie that says SameSite=None, by its User-Agent
@@ -54,14 +120,14 @@ function _M.takes_samesite_none(user_agent)
     return not mac_safari
 end
 
--- Set-Cookie value for an endpoint. affinity: { cookie_name, path, max_age,
+-- Set-Cookie value carrying `value`. affinity: { cookie_name, path, max_age,
 -- expires, domain, secure, samesite, conditional_samesite_none }; default_path:
 -- where affinity has no path of its own (the location's); https: whether the
 -- request came over TLS (the cookie is Secure then, unless affinity.secure says
 -- otherwise, as in ingress-nginx); now: seconds since the epoch, for Expires;
 -- user_agent: the request's, for conditional_samesite_none.
-function _M.cookie(self, affinity, ep, default_path, https, now, user_agent)
-    local parts = { affinity.cookie_name .. "=" .. self.ids[ep.key] }
+function _M.cookie(affinity, value, default_path, https, now, user_agent)
+    local parts = { affinity.cookie_name .. "=" .. value }
     parts[#parts + 1] = "Path=" .. (affinity.path or default_path or "/")
     if affinity.domain then
         parts[#parts + 1] = "Domain=" .. affinity.domain

@@ -194,33 +194,110 @@ T["sticky ids are stable opaque and stop matching removed peers"] = function(t)
     local s2 = sticky.new({ e[1], e[3] })
     t.eq(s2:lookup(id), nil)
     t.eq(s2:lookup(s:id(e[3])).key, e[3].key)
-    t.eq(s:cookie({ cookie_name = "route", path = "/app", max_age = 60 }, e[1]),
-         "route=" .. ngx.md5(e[1].key) .. "; Path=/app; Max-Age=60; HttpOnly")
-    t.eq(s:cookie({ cookie_name = "route" }, e[1]),
-         "route=" .. ngx.md5(e[1].key) .. "; Path=/; HttpOnly")
+    local id1 = s:id(e[1])
+    t.eq(sticky.cookie({ cookie_name = "route", path = "/app", max_age = 60 }, id1),
+         "route=" .. id1 .. "; Path=/app; Max-Age=60; HttpOnly")
+    t.eq(sticky.cookie({ cookie_name = "route" }, id1),
+         "route=" .. id1 .. "; Path=/; HttpOnly")
     -- Secure on HTTPS unless secure says otherwise; Expires from now; Domain, SameSite
-    local id1 = ngx.md5(e[1].key)
-    t.eq(s:cookie({ cookie_name = "r" }, e[1], "/shop", true, 0),
+    t.eq(sticky.cookie({ cookie_name = "r" }, id1, "/shop", true, 0),
          "r=" .. id1 .. "; Path=/shop; Secure; HttpOnly")
-    t.eq(s:cookie({ cookie_name = "r", secure = false }, e[1], nil, true, 0),
+    t.eq(sticky.cookie({ cookie_name = "r", secure = false }, id1, nil, true, 0),
          "r=" .. id1 .. "; Path=/; HttpOnly")
-    t.eq(s:cookie({ cookie_name = "r", secure = true }, e[1], nil, false, 0),
+    t.eq(sticky.cookie({ cookie_name = "r", secure = true }, id1, nil, false, 0),
          "r=" .. id1 .. "; Path=/; Secure; HttpOnly")
-    t.eq(s:cookie({ cookie_name = "r", domain = ".example.com", expires = 86400,
-                    max_age = 60, samesite = "Lax" }, e[1], nil, false, 1000000000),
+    t.eq(sticky.cookie({ cookie_name = "r", domain = ".example.com", expires = 86400,
+                    max_age = 60, samesite = "Lax" }, id1, nil, false, 1000000000),
          "r=" .. id1 .. "; Path=/; Domain=.example.com; Expires=Mon, 10-Sep-01 01:46:40 GMT"
          .. "; Max-Age=60; HttpOnly; SameSite=Lax")
     -- conditional_samesite_none: None left out for a browser that refuses it only
     local none = { cookie_name = "r", samesite = "None", conditional_samesite_none = true }
     local chrome66 = "Mozilla/5.0 (X11; Linux x86_64) Chrome/66.0.3359.181 Safari/537.36"
-    t.eq(s:cookie(none, e[1], nil, false, 0, chrome66), "r=" .. id1 .. "; Path=/; HttpOnly")
-    t.eq(s:cookie(none, e[1], nil, false, 0, "curl/8"),
+    t.eq(sticky.cookie(none, id1, nil, false, 0, chrome66), "r=" .. id1 .. "; Path=/; HttpOnly")
+    t.eq(sticky.cookie(none, id1, nil, false, 0, "curl/8"),
          "r=" .. id1 .. "; Path=/; HttpOnly; SameSite=None")
-    t.eq(s:cookie({ cookie_name = "r", samesite = "None" }, e[1], nil, false, 0, chrome66),
+    t.eq(sticky.cookie({ cookie_name = "r", samesite = "None" }, id1, nil, false, 0, chrome66),
          "r=" .. id1 .. "; Path=/; HttpOnly; SameSite=None")
-    t.eq(s:cookie({ cookie_name = "r", samesite = "Lax", conditional_samesite_none = true },
-                  e[1], nil, false, 0, chrome66),
+    t.eq(sticky.cookie({ cookie_name = "r", samesite = "Lax", conditional_samesite_none = true },
+                       id1, nil, false, 0, chrome66),
          "r=" .. id1 .. "; Path=/; HttpOnly; SameSite=Lax")
+end
+
+T["persistent sticky: a new session is the round robin's pick and its id"] = function(t)
+    local e = eps(3)
+    local s = sticky.new(e)
+    local rr = round_robin.new(e, function() return 1 end)
+    local ep, v = s:new_session(rr, { [e[1].key] = true })
+    t.eq(ep.key, e[2].key)
+    t.eq(v, ngx.md5(e[2].key))
+    t.eq(s:lookup(v), ep)
+end
+
+-- A balanced sticky over endpoints e for backend name, as balancer.lua builds it.
+local function balanced(e, name, rand)
+    return sticky.new(e, { balanced = true, backend = name, ring = chash.new(e), random = rand })
+end
+
+T["balanced sticky: a new session's key maps to its endpoint, tagged by backend"] = function(t)
+    local e = eps(3)
+    local s = balanced(e, "demo-app-80")
+    local seen = {}
+    for _ = 1, 300 do
+        local ep, v = s:new_session(nil, nil)
+        t.ok(v:match("^%x+%.%x+$") and #v == 25, v)
+        t.eq(v:sub(18), ngx.md5("demo-app-80"):sub(1, 8))
+        t.eq(s:lookup(v), ep)
+        seen[ep.key] = (seen[ep.key] or 0) + 1
+    end
+    -- random keys spread sessions over every endpoint (ring balance: within 30%)
+    for i = 1, 3 do
+        t.ok((seen[e[i].key] or 0) > 70, e[i].key .. ": " .. tostring(seen[e[i].key]))
+    end
+    local _, v = s:new_session(nil, nil)
+    -- another backend's session (its canary's, say), a persistent id, junk: nil
+    t.eq(balanced(e, "demo-canary-80"):lookup(v), nil)
+    t.eq(s:lookup(ngx.md5(e[1].key)), nil)
+    t.eq(s:lookup(v:upper()), nil)
+    t.eq(s:lookup(v .. "0"), nil)
+    t.eq(s:lookup(nil), nil)
+    t.eq(s:lookup(""), nil)
+    t.eq(balanced({}, "demo-app-80"):lookup(v), nil)
+    t.eq(balanced({}, "demo-app-80"):new_session(nil, nil), nil)
+    -- a retry avoids the peers tried; with every peer tried there is no new key
+    for _ = 1, 50 do
+        local ep = s:new_session(nil, { [e[1].key] = true, [e[2].key] = true })
+        t.eq(ep.key, e[3].key)
+    end
+    t.eq(s:new_session(nil, { [e[1].key] = true, [e[2].key] = true, [e[3].key] = true }), nil)
+end
+
+T["balanced sticky: scaling moves some sessions, only to new endpoints"] = function(t)
+    local e4 = eps(4)
+    local two = balanced({ e4[1], e4[2] }, "b")
+    local four = balanced(e4, "b")
+    local three = balanced({ e4[1], e4[3], e4[4] }, "b")
+    local moved = 0
+    for _ = 1, 400 do
+        local ep, v = two:new_session(nil, nil)
+        local now = four:lookup(v)
+        if now.key ~= ep.key then
+            moved = moved + 1
+            t.ok(now.key == e4[3].key or now.key == e4[4].key, "moved to a new one: " .. now.key)
+        end
+        -- e4[2] goes: its sessions move, every other one stays
+        local later = three:lookup(v)
+        if now.key == e4[2].key then
+            t.ok(later.key ~= e4[2].key)
+        else
+            t.eq(later.key, now.key)
+        end
+    end
+    -- about half of them (2 of 4 endpoints are new)
+    t.ok(moved > 120 and moved < 280, "moved " .. moved)
+    -- a persistent session stays while its endpoint does
+    local p2 = sticky.new({ e4[1], e4[2] })
+    local p4 = sticky.new(e4)
+    t.eq(p4:lookup(p2:id(e4[2])), e4[2])
 end
 
 T["util helpers"] = function(t)

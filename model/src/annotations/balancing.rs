@@ -22,6 +22,13 @@ pub(super) const FAMILY: Family = Family {
             "cookie: session affinity by cookie",
         ),
         key(
+            "affinity-mode",
+            Backend,
+            Low,
+            "balanced (default): sessions are redistributed when endpoints are added; \
+             persistent: a session stays on its endpoint while it exists",
+        ),
+        key(
             "session-cookie-name",
             Backend,
             Low,
@@ -89,9 +96,31 @@ pub enum LoadBalance {
     Ewma,
 }
 
+/// How sticky a session is (`affinity-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AffinityMode {
+    /// The cookie holds a key that a consistent hash maps onto the current endpoints:
+    /// when endpoints are added, some sessions move to them (ingress-nginx's default).
+    #[default]
+    Balanced,
+    /// The cookie names its endpoint: a session stays there while the endpoint exists.
+    Persistent,
+}
+
+impl AffinityMode {
+    fn is_balanced(&self) -> bool {
+        *self == Self::Balanced
+    }
+}
+
 /// Cookie-based session affinity.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Affinity {
+    /// `affinity-mode`. Left out of the model's serialization when balanced, so
+    /// that the hash of models from before the key existed stays the same.
+    #[serde(default, skip_serializing_if = "AffinityMode::is_balanced")]
+    pub mode: AffinityMode,
     /// `session-cookie-name` (default `INGRESSCOOKIE`).
     pub cookie_name: String,
     /// `session-cookie-max-age` in seconds (1 to 2^31 - 1, as the balancer API takes).
@@ -206,6 +235,11 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         "cookie" => Ok(()),
         _ => Err("expected \"cookie\"".to_owned()),
     })?;
+    let affinity_mode = r.parse("affinity-mode", |v| match v {
+        "balanced" => Ok(AffinityMode::Balanced),
+        "persistent" => Ok(AffinityMode::Persistent),
+        _ => Err("expected \"balanced\" or \"persistent\"".to_owned()),
+    })?;
     let name = r.parse("session-cookie-name", value::token)?;
     let max_age = r.parse("session-cookie-max-age", |v| {
         value::integer(v, 1, MAX_COOKIE_MAX_AGE)
@@ -222,6 +256,7 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
     let change_on_failure = r.parse("session-cookie-change-on-failure", value::boolean)?;
     if mode.is_some() {
         out.affinity = Some(Affinity {
+            mode: affinity_mode.unwrap_or_default(),
             cookie_name: name.unwrap_or_else(|| "INGRESSCOOKIE".to_owned()),
             max_age,
             path,

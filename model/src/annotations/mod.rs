@@ -35,7 +35,7 @@ pub(crate) mod value;
 use std::collections::BTreeMap;
 
 pub use backend_tls::{BackendTls, BackendTlsAnnotations, BackendTlsSettings};
-pub use balancing::{Affinity, LoadBalance, SameSite};
+pub use balancing::{Affinity, AffinityMode, LoadBalance, SameSite};
 pub use basic_auth::{BasicAuth, BasicAuthAnnotations};
 pub use buffering::{Buffering, Buffers};
 pub use canary::{Canary, CanaryAffinity};

@@ -107,7 +107,7 @@ fn balancing() {
             ("session-cookie-max-age", "3600"),
             ("session-cookie-path", "/app"),
         ],
-        "Affinity { cookie_name: \"route\", max_age: Some(3600), path: Some(\"/app\"), \
+        "Affinity { mode: Balanced, cookie_name: \"route\", max_age: Some(3600), path: Some(\"/app\"), \
          secure: None, samesite: None, conditional_samesite_none: false, expires: None, \
          domain: None, change_on_failure: false }",
     );
@@ -145,6 +145,25 @@ fn balancing() {
     );
     check(&[("affinity", "ip")], "error");
     check(&[("session-cookie-name", "x")], "affinity: None");
+    // affinity-mode: balanced unless persistent, as in ingress-nginx; exact values
+    check(
+        &[("affinity", "cookie"), ("affinity-mode", "persistent")],
+        "Affinity { mode: Persistent,",
+    );
+    check(
+        &[("affinity", "cookie"), ("affinity-mode", "balanced")],
+        "Affinity { mode: Balanced,",
+    );
+    for bad in ["Persistent", "sticky", ""] {
+        check(
+            &[("affinity", "cookie"), ("affinity-mode", bad)],
+            &format!(
+                "error: annotation nginx.ingress.kubernetes.io/affinity-mode: invalid value \"{bad}\""
+            ),
+        );
+    }
+    // a bad value is refused even without affinity (fail closed, as other keys)
+    check(&[("affinity-mode", "sticky")], "error");
 }
 
 #[test]

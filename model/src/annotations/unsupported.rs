@@ -126,13 +126,6 @@ pub(super) const AFFINITY: Family = Family {
     name: "affinity (more)",
     keys: &[
         todo(
-            "affinity-mode",
-            Backend,
-            Low,
-            false,
-            "balanced or persistent stickiness",
-        ),
-        todo(
             "upstream-hash-by-subset",
             Backend,
             Low,
