@@ -420,7 +420,9 @@ function peer(r) {
             }
         } else if (rec.hash) {
             var key = expr.evaluate(rec.hash, function (v) { return r.variables[v]; });
-            i = balance.hashIndex(md5u32(key), rec.ids);
+            var size = b.upstream_hash_by_subset_size;
+            i = size ? balance.subsetIndex(md5u32(key), rec.ids, size, Math.random)
+                : balance.hashIndex(md5u32(key), rec.ids);
         } else {
             // round_robin, and ewma (no per-worker statistics in njs 0.7.9)
             i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);

@@ -54,6 +54,7 @@ local function build(b, version)
     }
     if b.upstream_hash_by then
         obj.hash_expr = expr.parse(b.upstream_hash_by)
+        obj.subset_size = b.upstream_hash_by_subset_size
     end
     if obj.canary and obj.canary.header then
         obj.canary_header_var = canary.header_var(obj.canary.header)
@@ -131,7 +132,11 @@ end
 
 local function pick(b, tried)
     if b.hash_expr then
-        return ring_of(b):pick(expr.eval(b.hash_expr, var_get), tried)
+        local key = expr.eval(b.hash_expr, var_get)
+        if b.subset_size then
+            return ring_of(b):pick_subset(key, b.subset_size, tried)
+        end
+        return ring_of(b):pick(key, tried)
     end
     if b.ewma then
         return lazily(b, "ewma_alg", ewma.new):pick(tried)

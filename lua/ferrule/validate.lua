@@ -320,6 +320,12 @@ function _M.backend(v, where)
         end
         out.upstream_hash_by = v.upstream_hash_by
     end
+    if not is_null(v.upstream_hash_by_subset_size) then
+        if not is_int(v.upstream_hash_by_subset_size, 1, 2^31 - 1) then
+            return err(where, "upstream_hash_by_subset_size must be a positive integer or null")
+        end
+        out.upstream_hash_by_subset_size = v.upstream_hash_by_subset_size
+    end
 
     local a, a_err = affinity(v.affinity, "affinity")
     if a_err then

@@ -439,6 +439,11 @@ pub struct Balancing {
     pub load_balance: LoadBalance,
     /// `upstream-hash-by`: an NGINX variable expression for consistent hashing.
     pub upstream_hash_by: Option<String>,
+    /// `upstream-hash-by-subset(-size)`: the hash picks this many endpoints and
+    /// requests are spread over them. Left out of the serialization when unset,
+    /// which keeps the hash of models without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upstream_hash_by_subset: Option<u32>,
     /// Cookie affinity.
     pub affinity: Option<Affinity>,
     /// Canary split towards another backend, paired by host + path.

@@ -65,6 +65,22 @@ function hashIndex(keyHash, ids) {
     return best;
 }
 
+// upstream_hash_by_subset_size: the key's subset is its `size` best-scoring
+// endpoints (all of them when there are fewer), so adding or removing one changes
+// a subset by at most one member; a request goes to one of them at random (as
+// ingress-nginx, which cuts the endpoints into fixed groups instead). rand(): a
+// float in [0, 1) (Math.random). Returns an index.
+function subsetIndex(keyHash, ids, size, rand) {
+    var scored = ids.map(function (id, i) {
+        return {i: i, s: fmix32((keyHash ^ parseInt(id.slice(0, 8), 16)) >>> 0)};
+    });
+    scored.sort(function (a, b) {
+        return b.s - a.s || (ids[a.i] < ids[b.i] ? -1 : ids[a.i] > ids[b.i] ? 1 : 0);
+    });
+    var k = Math.min(size, ids.length);
+    return scored[Math.floor(rand() * k)].i;
+}
+
 // ---------------------------------------------------------------- canary
 // ingress-nginx semantics, identical to lua/ferrule/canary.lua.
 // policy: {header, header_value, header_pattern, cookie, weight, weight_total}
@@ -249,5 +265,5 @@ function peer(ep) {
     return (a.indexOf(':') >= 0 ? '[' + a + ']' : a) + ':' + ep.port;
 }
 
-export default {rrIndex, fmix32, hashIndex, canary, headerVar, stickyIndex, balancedIndex,
+export default {rrIndex, fmix32, hashIndex, subsetIndex, canary, headerVar, stickyIndex, balancedIndex,
                 balancedValue, setCookie, takesSameSiteNone, peer};

@@ -394,7 +394,8 @@ function backend(v, index) {
         return fail(where + ' ' + q(name), msg);
     };
     var out = {name: v.name, endpoints: [], load_balance: 'round_robin',
-               upstream_hash_by: null, affinity: null, canary: null};
+               upstream_hash_by: null, upstream_hash_by_subset_size: null, affinity: null,
+               canary: null};
 
     if (!isNull(v.endpoints)) {
         var eps = list(v.endpoints);
@@ -441,6 +442,12 @@ function backend(v, index) {
             return at('upstream_hash_by: ' + p.err);
         }
         out.upstream_hash_by = v.upstream_hash_by;
+    }
+    if (!isNull(v.upstream_hash_by_subset_size)) {
+        if (!isInt(v.upstream_hash_by_subset_size, 1, 2147483647)) {
+            return at('upstream_hash_by_subset_size must be a positive integer or null');
+        }
+        out.upstream_hash_by_subset_size = v.upstream_hash_by_subset_size;
     }
 
     var a = affinity(v.affinity, 'affinity');

@@ -137,6 +137,39 @@ var tests = {
         // a persistent lookup does not take a balanced value
         eq(balance.stickyIndex(ids2, v1), -1);
     },
+    'consistent hash subset: the best-scoring endpoints, one changed on a scale': function () {
+        var eps7 = ['1', '2', '3', '4', '5', '6', '7'].map(function (d) { return '10.0.0.' + d + ':80'; });
+        var ids7 = eps7.map(md5hex);
+        var ids6 = ids7.slice(0, 6);
+        var at = function (x) { return function () { return x; }; };
+        for (var u = 0; u < 200; u++) {
+            var h = md5u32('user' + u);
+            var sub = [0, 0.34, 0.67, 0.99].map(function (x) {
+                return balance.subsetIndex(h, ids6, 3, at(x));
+            });
+            eq(sub[0], balance.hashIndex(h, ids6), 'the key\'s own endpoint first');
+            eq(sub[3], sub[2]);
+            var set = {};
+            sub.slice(0, 3).forEach(function (i) { set[eps7[i]] = true; });
+            eq(Object.keys(set).length, 3, 'three distinct endpoints');
+            eq(balance.subsetIndex(h, ids6.slice().reverse(), 3, at(0.5)),
+               5 - sub[1], 'order independent');
+            var all = {};
+            [0, 0.2, 0.4, 0.6, 0.8, 0.99].forEach(function (x) {
+                all[balance.subsetIndex(h, ids6, 10, at(x))] = true;
+            });
+            eq(Object.keys(all).length, 6, 'all of them when fewer');
+            var lost = 0;
+            [0, 0.34, 0.67].forEach(function (x) {
+                var ep = eps7[balance.subsetIndex(h, ids7, 3, at(x))];
+                if (!set[ep]) {
+                    lost++;
+                    eq(ep, '10.0.0.7:80', 'replaced by the new endpoint');
+                }
+            });
+            ok(lost <= 1, 'user' + u + ': ' + lost + ' replaced');
+        }
+    },
     'canary: ingress-nginx precedence': function () {
         var never = function () { return 0.999; };
         var always = function () { return 0; };

@@ -112,6 +112,8 @@ metadata:
   creationTimestamp: "2026-01-01T00:00:02Z"
   annotations:
     nginx.ingress.kubernetes.io/upstream-hash-by: "$request_uri-$arg_user"
+    nginx.ingress.kubernetes.io/upstream-hash-by-subset: "true"
+    nginx.ingress.kubernetes.io/upstream-hash-by-subset-size: "2"
 spec:
   tls: [{ hosts: [w.example.com], secretName: wild-tls }]
   rules:
@@ -182,6 +184,7 @@ async fn what_the_client_posts_is_in_sent_json() {
         ".body.backends[].endpoints[].address",
         ".body.backends[].load_balance",
         ".body.backends[].upstream_hash_by",
+        ".body.backends[].upstream_hash_by_subset_size",
         ".body.backends[].affinity.mode",
         ".body.backends[].affinity.affinity_mode",
         ".body.backends[].affinity.cookie_name",

@@ -446,6 +446,7 @@ fn backend_payload_fields() {
                 "endpoints": [{"address": "10.0.0.1", "port": 80}],
                 "load_balance": "round_robin",
                 "upstream_hash_by": null,
+                "upstream_hash_by_subset_size": null,
                 "affinity": {
                     "mode": "cookie", "affinity_mode": "persistent",
                     "cookie_name": "route", "max_age": 60, "path": null,

@@ -62,6 +62,7 @@ pub(super) struct Backend<'a> {
     endpoints: Endpoints<'a>,
     load_balance: LoadBalance,
     upstream_hash_by: Option<&'a str>,
+    upstream_hash_by_subset_size: Option<u32>,
     affinity: Option<Affinity<'a>>,
     canary: Option<Canary<'a>>,
 }
@@ -208,6 +209,7 @@ impl<'a> From<&'a ferrule_model::Backend> for Backend<'a> {
                 model_annotations::LoadBalance::Ewma => LoadBalance::Ewma,
             },
             upstream_hash_by: bal.upstream_hash_by.as_deref(),
+            upstream_hash_by_subset_size: bal.upstream_hash_by_subset,
             affinity: bal.affinity.as_ref().map(Affinity::from),
             // A canary on the backend itself routes to the same endpoints either way;
             // the API refuses it, so it is dropped here rather than refusing the backend.

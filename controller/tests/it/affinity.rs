@@ -587,3 +587,102 @@ async fn affinity_modes(ips: [&str; 4], args: &[&str]) {
         assert!(left > 0, "{host}: no session was on the removed endpoint");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_hash_by_subset_spreads_a_key_over_its_subset() {
+    hash_subset(
+        [
+            "127.0.0.88",
+            "127.0.0.89",
+            "127.0.0.90",
+            "127.0.0.91",
+            "127.0.0.92",
+        ],
+        &[],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_upstream_hash_by_subset_spreads_a_key_over_its_subset() {
+    hash_subset(
+        [
+            "127.0.0.93",
+            "127.0.0.94",
+            "127.0.0.95",
+            "127.0.0.96",
+            "127.0.0.97",
+        ],
+        &["--balancer", "njs"],
+    )
+    .await;
+}
+
+/// `upstream-hash-by-subset`: the requests of one key go to exactly `size`
+/// endpoints (3 by default), different keys to different subsets.
+async fn hash_subset(ips: [&str; 5], args: &[&str]) {
+    let echos = echo_group(&ips).await;
+    let port = echos[0].addr.port();
+    let eps: Vec<(&str, bool)> = ips.iter().map(|ip| (*ip, true)).collect();
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &format!(
+            "{}---\n{}",
+            service_endpoints("demo", "three", port, &eps),
+            service_endpoints("demo", "two", port, &eps)
+        ),
+    );
+    let hashed = |name: &str, extra: &[(&str, &str)]| {
+        let mut a = vec![
+            ("upstream-hash-by", "$arg_user"),
+            ("upstream-hash-by-subset", "true"),
+        ];
+        a.extend_from_slice(extra);
+        ingress(
+            "demo",
+            name,
+            CREATED,
+            &format!("{name}.test"),
+            &[("/", "Prefix", name)],
+            &a,
+        )
+    };
+    m.write(
+        "ing.yaml",
+        &format!(
+            "{}---\n{}",
+            hashed("three", &[]),
+            hashed("two", &[("upstream-hash-by-subset-size", "2")]),
+        ),
+    );
+    let f = Ferrule::start(m.path(), args).await;
+    wait_store(&f, "demo_three_80", |b| {
+        endpoint_count(b) == 5 && b["upstream_hash_by_subset_size"] == 3
+    })
+    .await;
+    wait_store(&f, "demo_two_80", |b| {
+        endpoint_count(b) == 5 && b["upstream_hash_by_subset_size"] == 2
+    })
+    .await;
+    let c = crate::dynamic::fresh_client();
+    for (host, size) in [("three.test", 3), ("two.test", 2)] {
+        let mut union = std::collections::BTreeSet::new();
+        for user in 0..8 {
+            let mut seen = std::collections::BTreeSet::new();
+            // 40 requests: a member of the subset is missed with odds (1 - 1/3)^40
+            for _ in 0..40 {
+                let (s, b, _) =
+                    crate::dynamic::hit(&c, &f, host, &format!("/?user=u{user}"), &[]).await;
+                assert_eq!(s, 200);
+                seen.insert(b);
+            }
+            assert_eq!(seen.len(), size, "{host} user u{user}: {seen:?}");
+            union.extend(seen);
+        }
+        assert!(
+            union.len() > size,
+            "{host}: keys share one subset: {union:?}"
+        );
+    }
+}

@@ -183,4 +183,55 @@ function _M.pick(self, key, tried)
     return order[ring[i] % SLOT]
 end
 
+-- upstream_hash_by_subset_size: the key's subset is the first `size` distinct
+-- endpoints on the ring from its point (all of them when there are fewer), so
+-- adding or removing an endpoint changes a key's subset by at most one member
+-- (ingress-nginx cuts the endpoints into fixed groups instead, which a scale
+-- reshuffles). Returns an array of endpoints.
+function _M.subset(self, key, size)
+    if self.n == 0 then
+        return {}
+    end
+    if not self.ring then
+        self:build()
+    end
+    local ring, order = self.ring, self.order
+    local total = #ring
+    local want = size < #order and size or #order
+    local i = search(ring, self:hash(key))
+    local out, seen = {}, {}
+    for _ = 1, total do
+        local ep = order[ring[i] % SLOT]
+        if not seen[ep.key] then
+            seen[ep.key] = true
+            out[#out + 1] = ep
+            if #out >= want then
+                break
+            end
+        end
+        i = i % total + 1
+    end
+    return out
+end
+
+-- A request for key spread over its subset at random (as ingress-nginx), avoiding
+-- the peers tried; once the whole subset failed, the ring's next untried peer.
+-- rand: math.random's signature, injectable for tests.
+function _M.pick_subset(self, key, size, tried, rand)
+    local sub = self:subset(key, size)
+    local open = sub
+    if tried and next(tried) then
+        open = {}
+        for _, ep in ipairs(sub) do
+            if not tried[ep.key] then
+                open[#open + 1] = ep
+            end
+        end
+    end
+    if #open == 0 then
+        return self:pick(key, tried)
+    end
+    return open[(rand or math.random)(#open)]
+end
+
 return _M

@@ -182,6 +182,54 @@ T["chash mapping is pinned"] = function(t)
     end
 end
 
+T["chash subset: distinct endpoints from the key's, changed by one on a scale"] = function(t)
+    local e7 = eps(7)
+    local r6, r7 = chash.new({ e7[1], e7[2], e7[3], e7[4], e7[5], e7[6] }), chash.new(e7)
+    local keys = function(sub)
+        local out = {}
+        for _, ep in ipairs(sub) do
+            out[ep.key] = true
+        end
+        return out
+    end
+    for u = 1, 200 do
+        local k = "user" .. u
+        local sub = r6:subset(k, 3)
+        t.eq(#sub, 3)
+        t.eq(sub[1], r6:pick(k), "the key's own endpoint first")
+        local set = keys(sub)
+        local n = 0
+        for _ in pairs(set) do
+            n = n + 1
+        end
+        t.eq(n, 3, "distinct")
+        t.eq(#r6:subset(k, 10), 6, "all of them when fewer")
+        -- one endpoint more: at most one member is replaced, by the new endpoint
+        local lost = 0
+        for _, ep in ipairs(r7:subset(k, 3)) do
+            if not set[ep.key] then
+                lost = lost + 1
+                t.eq(ep.key, e7[7].key)
+            end
+        end
+        t.ok(lost <= 1, k .. ": " .. lost .. " replaced")
+        -- requests spread over the subset only, avoiding what was tried
+        local seen = {}
+        for j = 1, 3 do
+            local ep = r6:pick_subset(k, 3, nil, function(m) t.eq(m, 3); return j end)
+            t.eq(ep, sub[j])
+            seen[ep.key] = true
+        end
+        t.eq(r6:pick_subset(k, 3, { [sub[1].key] = true, [sub[3].key] = true },
+                            function(m) t.eq(m, 1); return 1 end), sub[2])
+        -- the whole subset failed: the ring's next untried peer
+        local ep = r6:pick_subset(k, 3, set, function() error("no random pick") end)
+        t.ok(not set[ep.key], "outside the failed subset")
+    end
+    t.eq(#chash.new({}):subset("k", 3), 0)
+    t.eq(chash.new({}):pick_subset("k", 3), nil)
+end
+
 T["sticky ids are stable opaque and stop matching removed peers"] = function(t)
     local e = eps(3)
     local s = sticky.new(e)

@@ -16,6 +16,18 @@ pub(super) const FAMILY: Family = Family {
             "consistent hashing on an NGINX variable expression",
         ),
         key(
+            "upstream-hash-by-subset",
+            Backend,
+            Low,
+            "true: upstream-hash-by picks a subset of endpoints, requests spread over it",
+        ),
+        key(
+            "upstream-hash-by-subset-size",
+            Backend,
+            Low,
+            "endpoints in that subset (default 3)",
+        ),
+        key(
             "affinity",
             Backend,
             Low,
@@ -189,6 +201,10 @@ pub(crate) fn load_balance(v: &str) -> Result<LoadBalance, String> {
 /// the limit of lua/ferrule/validate.lua and of a signed 32-bit `Max-Age`).
 const MAX_COOKIE_MAX_AGE: u32 = i32::MAX as u32;
 
+/// The largest `upstream-hash-by-subset-size` the balancer API takes (`2^31 - 1`);
+/// a size above a backend's endpoints spreads over all of them.
+const MAX_SUBSET_SIZE: u32 = i32::MAX as u32;
+
 /// An NGINX variable expression: variables (`$name`) and literal `-_.:/` characters.
 /// As `expr.parse` of the balancer (lua/ferrule/expr.lua), every `$` starts a variable
 /// name of letters, digits and `_` (so `$-x`, `a$.b`, `$$x` and a trailing `$` are
@@ -231,6 +247,14 @@ fn cookie_path(v: &str) -> Result<String, String> {
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     out.load_balance = r.parse("load-balance", load_balance)?;
     out.upstream_hash_by = r.parse("upstream-hash-by", hash_expression)?;
+    let subset = r.parse("upstream-hash-by-subset", value::boolean)?;
+    let subset_size = r.parse("upstream-hash-by-subset-size", |v| {
+        value::integer(v, 1, MAX_SUBSET_SIZE)
+    })?;
+    // ingress-nginx's default size; the subset means nothing without the hash
+    if subset == Some(true) && out.upstream_hash_by.is_some() {
+        out.upstream_hash_by_subset = Some(subset_size.unwrap_or(3));
+    }
     let mode = r.parse("affinity", |v| match v {
         "cookie" => Ok(()),
         _ => Err("expected \"cookie\"".to_owned()),

@@ -140,6 +140,9 @@ pub struct IngressAnnotations {
     pub load_balance: Option<LoadBalance>,
     /// `upstream-hash-by`.
     pub upstream_hash_by: Option<String>,
+    /// `upstream-hash-by-subset: "true"` (with `upstream-hash-by`): the subset's size,
+    /// `upstream-hash-by-subset-size` or 3.
+    pub upstream_hash_by_subset: Option<u32>,
     /// `affinity: cookie` and its `session-cookie-*` settings.
     pub affinity: Option<Affinity>,
     /// `canary: "true"` and its rules.

@@ -96,7 +96,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::unsupported::PROXYING,
     &super::server_tls::FAMILY,
     &super::unsupported::SERVER,
-    &super::unsupported::AFFINITY,
     &super::unsupported::TRACING,
 ];
 

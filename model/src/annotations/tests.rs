@@ -98,6 +98,48 @@ fn balancing() {
         "upstream_hash_by: Some",
     );
     check(&[("upstream-hash-by", "${lua}")], "error");
+    // upstream-hash-by-subset: size 3 unless given; nothing without the hash
+    check(
+        &[
+            ("upstream-hash-by", "$arg_u"),
+            ("upstream-hash-by-subset", "true"),
+        ],
+        "upstream_hash_by_subset: Some(3)",
+    );
+    check(
+        &[
+            ("upstream-hash-by", "$arg_u"),
+            ("upstream-hash-by-subset", "true"),
+            ("upstream-hash-by-subset-size", "5"),
+        ],
+        "upstream_hash_by_subset: Some(5)",
+    );
+    check(
+        &[
+            ("upstream-hash-by", "$arg_u"),
+            ("upstream-hash-by-subset", "false"),
+            ("upstream-hash-by-subset-size", "5"),
+        ],
+        "upstream_hash_by_subset: None",
+    );
+    check(
+        &[("upstream-hash-by-subset", "true")],
+        "upstream_hash_by_subset: None",
+    );
+    for (key, bad) in [
+        ("upstream-hash-by-subset", "yes"),
+        ("upstream-hash-by-subset-size", "0"),
+        ("upstream-hash-by-subset-size", "-1"),
+        ("upstream-hash-by-subset-size", "three"),
+        ("upstream-hash-by-subset-size", "2147483648"),
+    ] {
+        check(
+            &[("upstream-hash-by", "$arg_u"), (key, bad)],
+            &format!(
+                "error: annotation nginx.ingress.kubernetes.io/{key}: invalid value \"{bad}\""
+            ),
+        );
+    }
     check(&[("upstream-hash-by", "$x; drop")], "error");
     check(&[("affinity", "cookie")], "cookie_name: \"INGRESSCOOKIE\"");
     check(

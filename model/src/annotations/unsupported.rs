@@ -25,7 +25,7 @@ const fn todo(
 }
 
 use Risk::{Critical, High, Low, Medium};
-use Scope::{Backend, Location, Server};
+use Scope::{Location, Server};
 
 /// ingress-nginx's memcached-backed global rate limits (removed in ingress-nginx 1.x).
 pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
@@ -119,27 +119,6 @@ pub(super) const SERVER: Family = Family {
         false,
         "raw NGINX text in the stream block",
     )],
-};
-
-/// Affinity settings beyond the implemented cookie affinity.
-pub(super) const AFFINITY: Family = Family {
-    name: "affinity (more)",
-    keys: &[
-        todo(
-            "upstream-hash-by-subset",
-            Backend,
-            Low,
-            false,
-            "hash onto a subset of endpoints",
-        ),
-        todo(
-            "upstream-hash-by-subset-size",
-            Backend,
-            Low,
-            false,
-            "size of that subset",
-        ),
-    ],
 };
 
 /// Tracing and metrics exporters (modules Debian's NGINX lacks).

@@ -302,6 +302,7 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
 struct BalancingOwners {
     load_balance: Option<ResourceRef>,
     upstream_hash_by: Option<ResourceRef>,
+    upstream_hash_by_subset: Option<ResourceRef>,
     affinity: Option<ResourceRef>,
 }
 
@@ -1010,6 +1011,12 @@ impl Builder<'_> {
             hash_by,
             r,
         );
+        let subset = claim(
+            &mut bal.upstream_hash_by_subset,
+            &mut owners.upstream_hash_by_subset,
+            a.upstream_hash_by_subset.map(Some),
+            r,
+        );
         let aff = claim(
             &mut bal.affinity,
             &mut owners.affinity,
@@ -1019,6 +1026,7 @@ impl Builder<'_> {
         for (name, owner) in [
             ("load-balance", lb),
             ("upstream-hash-by", hash),
+            ("upstream-hash-by-subset", subset),
             ("affinity", aff),
         ] {
             let Some(owner) = owner else { continue };
