@@ -7,6 +7,8 @@
  *                             http: per-request metrics in shared memory (below)
  *   ferrule_metrics NAMESPACE INGRESS SERVICE PATH HOST;
  *                             location: count its requests under these labels
+ *   ferrule_metrics_dump;     location: answer GET with the metrics' dump, for
+ *                             a balancer without LuaJIT's FFI (njs)
  *
  * Entering balancer_by_lua costs every request about half a microsecond of Lua
  * (lua-nginx-module's context, the protected call, the address parsing), about
@@ -166,6 +168,8 @@ static char *ngx_http_ferrule_metrics_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_ferrule_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+static char *ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf,
+    ngx_command_t *cmd, void *conf);
 static char *ngx_http_ferrule_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_ferrule_fast(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -228,6 +232,13 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
     { ngx_string("ferrule_metrics"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE5,
       ngx_http_ferrule_metrics,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("ferrule_metrics_dump"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_ferrule_metrics_dump_conf,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -2020,4 +2031,140 @@ ngx_http_ferrule_metrics_dump(u_char *buf, size_t size)
     }
 
     return (long) (p - buf);
+}
+
+
+/*
+ * ferrule_metrics_dump: the dump over HTTP, for the njs balancer, which cannot
+ * call ngx_http_ferrule_metrics_dump as lua/ferrule/metrics.lua does. The handler
+ * checks no credentials: the configuration renders it only on the API's unix
+ * socket, behind the API's token check (auth_request).
+ */
+static ngx_int_t
+ngx_http_ferrule_push_header(ngx_http_request_t *r, const char *key,
+    const char *value)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+    h->key.data = (u_char *) key;
+    h->key.len = ngx_strlen(key);
+    h->value.data = (u_char *) value;
+    h->value.len = ngx_strlen(value);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_metrics_dump_handler(ngx_http_request_t *r)
+{
+    long          bound, n;
+    u_char       *buf;
+    ngx_int_t     rc;
+    ngx_uint_t    i;
+    ngx_buf_t    *b;
+    ngx_chain_t   out;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        if (ngx_http_ferrule_push_header(r, "Allow", "GET, HEAD") != NGX_OK) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+        return NGX_HTTP_NOT_ALLOWED;
+    }
+
+    rc = ngx_http_discard_request_body(r);
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    /*
+     * Entries added between sizing the buffer and dumping make it too small:
+     * size it again (the bound only grows), a few times, as metrics.lua does.
+     */
+    buf = NULL;
+    n = NGX_HTTP_FERRULE_TOO_SMALL;
+
+    for (i = 0; i < 4 && n == NGX_HTTP_FERRULE_TOO_SMALL; i++) {
+        if (buf != NULL) {
+            ngx_pfree(r->pool, buf);
+        }
+
+        bound = ngx_http_ferrule_metrics_bound();
+        if (bound < 0) {
+            n = bound;
+            break;
+        }
+
+        buf = ngx_palloc(r->pool, (size_t) bound);
+        if (buf == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        n = ngx_http_ferrule_metrics_dump(buf, (size_t) bound);
+    }
+
+    if (n < 0) {
+        /* no zone is a configuration without metrics (404, as metrics.lua) */
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "ferrule: metrics dump: %s",
+                      n == NGX_HTTP_FERRULE_NO_ZONE
+                      ? "no ferrule_metrics_zone" : "the zone keeps growing");
+        return n == NGX_HTTP_FERRULE_NO_ZONE ? NGX_HTTP_NOT_FOUND
+                                             : NGX_HTTP_SERVICE_UNAVAILABLE;
+    }
+
+    /* counts of this instant: never kept by a cache on the way */
+    if (ngx_http_ferrule_push_header(r, "Cache-Control", "no-store") != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_length_n = n;
+    /* labels are hosts and paths, UTF-8 (as metrics.lua answers) */
+    ngx_str_set(&r->headers_out.content_type, "text/plain; charset=utf-8");
+    r->headers_out.content_type_len = sizeof("text/plain") - 1;
+
+    rc = ngx_http_send_header(r);
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* never empty: the dump starts with its header */
+    b->pos = buf;
+    b->last = buf + n;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static char *
+ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    ngx_http_core_loc_conf_t  *clcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_ferrule_metrics_dump_handler;
+
+    return NGX_CONF_OK;
 }
