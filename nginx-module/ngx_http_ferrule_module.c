@@ -6,7 +6,8 @@
  *   ferrule_metrics_zone SIZE TIME LENGTH SIZES;
  *                             http: per-request metrics in shared memory (below)
  *   ferrule_metrics NAMESPACE INGRESS SERVICE PATH HOST;
- *                             location: count its requests under these labels
+ *                             location, if in location: count its requests
+ *                             under these labels
  *   ferrule_metrics_dump;     location: answer GET with the metrics' dump, for
  *                             a balancer without LuaJIT's FFI (njs)
  *
@@ -229,8 +230,10 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
       0,
       NULL },
 
+    /* in "if" too: a request answered there (njs's 503) is counted with the
+       block's configuration, which ferrule_metrics is not inherited into */
     { ngx_string("ferrule_metrics"),
-      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE5,
+      NGX_HTTP_LOC_CONF|NGX_HTTP_LIF_CONF|NGX_CONF_TAKE5,
       ngx_http_ferrule_metrics,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
