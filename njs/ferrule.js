@@ -1,6 +1,7 @@
 // Ferrule balancer for NGINX builds with njs (0.7.9) but no Lua.
 //
 //   api(r)      js_content on the unix-socket configuration server
+//   authorize(r) js_content of auth_request before the C module's metrics dump
 //   peer(r)     js_set $ferrule_peer: "addr:port" for proxy_pass, "" -> 503
 //   sslCert(r)  js_set $ferrule_ssl_cert: PEM for "ssl_certificate data:..."
 //   sslKey(r)   js_set $ferrule_ssl_key:  PEM for "ssl_certificate_key data:..."
@@ -311,6 +312,29 @@ async function api(r) {
     }
 }
 
+// The API's checks for a location njs does not answer itself: GET
+// /configuration/metrics, served by the C module (ferrule_metrics_dump) once this
+// says 204 through auth_request, which passes a 401 or 403 (and its
+// WWW-Authenticate) on to the client.
+function authorize(r) {
+    try {
+        if (!onUnixSocket(r)) {
+            r.error('ferrule: configuration API reached on ' + r.variables.server_addr + ':' +
+                    r.variables.server_port + '; it must only listen on a unix socket');
+            return r.return(403);
+        }
+        if (!authorized(r)) {
+            r.headersOut['WWW-Authenticate'] = 'Bearer realm="ferrule"';
+            return r.return(401);
+        }
+        return r.return(204);
+    } catch (e) {
+        // fail closed: auth_request turns this into a 500, never a dump
+        r.error('ferrule: configuration API authorization: ' + e.stack);
+        return r.return(500);
+    }
+}
+
 // ---------------------------------------------------------------- peer selection
 
 function unavailable(r, msg, name) {
@@ -324,6 +348,17 @@ function addSetCookie(r, cookie) {
         r.headersOut['Set-Cookie'] = existing.concat([cookie]);
     } else {
         r.headersOut['Set-Cookie'] = cookie;
+    }
+}
+
+// The C module's request metrics label a request with the canary backend it went
+// to: $ferrule_canary, which the module declares with its ferrule_metrics_zone.
+// Without the zone the variable does not exist and nothing would read it.
+function nameCanary(r, name) {
+    try {
+        r.variables.ferrule_canary = name;
+    } catch (e) {
+        // no ferrule_metrics_zone: request metrics are not counted
     }
 }
 
@@ -390,6 +425,7 @@ function peer(r) {
                     rec = crec;
                     aff = caff;
                     i = j;
+                    nameCanary(r, crec.backend.name);
                 }
             }
         }
@@ -507,4 +543,4 @@ function escapedRequestUri(r) {
     return encodeURIComponent(r.variables.request_uri || '');
 }
 
-export default {api, peer, sslCert, sslKey, tlsRedirect, escapedRequestUri};
+export default {api, authorize, peer, sslCert, sslKey, tlsRedirect, escapedRequestUri};

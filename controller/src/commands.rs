@@ -128,8 +128,10 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     let source = args.render.metrics_source();
     if args.render.metrics.is_some() && source == ferrule::nginx::render::MetricsSource::None {
         tracing::warn!(
-            "no per-request metrics with --balancer njs: this NGINX's njs has no shared \
-             dictionary (js_shared_dict_zone, njs 0.8.0); /metrics has only the controller's"
+            "no per-request metrics with --balancer njs without Ferrule's C module \
+             (ngx_http_ferrule_module.so in --nginx-modules, make deps): this NGINX's njs \
+             has no shared dictionary (js_shared_dict_zone, njs 0.8.0); /metrics has only \
+             the controller's"
         );
     }
     let _ = shared.request_metrics.set(ferrule::scrape::Scraper::new(

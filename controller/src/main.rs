@@ -264,6 +264,8 @@ struct NginxFlags {
     /// Do not use Ferrule's C fast path (`ngx_http_ferrule_module.so` in
     /// --nginx-modules, built by `make deps`), which balances plain round-robin
     /// backends without entering Lua. By default it is used when NGINX loads it.
+    /// The same module counts the request metrics (with --balancer njs, the only
+    /// way they are counted): this turns that off too.
     #[arg(long)]
     no_fast_path: bool,
     /// Send NGINX's error log to stderr and its access log to stdout (a container's

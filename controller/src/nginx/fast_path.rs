@@ -2,7 +2,8 @@
 //! round-robin backends without entering Lua (see its source for how it shares
 //! the work with `balancer_by_lua`). It is optional: found next to the other
 //! modules, and used only when this NGINX loads it, so a module built for another
-//! NGINX costs speed, never the service.
+//! NGINX costs speed, never the service. The same module counts the request
+//! metrics; with njs, which has no balancer phase to share, it does only that.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,21 +14,24 @@ use super::render::{Balancer, RenderOptions};
 /// The module's file name in the modules directory.
 pub const MODULE: &str = "ngx_http_ferrule_module.so";
 
-/// Whether `nginx` loads `module` after `lua_modules` (a configuration using it
-/// passes `nginx -t`; with `metrics`, its request metrics too); if not, why not.
-pub fn probe(
-    nginx: &Path,
-    lua_modules: &[String],
-    module: &Path,
-    metrics: bool,
-) -> Result<(), String> {
+/// The fast path's directives, in `http` (behind `balancer_by_lua`: Lua modules).
+const FAST_PATH: &str = "ferrule_fast_zone 1m; upstream u { server 0.0.0.1:1; balancer_by_lua_block { } ferrule_fast; }";
+/// The request metrics' directives, in `http`.
+const METRICS: &str =
+    "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }";
+/// Their dump over HTTP (njs reads it so: no FFI), in `http`.
+const METRICS_DUMP: &str = "server { location = /m { ferrule_metrics_dump; } }";
+
+/// Whether `nginx` loads `module` after `modules` and accepts `http` (the body of
+/// an `http` block using its directives); if not, why not.
+pub fn probe(nginx: &Path, modules: &[String], module: &Path, http: &str) -> Result<(), String> {
     if !module.is_file() {
         return Err(format!("{} not found", module.display()));
     }
     let tmp = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
     let mut conf = String::new();
     // written as nginx.conf.tera writes the same paths: through the emitter
-    for m in lua_modules
+    for m in modules
         .iter()
         .map(String::as_str)
         .chain([module.to_str().unwrap_or("")])
@@ -35,15 +39,8 @@ pub fn probe(
         conf.push_str(&format!("load_module {};\n", quote(m)));
     }
     let path = |f: &str| quote(&tmp.path().join(f).to_string_lossy());
-    let metrics = if metrics {
-        "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }"
-    } else {
-        ""
-    };
     conf.push_str(&format!(
-        "pid {};\nerror_log {};\nevents {{}}\n\
-         http {{ ferrule_fast_zone 1m; upstream u {{ server 0.0.0.1:1; \
-         balancer_by_lua_block {{ }} ferrule_fast; }} {metrics} }}\n",
+        "pid {};\nerror_log {};\nevents {{}}\nhttp {{ {http} }}\n",
         path("nginx.pid"),
         path("error.log")
     ));
@@ -72,14 +69,15 @@ pub fn probe(
 }
 
 /// Turns the fast path on in `opts` when `module` (a candidate path) is given, the
-/// balancer is Lua and `nginx` loads it; logs which way it went. Runs `nginx -t`:
-/// call it where a slow NGINX may block (not before the status port serves).
+/// balancer is Lua and `nginx` loads it; with njs, loads the module for the request
+/// metrics alone. Logs which way it went. Runs `nginx -t`: call it where a slow
+/// NGINX may block (not before the status port serves).
 pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
     let Some(module) = module else { return };
-    if opts.balancer != Balancer::Lua {
-        return;
+    if opts.balancer == Balancer::Njs {
+        return enable_njs_metrics(opts, nginx, module);
     }
-    match probe(nginx, &opts.modules, module, false) {
+    match probe(nginx, &opts.modules, module, FAST_PATH) {
         Ok(()) => {
             tracing::info!(module = %module.display(), "C fast path for plain backends");
             opts.modules.push(module.to_string_lossy().into_owned());
@@ -93,11 +91,36 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
         && let Some(m) = opts.metrics.as_mut()
     {
         let modules = &opts.modules[..opts.modules.len() - 1];
-        match probe(nginx, modules, module, true) {
+        match probe(nginx, modules, module, &format!("{FAST_PATH} {METRICS}")) {
             Ok(()) => m.module = true,
             Err(why) => tracing::warn!(
                 "the C module does not count requests (rebuild it: make deps); Lua does: {why}"
             ),
         }
+    }
+}
+
+/// njs has no balancer phase for the fast path and no shared dictionary to count
+/// in, so the module is loaded only to count requests, and only if it also serves
+/// the dump (njs cannot call it): without it, no request metrics.
+fn enable_njs_metrics(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
+    let Some(m) = opts.metrics.as_mut() else {
+        return;
+    };
+    match probe(
+        nginx,
+        &opts.modules,
+        module,
+        &format!("{METRICS} {METRICS_DUMP}"),
+    ) {
+        Ok(()) => {
+            tracing::info!(module = %module.display(), "the C module counts requests");
+            opts.modules.push(module.to_string_lossy().into_owned());
+            m.module = true;
+        }
+        Err(why) => tracing::warn!(
+            "no request metrics with njs: the C module does not count them or serve their \
+             dump (rebuild it: make deps): {why}"
+        ),
     }
 }

@@ -1,7 +1,8 @@
 //! Per-request metrics (issue 20): NGINX counts in shared memory (the C module's
 //! log phase, or a Lua log phase without it), the controller exports on `/metrics`
 //! with ingress-nginx's names and labels. Counts are exact, and neither an
-//! endpoint change nor a reload resets them.
+//! endpoint change nor a reload resets them. With njs, the C module counts and
+//! serves the dump itself (`ferrule_metrics_dump`), behind njs's token check.
 
 use std::time::Duration;
 
@@ -95,7 +96,8 @@ pub(crate) async fn promtool_check(f: &Ferrule) {
     );
 }
 
-async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], source: &str) {
+/// `args`: the balancer and its flags.
+async fn exact_counts_survive_endpoint_changes_and_reloads(args: &[&str], source: &str) {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
@@ -122,7 +124,7 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], sourc
             &[],
         ),
     );
-    let f = Ferrule::start(m.path(), &[LUA_ONLY, extra].concat()).await;
+    let f = Ferrule::start(m.path(), args).await;
     let (_, text) = f.get_status("/metrics").await;
     assert!(
         text.contains(&format!(
@@ -228,12 +230,16 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(extra: &[&str], sourc
 
 #[tokio::test(flavor = "multi_thread")]
 async fn c_module_counts_exactly_across_endpoint_changes_and_reloads() {
-    exact_counts_survive_endpoint_changes_and_reloads(&[], "module").await;
+    exact_counts_survive_endpoint_changes_and_reloads(LUA_ONLY, "module").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lua_counts_exactly_across_endpoint_changes_and_reloads() {
-    exact_counts_survive_endpoint_changes_and_reloads(&["--no-fast-path"], "lua").await;
+    exact_counts_survive_endpoint_changes_and_reloads(
+        &[LUA_ONLY, &["--no-fast-path"]].concat(),
+        "lua",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -273,7 +279,8 @@ async fn metrics_off_collects_nothing() {
 
 /// A request sent to a canary names its backend in `canary` (ingress-nginx: the
 /// alternative upstream), counted under the primary Ingress's labels.
-async fn canary_label(extra: &[&str]) {
+/// `args`: the balancer and its flags.
+async fn canary_label(args: &[&str]) {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
@@ -300,7 +307,7 @@ async fn canary_label(extra: &[&str]) {
             &[("canary", "true"), ("canary-by-header", "x-canary")],
         ),
     );
-    let f = Ferrule::start(m.path(), &[LUA_ONLY, extra].concat()).await;
+    let f = Ferrule::start(m.path(), args).await;
     wait_store(&f, "demo_svc-a_80", |b| !b["canary"].is_null()).await;
     assert_eq!(
         send(&f, "a.test", "/", &[("x-canary", "always")], 5).await[&200],
@@ -335,10 +342,103 @@ async fn canary_label(extra: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn c_module_names_the_canary() {
-    canary_label(&[]).await;
+    canary_label(LUA_ONLY).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn lua_names_the_canary() {
-    canary_label(&["--no-fast-path"]).await;
+    canary_label(&[LUA_ONLY, &["--no-fast-path"]].concat()).await;
+}
+
+const NJS: &[&str] = &["--balancer", "njs"];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn njs_c_module_counts_exactly_across_endpoint_changes_and_reloads() {
+    exact_counts_survive_endpoint_changes_and_reloads(NJS, "module").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn njs_c_module_names_the_canary() {
+    canary_label(NJS).await;
+}
+
+/// Without the module, njs counts nothing, and says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn njs_without_the_module_collects_nothing() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
+    m.write(
+        "ing-a.yaml",
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &[NJS, &["--no-fast-path"]].concat()).await;
+    assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
+    let (_, text) = f.get_status("/metrics").await;
+    assert!(
+        text.contains("ferrule_request_metrics_up{source=\"none\"} 0"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("nginx_ingress_controller_requests"),
+        "{text}"
+    );
+    let token = f.api_token();
+    let (status, _) = f
+        .api("GET", "/configuration/metrics", Some(&token), None)
+        .await;
+    assert_eq!(status, 404, "no dump without the module");
+}
+
+/// The dump on the njs API is the API's: no token or a wrong one is refused
+/// before the C module writes anything; only GET (and HEAD) read it.
+#[tokio::test(flavor = "multi_thread")]
+async fn njs_metrics_dump_needs_the_api_token() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
+    m.write(
+        "ing-a.yaml",
+        &ingress(
+            "demo",
+            "a",
+            CREATED,
+            "a.test",
+            &[("/", "Prefix", "svc-a")],
+            &[],
+        ),
+    );
+    let f = Ferrule::start(m.path(), NJS).await;
+    assert_eq!(send(&f, "a.test", "/", &[], 2).await[&200], 2);
+    let token = f.api_token();
+    let wrong = format!("{}x", &token[..token.len() - 1]);
+    for (who, t) in [("no token", None), ("a wrong token", Some(wrong.as_str()))] {
+        let (status, body) = f.api("GET", "/configuration/metrics", t, None).await;
+        assert!(status == 401 || status == 403, "{who}: {status} {body}");
+        assert!(!body.contains("ferrule-metrics"), "{who}: {body}");
+    }
+    let (status, body) = f
+        .api("GET", "/configuration/metrics", Some(&token), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.starts_with("ferrule-metrics 1\n"), "{body}");
+    assert!(
+        body.contains("demo\ta\tsvc-a\t/\ta.test\t\tGET\t200\t"),
+        "{body}"
+    );
+    let (status, body) = f
+        .api("POST", "/configuration/metrics", Some(&token), Some("{}"))
+        .await;
+    assert_eq!(status, 405, "{body}");
+    let (status, _) = f
+        .api("POST", "/configuration/metrics", None, Some("{}"))
+        .await;
+    assert!(status == 401 || status == 403, "{status}");
 }

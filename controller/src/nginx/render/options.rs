@@ -109,8 +109,9 @@ pub struct RenderOptions {
     /// with variables). [`system_resolvers`] at start; empty: none.
     pub resolvers: Vec<String>,
     /// Per-request metrics (`--enable-metrics`), collected in NGINX's shared memory
-    /// by the C module's log phase when `fast_path` (else by a Lua log phase into a
-    /// shared dict; with njs not at all): `None` collects nothing.
+    /// by the C module's log phase when it is loaded (Lua: with `fast_path`; else by
+    /// a Lua log phase into a shared dict; njs without it: not at all), see
+    /// [`RenderOptions::metrics_source`]: `None` collects nothing.
     pub metrics: Option<MetricsRender>,
     /// `--enable-ssl-passthrough`: the stream block owns the HTTPS port and routes
     /// by SNI; the HTTPS servers listen on [`HTTPS_SOCKET`] behind it.
@@ -130,7 +131,8 @@ pub struct MetricsRender {
     /// a new, empty one; any other reload keeps every count).
     pub zone_mib: u32,
     /// Whether the C module counts (set by [`super::fast_path::enable`] when the
-    /// module loaded has the metrics' directives); else a Lua log phase does.
+    /// module loaded has the metrics' directives, with njs its dump's too); else a
+    /// Lua log phase does (njs: nothing does).
     pub module: bool,
 }
 
@@ -152,17 +154,22 @@ pub enum MetricsSource {
     Module,
     /// A Lua log phase into `lua_shared_dict ferrule_metrics`.
     Lua,
-    /// Not collected (off, or the njs balancer: its njs has no shared dict).
+    /// Not collected (off, or the njs balancer without the C module: its njs has
+    /// no shared dict).
     None,
 }
 
 impl RenderOptions {
-    /// Where per-request metrics are collected with these options.
+    /// Where per-request metrics are collected with these options. The module is
+    /// loaded with Lua when `fast_path` is on; with njs it is loaded for the
+    /// metrics alone (`fast_path` stays off: njs has no balancer phase to share).
     pub fn metrics_source(&self) -> MetricsSource {
         match (&self.metrics, self.balancer) {
-            (None, _) | (_, Balancer::Njs) => MetricsSource::None,
+            (None, _) => MetricsSource::None,
             (Some(m), Balancer::Lua) if m.module && self.fast_path => MetricsSource::Module,
             (Some(_), Balancer::Lua) => MetricsSource::Lua,
+            (Some(m), Balancer::Njs) if m.module => MetricsSource::Module,
+            (Some(_), Balancer::Njs) => MetricsSource::None,
         }
     }
 }

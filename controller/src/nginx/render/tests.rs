@@ -441,6 +441,32 @@ fn njs_balancer() {
     insta::assert_snapshot!(text);
 }
 
+/// The njs balancer with the C module counting requests: its zone, and the dump
+/// on the API socket behind njs's token check.
+#[test]
+fn njs_balancer_with_request_metrics() {
+    let m = model(SERVICES, Settings::default());
+    let mut o = opts("/ferrule");
+    o.balancer = Balancer::Njs;
+    o.modules = vec![
+        "/usr/lib/nginx/modules/ngx_http_js_module.so".to_owned(),
+        "/usr/lib/nginx/modules/ngx_http_ferrule_module.so".to_owned(),
+    ];
+    o.metrics = Some(super::MetricsRender {
+        time_buckets: vec![0.005, 0.5, 10.0],
+        length_buckets: vec![10.0, 100.0],
+        size_buckets: vec![1000.0],
+        zone_mib: 32,
+        module: true,
+    });
+    let rendered = Renderer::new(o).render(&m).unwrap();
+    insta::assert_snapshot!(
+        rendered["conf/nginx.conf"]
+            .text
+            .replace(rendered.version(), "<config-version>")
+    );
+}
+
 #[test]
 fn wildcard_and_exact_hosts() {
     let m = model(
@@ -1414,8 +1440,49 @@ spec:
         assert!(!server.contains("ferrule_metrics \""), "{server}");
     }
 
-    // off, or njs: nothing
-    for (balancer, metrics) in [(Balancer::Lua, None), (Balancer::Njs, Some(metrics(true)))] {
+    // njs with the module: its zone and labels, its dump on the API socket behind
+    // njs's token check; no Lua anywhere
+    let (main, server, default) = render(Balancer::Njs, false, Some(metrics(true)));
+    assert!(
+        main.contains(r#"ferrule_metrics_zone "32m" "0.005,0.5,10" "10,100" "1000";"#),
+        "{main}"
+    );
+    let api = &main[main.find("# Configuration API").expect("the API server")..];
+    assert!(
+        api.contains(
+            "location = /configuration/metrics {\n            \
+             auth_request /ferrule/authorize;\n            ferrule_metrics_dump;\n        }"
+        ),
+        "{api}"
+    );
+    assert!(
+        api.contains(
+            "location = /ferrule/authorize {\n            internal;\n            \
+             js_content ferrule.authorize;\n        }"
+        ),
+        "{api}"
+    );
+    assert!(
+        !main.contains("lua") && !main.contains("metrics ="),
+        "{main}"
+    );
+    assert!(
+        server.contains(r#"ferrule_metrics "demo" "web" "app" "/api" "web.example.com";"#),
+        "{server}"
+    );
+    // the 503 without a peer is answered in an `if` block, a location of its own
+    assert!(
+        server.contains(r#"if ($ferrule_peer = "") { ferrule_metrics "demo" "web" "app" "/api" "web.example.com"; return 503; }"#),
+        "{server}"
+    );
+    assert!(!server.contains("ferrule.metrics"), "{server}");
+    assert!(
+        default.contains(r#"ferrule_metrics "" "" "" "/" "";"#),
+        "{default}"
+    );
+
+    // off, or njs without the module (or one without the dump): nothing
+    for (balancer, metrics) in [(Balancer::Lua, None), (Balancer::Njs, Some(metrics(false)))] {
         let (main, server, _) = render(balancer, true, metrics);
         assert!(
             !main.contains("ferrule_metrics") && !main.contains("metrics ="),
@@ -1425,6 +1492,7 @@ spec:
             !server.contains("ferrule_metrics") && !server.contains("ferrule.metrics"),
             "{server}"
         );
+        assert!(!main.contains("/configuration/metrics"), "{main}");
     }
 }
 
