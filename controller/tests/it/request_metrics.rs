@@ -226,6 +226,33 @@ async fn exact_counts_survive_endpoint_changes_and_reloads(args: &[&str], source
     // (c.test was asked once above, maybe more while the reload came)
     assert!(requests(&f, "c", "200").await >= 1.0);
     promtool_check(&f).await;
+
+    // Requests with a body (Lua: they enter the `if` block of the rewrite phase).
+    let posts = 4;
+    for _ in 0..posts {
+        let r = fresh_client()
+            .post(format!("http://127.0.0.1:{}/", f.http))
+            .header("Host", "a.test")
+            .body("payload")
+            .send()
+            .await
+            .expect("proxied POST");
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let ok = wait_until(Duration::from_secs(10), || async {
+        f.metric(
+            "nginx_ingress_controller_requests",
+            "ingress=\"a\",method=\"POST\"",
+        )
+        .await
+            == posts as f64
+    })
+    .await;
+    assert!(
+        ok,
+        "{posts} POSTs to a counted:\n{}",
+        f.get_status("/metrics").await.1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

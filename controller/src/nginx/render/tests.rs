@@ -1419,6 +1419,11 @@ spec:
         "{server}"
     );
     assert!(!server.contains("ferrule.metrics"), "{server}");
+    // a request with a body runs in the `if` block of the rewrite phase: counted there
+    assert!(
+        server.contains(r#"if ($ferrule_request_body) { rewrite_by_lua_block { require("ferrule.balancer").rewrite() } ferrule_metrics "demo" "web" "app" "/api" "web.example.com"; }"#),
+        "{server}"
+    );
     // the default server's requests have no host
     assert!(
         default.contains(r#"ferrule_metrics "" "" "" "/" "";"#),
