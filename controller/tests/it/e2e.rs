@@ -856,6 +856,18 @@ async fn tcp_services_follow_their_configmap_and_endpoints() {
     })
     .await;
     assert!(closed, "the old port still answers");
+    // The move was one reload, counted once the new workers confirm it, which may
+    // come after the new port answers and the old one closes: the baseline below
+    // must include it.
+    let counted = wait_until(Duration::from_secs(15), || async {
+        f.reloads().await >= 1.0
+    })
+    .await;
+    assert!(
+        counted,
+        "the port move's reload is counted; log:\n{}",
+        f.logs()
+    );
 
     // The endpoints move: the next connection follows, NGINX is not reloaded (the
     // workers of the last reload may still be leaving: no new one may come).
