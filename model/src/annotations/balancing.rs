@@ -244,7 +244,13 @@ fn cookie_path(v: &str) -> Result<String, String> {
     })
 }
 
-pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
+/// Parses the family into `out`; a subset key that cannot take effect is said in
+/// `ignored` (a Warning on the Ingress) rather than dropped in silence.
+pub(super) fn parse(
+    r: &Reader<'_>,
+    out: &mut IngressAnnotations,
+    ignored: &mut Vec<String>,
+) -> Result<(), AnnotationError> {
     out.load_balance = r.parse("load-balance", load_balance)?;
     out.upstream_hash_by = r.parse("upstream-hash-by", hash_expression)?;
     let subset = r.parse("upstream-hash-by-subset", value::boolean)?;
@@ -252,8 +258,18 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         value::integer(v, 1, MAX_SUBSET_SIZE)
     })?;
     // ingress-nginx's default size; the subset means nothing without the hash
-    if subset == Some(true) && out.upstream_hash_by.is_some() {
-        out.upstream_hash_by_subset = Some(subset_size.unwrap_or(3));
+    let prefix = r.prefix;
+    match (subset, &out.upstream_hash_by) {
+        (Some(true), Some(_)) => out.upstream_hash_by_subset = Some(subset_size.unwrap_or(3)),
+        (Some(true), None) => ignored.push(format!(
+            "annotation {prefix}upstream-hash-by-subset is ignored: there is no \
+             {prefix}upstream-hash-by to take a subset with"
+        )),
+        _ if subset_size.is_some() => ignored.push(format!(
+            "annotation {prefix}upstream-hash-by-subset-size is ignored: \
+             {prefix}upstream-hash-by-subset is not \"true\""
+        )),
+        _ => {}
     }
     let mode = r.parse("affinity", |v| match v {
         "cookie" => Ok(()),

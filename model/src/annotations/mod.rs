@@ -249,7 +249,7 @@ pub fn parse(
     prefix: &str,
 ) -> Result<Parsed, AnnotationError> {
     let r = Reader::new(annotations, prefix);
-    let ignored = r.check_keys()?;
+    let mut ignored = r.check_keys()?;
     let mut out = IngressAnnotations::default();
     redirect::parse(&r, &mut out)?;
     proxy::parse(&r, &mut out)?;
@@ -259,7 +259,7 @@ pub fn parse(
     backend_tls::parse(&r, &mut out)?;
     mirror::parse(&r, &mut out)?;
     rewrite::parse(&r, &mut out)?;
-    balancing::parse(&r, &mut out)?;
+    balancing::parse(&r, &mut out, &mut ignored)?;
     canary::parse(&r, &mut out)?;
     snippets::parse(&r, &mut out)?;
     source_ranges::parse(&r, &mut out)?;

@@ -123,8 +123,28 @@ fn balancing() {
         "upstream_hash_by_subset: None",
     );
     check(
+        &[
+            ("upstream-hash-by", "$arg_u"),
+            ("upstream-hash-by-subset-size", "5"),
+        ],
+        "ignored: [\"annotation nginx.ingress.kubernetes.io/upstream-hash-by-subset-size is \
+         ignored: nginx.ingress.kubernetes.io/upstream-hash-by-subset is not \\\"true\\\"\"]",
+    );
+    check(
         &[("upstream-hash-by-subset", "true")],
         "upstream_hash_by_subset: None",
+    );
+    check(
+        &[("upstream-hash-by-subset", "true")],
+        "ignored: [\"annotation nginx.ingress.kubernetes.io/upstream-hash-by-subset is ignored: \
+         there is no nginx.ingress.kubernetes.io/upstream-hash-by to take a subset with\"]",
+    );
+    check(
+        &[
+            ("upstream-hash-by", "$arg_u"),
+            ("upstream-hash-by-subset", "true"),
+        ],
+        "ignored: []",
     );
     for (key, bad) in [
         ("upstream-hash-by-subset", "yes"),
