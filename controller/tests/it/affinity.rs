@@ -166,6 +166,21 @@ async fn cookie_attributes(ip: &str, args: &[&str]) {
     }
 }
 
+/// An Ingress `demo/NAME` for host `NAME.test`, to the Service `NAME`, with cookie
+/// affinity (cookie `route`) and the `extra` annotations.
+fn sticky_ingress(name: &str, extra: &[(&str, &str)]) -> String {
+    let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
+    a.extend_from_slice(extra);
+    ingress(
+        "demo",
+        name,
+        CREATED,
+        &format!("{name}.test"),
+        &[("/", "Prefix", name)],
+        &a,
+    )
+}
+
 /// NGINX's cookie date for `t` seconds since the epoch ("Mon, 10-Sep-01 01:46:40
 /// GMT", two-digit years until 2037).
 fn cookie_time(t: u64) -> String {
@@ -236,28 +251,19 @@ async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
             service_endpoints("demo", "move", port, &eps),
         ),
     );
-    let sticky = |name: &str, extra: &[(&str, &str)]| {
-        let mut a = vec![
-            ("affinity", "cookie"),
-            ("affinity-mode", "persistent"),
-            ("session-cookie-name", "route"),
-        ];
-        a.extend_from_slice(extra);
-        ingress(
-            "demo",
-            name,
-            CREATED,
-            &format!("{name}.test"),
-            &[("/", "Prefix", name)],
-            &a,
-        )
-    };
     m.write(
         "ing.yaml",
         &format!(
             "{}---\n{}",
-            sticky("keep", &[]),
-            sticky("move", &[("session-cookie-change-on-failure", "true")]),
+            // persistent: the cookie names the endpoint
+            sticky_ingress("keep", &[("affinity-mode", "persistent")]),
+            sticky_ingress(
+                "move",
+                &[
+                    ("affinity-mode", "persistent"),
+                    ("session-cookie-change-on-failure", "true"),
+                ],
+            ),
         ),
     );
     let f = Ferrule::start(m.path(), LUA_ONLY).await;
@@ -336,24 +342,12 @@ async fn balanced_affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
             service_endpoints("demo", "bmove", port, &eps),
         ),
     );
-    let sticky = |name: &str, extra: &[(&str, &str)]| {
-        let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
-        a.extend_from_slice(extra);
-        ingress(
-            "demo",
-            name,
-            CREATED,
-            &format!("{name}.test"),
-            &[("/", "Prefix", name)],
-            &a,
-        )
-    };
     m.write(
         "ing.yaml",
         &format!(
             "{}---\n{}",
-            sticky("bkeep", &[]),
-            sticky("bmove", &[("session-cookie-change-on-failure", "true")]),
+            sticky_ingress("bkeep", &[]),
+            sticky_ingress("bmove", &[("session-cookie-change-on-failure", "true")]),
         ),
     );
     let f = Ferrule::start(m.path(), LUA_ONLY).await;
@@ -454,25 +448,13 @@ async fn affinity_modes(ips: [&str; 4], args: &[&str]) {
         )
     };
     m.write("svc.yaml", &services(&ips[..2]));
-    let sticky = |name: &str, extra: &[(&str, &str)]| {
-        let mut a = vec![("affinity", "cookie"), ("session-cookie-name", "route")];
-        a.extend_from_slice(extra);
-        ingress(
-            "demo",
-            name,
-            CREATED,
-            &format!("{name}.test"),
-            &[("/", "Prefix", name)],
-            &a,
-        )
-    };
     m.write(
         "ing.yaml",
         &format!(
             "{}---\n{}",
             // no affinity-mode: ingress-nginx's default, balanced
-            sticky("bal", &[]),
-            sticky("per", &[("affinity-mode", "persistent")]),
+            sticky_ingress("bal", &[]),
+            sticky_ingress("per", &[("affinity-mode", "persistent")]),
         ),
     );
     let f = Ferrule::start(m.path(), args).await;

@@ -269,8 +269,9 @@ async fn lua_counts_exactly_across_endpoint_changes_and_reloads() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn metrics_off_collects_nothing() {
+/// A Ferrule started with `args` serving `a.test`, after three requests that it
+/// counted nowhere (`source="none"`, no request metric), with the echo it proxies to.
+async fn counting_nothing(args: &[&str]) -> (Ferrule, Echo) {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
@@ -285,7 +286,7 @@ async fn metrics_off_collects_nothing() {
             &[],
         ),
     );
-    let f = Ferrule::start(m.path(), &["--enable-metrics=false"]).await;
+    let f = Ferrule::start(m.path(), args).await;
     assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
     let (_, text) = f.get_status("/metrics").await;
     assert!(
@@ -296,6 +297,12 @@ async fn metrics_off_collects_nothing() {
         !text.contains("nginx_ingress_controller_requests"),
         "{text}"
     );
+    (f, echo)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_off_collects_nothing() {
+    let (f, _echo) = counting_nothing(&["--enable-metrics=false"]).await;
     let conf = std::fs::read_to_string(f.prefix.path().join("nginx/conf/servers/host_a.test.conf"))
         .unwrap();
     assert!(
@@ -392,31 +399,7 @@ async fn njs_c_module_names_the_canary() {
 /// Without the module, njs counts nothing, and says so.
 #[tokio::test(flavor = "multi_thread")]
 async fn njs_without_the_module_collects_nothing() {
-    let echo = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
-    m.write(
-        "ing-a.yaml",
-        &ingress(
-            "demo",
-            "a",
-            CREATED,
-            "a.test",
-            &[("/", "Prefix", "svc-a")],
-            &[],
-        ),
-    );
-    let f = Ferrule::start(m.path(), &[NJS, &["--no-fast-path"]].concat()).await;
-    assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
-    let (_, text) = f.get_status("/metrics").await;
-    assert!(
-        text.contains("ferrule_request_metrics_up{source=\"none\"} 0"),
-        "{text}"
-    );
-    assert!(
-        !text.contains("nginx_ingress_controller_requests"),
-        "{text}"
-    );
+    let (f, _echo) = counting_nothing(&[NJS, &["--no-fast-path"]].concat()).await;
     let token = f.api_token();
     let (status, _) = f
         .api("GET", "/configuration/metrics", Some(&token), None)
