@@ -158,17 +158,25 @@ local function search(ring, h)
     return lo
 end
 
--- key: the resolved hash key (string); tried: optional set of keys to avoid.
-function _M.pick(self, key, tried)
+-- The ring, its endpoints and the index of `key`'s point on the ring; nothing
+-- when there are no endpoints.
+local function locate(self, key)
     if self.n == 0 then
         return nil
     end
     if not self.ring then
         self:build()
     end
-    local ring, order = self.ring, self.order
+    return self.ring, self.order, search(self.ring, self:hash(key))
+end
+
+-- key: the resolved hash key (string); tried: optional set of keys to avoid.
+function _M.pick(self, key, tried)
+    local ring, order, i = locate(self, key)
+    if not ring then
+        return nil
+    end
     local total = #ring
-    local i = search(ring, self:hash(key))
     if not tried or not next(tried) then
         return order[ring[i] % SLOT]
     end
@@ -189,16 +197,12 @@ end
 -- (ingress-nginx cuts the endpoints into fixed groups instead, which a scale
 -- reshuffles). Returns an array of endpoints.
 function _M.subset(self, key, size)
-    if self.n == 0 then
+    local ring, order, i = locate(self, key)
+    if not ring then
         return {}
     end
-    if not self.ring then
-        self:build()
-    end
-    local ring, order = self.ring, self.order
     local total = #ring
     local want = size < #order and size or #order
-    local i = search(ring, self:hash(key))
     local out, seen = {}, {}
     for _ = 1, total do
         local ep = order[ring[i] % SLOT]
