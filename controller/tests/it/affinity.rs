@@ -233,39 +233,48 @@ fn md5_hex(s: &str) -> String {
     String::from_utf8_lossy(&out.stdout)[..32].to_owned()
 }
 
-/// A sticky endpoint that refuses connections: the request is retried on another
-/// endpoint (Lua balancer). A new session's cookie names the endpoint that answered;
-/// an established one keeps its cookie unless `session-cookie-change-on-failure`.
-#[tokio::test]
-async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
-    let echo = Echo::start("127.0.0.62").await;
+/// An echo on `ips[0]` and, on `ips[1]`, an endpoint listed and ready where nothing
+/// listens, behind two Services `{prefix}keep` and `{prefix}move` with sticky Ingresses
+/// carrying `extra` (`move` also `session-cookie-change-on-failure`).
+async fn sticky_beside_a_dead_endpoint(
+    ips: [&str; 2],
+    prefix: &str,
+    extra: &[(&str, &str)],
+) -> (Echo, Manifests) {
+    let echo = Echo::start(ips[0]).await;
+    let eps = [(ips[0], true), (ips[1], true)];
+    let (keep, moving) = (format!("{prefix}keep"), format!("{prefix}move"));
     let port = echo.addr.port();
-    // 127.0.0.63: listed and ready, but nothing listens there
-    let eps = [("127.0.0.62", true), ("127.0.0.63", true)];
     let m = Manifests::new();
     m.write(
         "svc.yaml",
         &format!(
             "{}---\n{}",
-            service_endpoints("demo", "keep", port, &eps),
-            service_endpoints("demo", "move", port, &eps),
+            service_endpoints("demo", &keep, port, &eps),
+            service_endpoints("demo", &moving, port, &eps),
         ),
     );
+    let change = [extra, &[("session-cookie-change-on-failure", "true")]].concat();
     m.write(
         "ing.yaml",
         &format!(
             "{}---\n{}",
-            // persistent: the cookie names the endpoint
-            sticky_ingress("keep", &[("affinity-mode", "persistent")]),
-            sticky_ingress(
-                "move",
-                &[
-                    ("affinity-mode", "persistent"),
-                    ("session-cookie-change-on-failure", "true"),
-                ],
-            ),
+            sticky_ingress(&keep, extra),
+            sticky_ingress(&moving, &change),
         ),
     );
+    (echo, m)
+}
+
+/// A sticky endpoint that refuses connections: the request is retried on another
+/// endpoint (Lua balancer). A new session's cookie names the endpoint that answered;
+/// an established one keeps its cookie unless `session-cookie-change-on-failure`.
+#[tokio::test]
+async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
+    // persistent: the cookie names the endpoint
+    let mode = [("affinity-mode", "persistent")];
+    let (echo, m) = sticky_beside_a_dead_endpoint(["127.0.0.62", "127.0.0.63"], "", &mode).await;
+    let port = echo.addr.port();
     let f = Ferrule::start(m.path(), LUA_ONLY).await;
     wait_store(&f, "demo_move_80", |b| {
         endpoint_count(b) == 2 && b["affinity"]["change_on_failure"] == true
@@ -329,27 +338,7 @@ async fn affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
 /// maps there; without it, the cookie stays.
 #[tokio::test]
 async fn balanced_affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
-    let echo = Echo::start("127.0.0.64").await;
-    let port = echo.addr.port();
-    // 127.0.0.65: listed and ready, but nothing listens there
-    let eps = [("127.0.0.64", true), ("127.0.0.65", true)];
-    let m = Manifests::new();
-    m.write(
-        "svc.yaml",
-        &format!(
-            "{}---\n{}",
-            service_endpoints("demo", "bkeep", port, &eps),
-            service_endpoints("demo", "bmove", port, &eps),
-        ),
-    );
-    m.write(
-        "ing.yaml",
-        &format!(
-            "{}---\n{}",
-            sticky_ingress("bkeep", &[]),
-            sticky_ingress("bmove", &[("session-cookie-change-on-failure", "true")]),
-        ),
-    );
+    let (echo, m) = sticky_beside_a_dead_endpoint(["127.0.0.64", "127.0.0.65"], "b", &[]).await;
     let f = Ferrule::start(m.path(), LUA_ONLY).await;
     wait_store(&f, "demo_bmove_80", |b| {
         endpoint_count(b) == 2 && b["affinity"]["affinity_mode"] == "balanced"
