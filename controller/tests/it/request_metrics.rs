@@ -269,9 +269,9 @@ async fn lua_counts_exactly_across_endpoint_changes_and_reloads() {
     .await;
 }
 
-/// A Ferrule started with `args` serving `a.test`, after three requests that it
-/// counted nowhere (`source="none"`, no request metric), with the echo it proxies to.
-async fn counting_nothing(args: &[&str]) -> (Ferrule, Echo) {
+/// A Ferrule started with `args` serving `a.test` (Ingress `demo/a` to Service
+/// `svc-a`), with the echo it proxies to.
+async fn serving_a(args: &[&str]) -> (Ferrule, Echo) {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
@@ -286,7 +286,13 @@ async fn counting_nothing(args: &[&str]) -> (Ferrule, Echo) {
             &[],
         ),
     );
-    let f = Ferrule::start(m.path(), args).await;
+    (Ferrule::start(m.path(), args).await, echo)
+}
+
+/// [`serving_a`], after three requests that it counted nowhere (`source="none"`,
+/// no request metric).
+async fn counting_nothing(args: &[&str]) -> (Ferrule, Echo) {
+    let (f, echo) = serving_a(args).await;
     assert_eq!(send(&f, "a.test", "/", &[], 3).await[&200], 3);
     let (_, text) = f.get_status("/metrics").await;
     assert!(
@@ -411,21 +417,7 @@ async fn njs_without_the_module_collects_nothing() {
 /// before the C module writes anything; only GET (and HEAD) read it.
 #[tokio::test(flavor = "multi_thread")]
 async fn njs_metrics_dump_needs_the_api_token() {
-    let echo = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc-a.yaml", &service("demo", "svc-a", &[echo.addr]));
-    m.write(
-        "ing-a.yaml",
-        &ingress(
-            "demo",
-            "a",
-            CREATED,
-            "a.test",
-            &[("/", "Prefix", "svc-a")],
-            &[],
-        ),
-    );
-    let f = Ferrule::start(m.path(), NJS).await;
+    let (f, _echo) = serving_a(NJS).await;
     assert_eq!(send(&f, "a.test", "/", &[], 2).await[&200], 2);
     let token = f.api_token();
     let wrong = format!("{}x", &token[..token.len() - 1]);
