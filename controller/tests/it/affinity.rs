@@ -233,6 +233,22 @@ fn md5_hex(s: &str) -> String {
     String::from_utf8_lossy(&out.stdout)[..32].to_owned()
 }
 
+/// A request to `host` with the cookie `route=value` when there is one: the endpoint
+/// that answered (200 asserted) and the value of the `route` cookie it set, if any.
+async fn with_route(
+    c: &reqwest::Client,
+    f: &Ferrule,
+    host: &str,
+    value: Option<String>,
+) -> (String, Option<String>) {
+    let cookie = value.map(|v| format!("route={v}"));
+    let h: Vec<(&str, &str)> = cookie.iter().map(|v| ("Cookie", v.as_str())).collect();
+    let (s, b, h) = crate::dynamic::hit(c, f, host, "/", &h).await;
+    assert_eq!(s, 200, "{host}");
+    let set = crate::dynamic::set_cookie(&h, "route").map(|v| v["route=".len()..].to_owned());
+    (b, set)
+}
+
 /// An echo on `ips[0]` and, on `ips[1]`, an endpoint listed and ready where nothing
 /// listens, behind two Services `{prefix}keep` and `{prefix}move` with sticky Ingresses
 /// carrying `extra` (`move` also `session-cookie-change-on-failure`).
@@ -347,18 +363,7 @@ async fn balanced_affinity_cookie_follows_a_retry_away_from_a_dead_endpoint() {
     wait_store(&f, "demo_bkeep_80", |b| endpoint_count(b) == 2).await;
     let c = crate::dynamic::fresh_client();
     let answered = echo.addr.to_string();
-    let get = |host: &'static str, cookie: Option<String>| {
-        let (c, f) = (&c, &f);
-        async move {
-            let cookie = cookie.map(|v| format!("route={v}"));
-            let h: Vec<(&str, &str)> = cookie.iter().map(|v| ("Cookie", v.as_str())).collect();
-            let (s, b, h) = crate::dynamic::hit(c, f, host, "/", &h).await;
-            assert_eq!(s, 200, "{host}");
-            let set =
-                crate::dynamic::set_cookie(&h, "route").map(|v| v["route=".len()..].to_owned());
-            (b, set)
-        }
-    };
+    let get = |host: &'static str, value| with_route(&c, &f, host, value);
 
     // New sessions: about half of the keys map to the dead endpoint first; every
     // one is answered by the live endpoint, with a cookie that keeps it there.
@@ -462,19 +467,7 @@ async fn affinity_modes(ips: [&str; 4], args: &[&str]) {
     };
     settled(2).await;
     let c = crate::dynamic::fresh_client();
-    // (endpoint, new cookie) of a request to `host` with the cookie `route=value`
-    let get = |host: &'static str, value: Option<String>| {
-        let (c, f) = (&c, &f);
-        async move {
-            let cookie = value.map(|v| format!("route={v}"));
-            let h: Vec<(&str, &str)> = cookie.iter().map(|v| ("Cookie", v.as_str())).collect();
-            let (s, b, h) = crate::dynamic::hit(c, f, host, "/", &h).await;
-            assert_eq!(s, 200, "{host}");
-            let set =
-                crate::dynamic::set_cookie(&h, "route").map(|v| v["route=".len()..].to_owned());
-            (b, set)
-        }
-    };
+    let get = |host: &'static str, value| with_route(&c, &f, host, value);
     const N: usize = 40;
     // sessions[host] = [(cookie value, endpoint)]
     let mut sessions = Vec::new();
