@@ -60,23 +60,12 @@ function cleanString(v, allowEmpty) {
     return true;
 }
 
-// Limits are in bytes of UTF-8, as Lua counts them (njs counts UTF-16 units).
+// Limits are in bytes of UTF-8, as Lua counts them (s.length counts UTF-16
+// units). njs keeps strings in UTF-8, so Buffer.byteLength reads their size
+// instead of scanning them in JavaScript (a POST of 270 hosts sharing a
+// 128 KiB pair spent most of its time here).
 function byteLength(s) {
-    var n = 0;
-    for (var i = 0; i < s.length; i++) {
-        var c = s.charCodeAt(i);
-        if (c < 0x80) {
-            n += 1;
-        } else if (c < 0x800) {
-            n += 2;
-        } else if (c >= 0xd800 && c <= 0xdbff) {
-            n += 4; // a surrogate pair: one code point of 4 bytes
-            i++;
-        } else {
-            n += 3;
-        }
-    }
-    return n;
+    return Buffer.byteLength(s);
 }
 
 // A name as the API takes it (backends, canary backends, removed).
