@@ -201,6 +201,8 @@ impl ModelFlags {
             udp_services: self.udp_services_configmap.clone(),
             ssl_passthrough: self.enable_ssl_passthrough,
             disable_catch_all: self.disable_catch_all,
+            // `ferrule run` says which balancer serves.
+            ocsp_stapling: true,
             // `ferrule run` adds its ports; the others serve none.
             reserved_ports: Vec::new(),
             now,
@@ -823,6 +825,7 @@ async fn main() -> Result<()> {
                         .into_iter()
                         .chain(admission.as_ref().map(|a| a.addr.port()))
                         .collect(),
+                    ocsp_stapling: nginx.balancer == Balancer::Lua,
                     ..flags.settings()
                 },
                 config_map: flags

@@ -9,12 +9,14 @@
 --              name it (hosts share a wildcard or a tenant's Secret)
 --   n:<digest> how many c: entries name that pair (it goes with the last)
 --   v:<host>   unique generation of that entry (changes on every rotation)
+--   o:, of:    the pair's OCSP response (ferrule.ocsp)
 --   g          generation counter;   cv  last controller "version"
 local ssl = require("ngx.ssl")
 local lrucache = require("resty.lrucache")
 local cjson = require("cjson.safe")
 local store = require("ferrule.store")
 local fast = require("ferrule.fast")
+local ocsp = require("ferrule.ocsp")
 
 local ngx = ngx
 local find = string.find
@@ -172,7 +174,10 @@ local function lookup(server_name)
             if not cert then
                 return nil, host .. ": " .. key
             end
-            pair = { cert = cert, key = key }
+            pair = { cert = cert, key = key, digest = digest }
+            if ocsp.enabled then
+                pair.pem = pem.cert -- what the OCSP request is made of
+            end
             if digest then
                 parsed_pairs:set(digest, pair)
             end
@@ -182,7 +187,7 @@ local function lookup(server_name)
     if not pair then
         return nil, host .. ": its certificate is not in the store"
     end
-    hit = { v = v, cert = pair.cert, key = pair.key, host = host }
+    hit = { v = v, cert = pair.cert, key = pair.key, host = host, digest = pair.digest, pem = pair.pem }
     cache:set(host, hit)
     return hit
 end
@@ -210,6 +215,7 @@ function _M.call()
         ngx.log(ngx.ERR, "ferrule: set certificate ", entry.host, ": ", cerr)
         return ngx.exit(ngx.ERROR)
     end
+    ocsp.staple(entry.digest, entry.pem)
 end
 
 -- The digest a pair is stored under (p:, n:).
@@ -228,6 +234,7 @@ local function release(d, digest)
     if not n or n <= 0 then
         d:delete("p:" .. digest)
         d:delete("n:" .. digest)
+        ocsp.forget(digest)
     end
 end
 

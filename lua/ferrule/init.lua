@@ -9,7 +9,7 @@ local _M = {}
 -- servers balance() proxies to for a 503 and for the ssl-redirect (nginx.conf), and
 -- the status of the ssl-redirect rewrite() answers itself (http-redirect-code);
 -- metrics = nil or { source = "module"|"lua", time, length, size }: per-request
--- metrics (ferrule.metrics).
+-- metrics (ferrule.metrics); ocsp = true: staple OCSP responses (ferrule.ocsp).
 function _M.init(opts)
     opts = opts or {}
     local token = opts.token
@@ -43,6 +43,7 @@ function _M.init(opts)
     require("ferrule.configuration").set_token(token)
     require("ferrule.balancer").set_answers(opts.answers)
     require("ferrule.certificate")
+    require("ferrule.ocsp").enabled = opts.ocsp == true
     require("ngx.ssl")
     require("resty.lrucache")
 end

@@ -107,7 +107,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("disable-ipv6", "true", "listen on IPv4 only"),
     na("disable-ipv6-dns", "NGINX resolves only mirror targets with variables, with the pod's nameservers"),
     yes("enable-underscores-in-headers", "true", "accept header names with underscores"),
-    todo("enable-ocsp", "OCSP stapling"),
+    yes("enable-ocsp", "true", "staple OCSP responses (the Lua balancer)"),
     yes("ignore-invalid-headers", "false", "drop header lines with invalid names"),
     yes("retry-non-idempotent", "true", "retry POST, LOCK and PATCH on another endpoint too"),
     yes("error-log-level", "warn", "error_log level"),

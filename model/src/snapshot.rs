@@ -46,6 +46,9 @@ pub struct Settings {
     /// `--enable-ssl-passthrough`: the `ssl-passthrough` annotation is honoured
     /// (NGINX routes the HTTPS port by SNI before terminating TLS).
     pub ssl_passthrough: bool,
+    /// Whether the balancer can staple OCSP responses (`enable-ocsp`): the Lua one
+    /// can, the njs one cannot.
+    pub ocsp_stapling: bool,
     /// Ports the controller listens on itself (HTTP, HTTPS, status): a TCP service
     /// entry may not take one.
     pub reserved_ports: Vec<u16>,
@@ -70,6 +73,7 @@ impl Default for Settings {
             udp_services: None,
             ssl_passthrough: false,
             disable_catch_all: false,
+            ocsp_stapling: true,
             reserved_ports: Vec::new(),
             now: 0,
         }

@@ -1199,6 +1199,26 @@ fn an_unimplemented_access_restriction_rejects_its_ingress_and_others_warn() {
     expect_no_problems_on(&m, "Ingress default/other-prefix");
 }
 
+/// `enable-ocsp` is stapled by the Lua balancer; with the njs one
+/// (`Settings::ocsp_stapling` false) it is a Warning and off.
+#[test]
+fn enable_ocsp_without_a_stapling_balancer_is_a_warning() {
+    let mut snap = snapshot(&docs![config_map(&[("enable-ocsp", "true")])]);
+    let m = ferrule_model::build(&snap);
+    assert!(m.global.http.ocsp);
+    expect_no_problems_on(&m, "ConfigMap ingress-nginx/ferrule");
+    snap.settings.ocsp_stapling = false;
+    let m = ferrule_model::build(&snap);
+    assert!(!m.global.http.ocsp);
+    expect_problems(
+        &m,
+        &[(
+            "ConfigMap ingress-nginx/ferrule",
+            "key enable-ocsp: the njs balancer cannot staple OCSP responses|; it is ignored",
+        )],
+    );
+}
+
 /// A ConfigMap key Ferrule does not implement is reported: an error when it
 /// restricts access for every host, a Warning otherwise.
 #[test]
@@ -1206,7 +1226,7 @@ fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
         ("enable-modsecurity", "true"),
         ("global-rate-limit-memcached-host", "memcached:11211"),
-        ("enable-ocsp", "true"),
+        ("forwarded-for-proxy-protocol-header", "X-Client"),
         ("enable-brotli", "true"),
         ("lua-shared-dicts", "a: 10"),
         ("block-cidrs", "10.0.0.0/8"),
@@ -1231,7 +1251,7 @@ fn configmap_unimplemented_keys_are_reported() {
             ),
             (
                 Severity::Warning,
-                "key enable-ocsp is not implemented by Ferrule yet; it is ignored"
+                "key forwarded-for-proxy-protocol-header is not implemented by Ferrule yet; it is ignored"
             ),
             (
                 Severity::Warning,

@@ -19,6 +19,7 @@ mod logs;
 mod metrics;
 mod nightmare;
 mod njs;
+mod ocsp;
 mod passthrough;
 mod process;
 mod prometheus;

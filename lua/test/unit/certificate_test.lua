@@ -125,4 +125,23 @@ T["a pair of the older layout is served and replaced"] = function(t)
     end)
 end
 
+-- The OCSP responder comes from a tenant's certificate: only plain
+-- http://host[:port]/path is asked (the response is signed), never a URL with
+-- credentials or another scheme.
+T["OCSP responder URLs: http with a host, a port and a path only"] = function(t)
+    local ocsp = require("ferrule.ocsp")
+    local function parsed(url)
+        local host, port, path, authority = ocsp.parse_url(url)
+        return host and table.concat({ host, tostring(port), path, authority }, " ")
+    end
+    t.eq(parsed("http://ocsp.example.com"), "ocsp.example.com 80 / ocsp.example.com")
+    t.eq(parsed("HTTP://127.0.0.1:8888/ocsp?x"), "127.0.0.1 8888 /ocsp?x 127.0.0.1:8888")
+    t.eq(parsed("http://[::1]:81/"), "::1 81 / [::1]:81")
+    t.eq(parsed("https://ocsp.example.com/"), nil)
+    t.eq(parsed("http://user@ocsp.example.com/"), nil)
+    t.eq(parsed("http://ocsp.example.com:99999/"), nil)
+    t.eq(parsed("http://a b/"), nil)
+    t.eq(parsed("file:///etc/passwd"), nil)
+end
+
 return T

@@ -54,6 +54,9 @@ pub struct HttpKeys {
     pub original_uri_header: bool,
     /// `upstream-keepalive-time`: the longest a backend connection is kept.
     pub upstream_keepalive_time: String,
+    /// `enable-ocsp`: the certificates served get their responder's OCSP answer
+    /// stapled (by the Lua balancer, `lua/ferrule/ocsp.lua`).
+    pub ocsp: bool,
     /// `ssl-reject-handshake`: TLS for no known host (or no SNI) is refused
     /// instead of answered with the default certificate.
     pub ssl_reject_handshake: bool,
@@ -415,6 +418,7 @@ pub(crate) fn read<'a>(
             value::time,
         ),
         ssl_reject_handshake: keys.value("ssl-reject-handshake", false, value::boolean),
+        ocsp: keys.value("enable-ocsp", false, value::boolean),
         main_snippet: keys.value("main-snippet", None, |v| Ok(Some(v.to_owned()))),
         skip_access_log_urls: keys.value("skip-access-log-urls", Vec::new(), paths),
         syslog,

@@ -111,6 +111,14 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
                     .to_owned(),
             );
         }
+        if global.http.ocsp && !s.ocsp_stapling {
+            global.http.ocsp = false;
+            warn(
+                "key enable-ocsp: the njs balancer cannot staple OCSP responses (NGINX \
+                 staples only certificates it loads at start); it is ignored"
+                    .to_owned(),
+            );
+        }
         // The HTTPS router hands terminated connections to NGINX with the PROXY
         // protocol; a client address from a header cannot be believed over that hop.
         let header = global.client_address.real_ip_header.as_deref();
