@@ -321,7 +321,10 @@ fn only_the_pem_blocks_are_kept_and_their_size_is_bounded() {
     let crlf = |pem: &str| format!("\r\n  {}\r\n\r\n", pem.replace('\n', "\r\n"));
     let m = with_secret(&crlf(&cert), &crlf(&key));
     let c = &m.certificates["default/s"];
-    assert_eq!((c.cert_pem.as_str(), c.key_pem.as_str()), (cert.as_str(), key.as_str()));
+    assert_eq!(
+        (c.cert_pem.as_str(), c.key_pem.as_str()),
+        (cert.as_str(), key.as_str())
+    );
     // at the bound: a chain of the same leaf, repeated
     let n = (128 * 1024 - key.len()) / cert.len();
     let m = with_secret(&cert.repeat(n), &key);
