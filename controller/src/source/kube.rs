@@ -24,12 +24,15 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::{Notify, watch};
 
 use ferrule_model::{Settings, Snapshot};
+
+use super::header_lists::{self, HeaderLists};
 
 /// What to watch.
 #[derive(Debug, Clone, Default)]
@@ -51,11 +54,9 @@ struct Stores {
     config_maps: Option<Store<ConfigMap>>,
     /// The TCP and UDP services ConfigMaps the settings name.
     stream_config_maps: Vec<Store<ConfigMap>>,
-    /// Every ConfigMap of the watched namespaces, and of the controller ConfigMap's
-    /// namespace, where the header lists are looked up: those the controller
-    /// ConfigMap names (`add-headers`, `proxy-set-headers`) and those an Ingress
-    /// names in its own namespace (`custom-headers`, `auth-proxy-set-headers`).
-    namespace_config_maps: Vec<Store<ConfigMap>>,
+    /// The header lists, looked up among the ConfigMaps of the watched namespaces
+    /// and of the controller ConfigMap's namespace.
+    header_lists: Arc<HeaderLists>,
 }
 
 /// Starts the watchers and a task publishing snapshots on `tx` until the process
@@ -106,20 +107,34 @@ pub fn start(
             .config_map
             .as_ref()
             .map(|(ns, name)| named_config_map(&client, ns, name, &dirty)),
-        namespace_config_maps: {
+        header_lists: {
+            // metadata only: `Api<PartialObjectMeta<_>>` asks for nothing else
+            type Meta = PartialObjectMeta<ConfigMap>;
             let watched = match ns {
-                Some(n) => Api::<ConfigMap>::namespaced(client.clone(), n),
-                None => Api::<ConfigMap>::all(client.clone()),
+                Some(n) => Api::<Meta>::namespaced(client.clone(), n),
+                None => Api::<Meta>::all(client.clone()),
             };
             let controller = opts
                 .config_map
                 .as_ref()
                 .filter(|(cns, _)| ns.is_some_and(|n| n != cns))
-                .map(|(cns, _)| Api::<ConfigMap>::namespaced(client.clone(), cns));
-            std::iter::once(watched)
+                .map(|(cns, _)| Api::<Meta>::namespaced(client.clone(), cns));
+            let changed = Arc::new(Notify::new());
+            let metadata = std::iter::once(watched)
                 .chain(controller)
-                .map(|api| reflect(api, every(), strip_config_map, |_| true, &dirty))
-                .collect()
+                .map(|api| {
+                    let (reader, writer) = reflector::store();
+                    let stream = watcher(api, every())
+                        .backoff(WatchBackoff::default())
+                        .modify(|o| o.managed_fields_mut().clear())
+                        .reflect(writer);
+                    tokio::spawn(notify_each(stream, changed.clone()));
+                    reader
+                })
+                .collect();
+            let lists = Arc::new(HeaderLists::new(client.clone(), metadata));
+            tokio::spawn(lists.clone().follow(changed, dirty.clone()));
+            lists
         },
         stream_config_maps: [&settings.tcp_services, &settings.udp_services]
             .into_iter()
@@ -135,8 +150,14 @@ pub fn start(
         wait_ready(&stores).await;
         tracing::info!("every watch has listed; publishing snapshots");
         let mut observed = None;
+        let wanted = header_lists::wanted(
+            controller_config_map(&stores).as_deref(),
+            &stores.ingresses.state(),
+            &settings.annotations_prefix,
+        );
+        stores.header_lists.fetch_now(&wanted).await;
         loop {
-            let snap = snapshot(&stores, &settings, observed);
+            let snap = snapshot(&stores, &settings, observed, &dirty);
             tx.send_replace(Some(Arc::new(snap)));
             dirty.notified().await;
             observed = Some(std::time::Instant::now());
@@ -348,6 +369,23 @@ where
     }
 }
 
+/// Marks `changed` on every event of `stream` (the ConfigMap metadata watches,
+/// which [`HeaderLists::follow`] sorts out).
+async fn notify_each<S, K>(stream: S, changed: Arc<Notify>)
+where
+    S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(ev) = stream.next().await {
+        match ev {
+            Ok(_) => changed.notify_one(),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = std::any::type_name::<K>(), "watch error; retrying with backoff")
+            }
+        }
+    }
+}
+
 /// What the model could read of each object of one kind, as last seen, to tell
 /// changes from status-only and resourceVersion-only updates.
 #[derive(Default)]
@@ -446,22 +484,38 @@ async fn wait_ready(s: &Stores) {
     let _ = s.services.wait_until_ready().await;
     let _ = s.slices.wait_until_ready().await;
     let _ = s.secrets.wait_until_ready().await;
-    for cm in (s.config_maps.iter())
-        .chain(&s.stream_config_maps)
-        .chain(&s.namespace_config_maps)
-    {
+    for cm in (s.config_maps.iter()).chain(&s.stream_config_maps) {
+        let _ = cm.wait_until_ready().await;
+    }
+    for cm in s.header_lists.metadata() {
         let _ = cm.wait_until_ready().await;
     }
 }
 
-fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant>) -> Snapshot {
+fn controller_config_map(s: &Stores) -> Option<Arc<ConfigMap>> {
+    s.config_maps
+        .as_ref()
+        .and_then(|c| c.state().into_iter().next())
+}
+
+/// The snapshot of the stores, with the header lists fetched so far; starts
+/// fetching those missing or changed (see [`HeaderLists`]).
+fn snapshot(
+    s: &Stores,
+    settings: &Settings,
+    observed: Option<std::time::Instant>,
+    dirty: &Arc<Notify>,
+) -> Snapshot {
     let mut settings = settings.clone();
     settings.now = super::manifests::now();
-    let config_map = s
-        .config_maps
-        .as_ref()
-        .and_then(|c| c.state().into_iter().next());
+    let config_map = controller_config_map(s);
     let ingresses = s.ingresses.state();
+    let wanted = header_lists::wanted(
+        config_map.as_deref(),
+        &ingresses,
+        &settings.annotations_prefix,
+    );
+    s.header_lists.fetch_later(&wanted, dirty);
     Snapshot {
         ingresses: ingresses.clone(),
         ingress_classes: s.classes.state(),
@@ -470,68 +524,13 @@ fn snapshot(s: &Stores, settings: &Settings, observed: Option<std::time::Instant
         secrets: s.secrets.state(),
         config_maps: (s.stream_config_maps.iter())
             .flat_map(|c| c.state())
-            .chain(referenced(
-                config_map.as_deref(),
-                &ingresses,
-                &s.namespace_config_maps,
-                &settings.annotations_prefix,
-            ))
+            .chain(s.header_lists.get(&wanted))
             .collect(),
         config_map,
         settings,
         observed,
         ..Snapshot::default()
     }
-}
-
-/// The header lists the controller ConfigMap (`add-headers`, `proxy-set-headers`)
-/// and the Ingresses (`custom-headers`, `auth-proxy-set-headers`, in their own
-/// namespace) name: only those, once each, so that a change of any other ConfigMap
-/// leaves the snapshot's ConfigMaps the same (`Arc`s), and the endpoint fast path
-/// of the build still applies.
-fn referenced(
-    controller: Option<&ConfigMap>,
-    ingresses: &[Arc<Ingress>],
-    stores: &[Store<ConfigMap>],
-    prefix: &str,
-) -> Vec<Arc<ConfigMap>> {
-    let mut names = std::collections::BTreeSet::new();
-    let lists = controller.and_then(|c| c.data.as_ref());
-    for k in ["add-headers", "proxy-set-headers"] {
-        if let Some((ns, name)) = lists.and_then(|d| d.get(k)?.trim().split_once('/')) {
-            names.insert((ns.to_owned(), name.to_owned()));
-        }
-    }
-    let keys = [
-        format!("{prefix}/custom-headers"),
-        format!("{prefix}/auth-proxy-set-headers"),
-    ];
-    for ing in ingresses {
-        let own = ing.metadata.namespace.as_deref().unwrap_or_default();
-        for written in keys.iter().filter_map(|k| ing.annotations().get(k)) {
-            let (ns, name) = written
-                .trim()
-                .split_once('/')
-                .unwrap_or((own, written.trim()));
-            names.insert((ns.to_owned(), name.to_owned()));
-        }
-    }
-    names
-        .iter()
-        .filter_map(|(ns, name)| {
-            let key = reflector::ObjectRef::new(name).within(ns);
-            stores.iter().find_map(|s| s.get(&key))
-        })
-        .collect()
-}
-
-/// Only what the header lists need of a ConfigMap: its name and `data`.
-fn strip_config_map(o: &mut ConfigMap) {
-    o.metadata.annotations = None;
-    o.metadata.labels = None;
-    o.metadata.owner_references = None;
-    o.metadata.managed_fields = None;
-    o.binary_data = None;
 }
 
 /// A client from `--kubeconfig PATH`, else the in-cluster or default configuration.

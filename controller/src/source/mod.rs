@@ -3,5 +3,6 @@
 //! Services' names resolve to, between either source and the model.
 
 pub mod external_names;
+mod header_lists;
 pub mod kube;
 pub mod manifests;
