@@ -812,6 +812,13 @@ async fn certificate_rotation_is_served_without_reload() {
         default_fp != fp_a && !default_fp.is_empty(),
         "other SNI: default certificate"
     );
+    // ingress-nginx's identity for it, which probes and alerts look for.
+    let subject = f.served_subject("other.test");
+    assert!(
+        subject.contains("O = Acme Co, CN = Kubernetes Ingress Controller Fake Certificate")
+            && subject.contains("DNS:ingress.local"),
+        "{subject}"
+    );
     let before = NoReload::capture(&f).await;
 
     // Rotate: same Secret, new certificate and key.

@@ -879,6 +879,35 @@ impl Ferrule {
             .success()
     }
 
+    /// The subject and SANs of the certificate served on the HTTPS port for `sni`,
+    /// as `openssl x509 -subject -ext subjectAltName` prints them.
+    pub fn served_subject(&self, sni: &str) -> String {
+        use std::io::Write;
+        let served = Command::new("openssl")
+            .args(["s_client", "-connect"])
+            .arg(format!("127.0.0.1:{}", self.https))
+            .args(["-servername", sni])
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .expect("openssl s_client");
+        let mut child = Command::new("openssl")
+            .args(["x509", "-noout", "-subject", "-ext", "subjectAltName"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("openssl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&served.stdout)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// SHA-256 fingerprint of the certificate served on the HTTPS port for `sni`.
     pub fn served_fingerprint(&self, sni: &str) -> String {
         let out = Command::new("openssl")
