@@ -342,6 +342,12 @@ function unavailable(r, msg, name) {
     return '';
 }
 
+// Whether this location sets `aff`'s cookie: it belongs to an Ingress that asked
+// for affinity ($ferrule_ingress), or the backend names none (every location).
+function cookieHere(r, aff) {
+    return !aff.ingresses || aff.ingresses.indexOf(r.variables.ferrule_ingress || '') >= 0;
+}
+
 function addSetCookie(r, cookie) {
     var existing = r.headersOut['Set-Cookie'];
     if (Array.isArray(existing) && existing.length > 0) {
@@ -448,11 +454,13 @@ function peer(r) {
                     i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);
                     value = rec.ids[i];
                 }
-                addSetCookie(r, balance.setCookie(aff, value,
-                                                  r.variables.ferrule_cookie_path,
-                                                  r.variables.https === 'on',
-                                                  Math.floor(Date.now() / 1000),
-                                                  r.headersIn['User-Agent']));
+                if (cookieHere(r, aff)) {
+                    addSetCookie(r, balance.setCookie(aff, value,
+                                                      r.variables.ferrule_cookie_path,
+                                                      r.variables.https === 'on',
+                                                      Math.floor(Date.now() / 1000),
+                                                      r.headersIn['User-Agent']));
+                }
             }
         } else if (rec.hash) {
             var key = expr.evaluate(rec.hash, function (v) { return r.variables[v]; });

@@ -279,11 +279,35 @@ local function redirects()
     return rh and rh ~= "" and has_tls(rh) and ngx_var.ferrule_scheme == "http"
 end
 
+-- affinity table -> set of its `ingresses` (built on first use, per version)
+local ingress_sets = setmetatable({}, { __mode = "k" })
+
+-- Whether this location sets `aff`'s cookie: it belongs to an Ingress that asked
+-- for affinity ($ferrule_ingress), or the backend names none (every location).
+local function cookie_here(aff)
+    local list = aff.ingresses
+    if not list then
+        return true
+    end
+    local set = ingress_sets[aff]
+    if not set then
+        set = {}
+        for _, i in ipairs(list) do
+            set[i] = true
+        end
+        ingress_sets[aff] = set
+    end
+    return set[ngx_var.ferrule_ingress or ""] == true
+end
+
 -- Sends the affinity cookie with `value`, from the phase that routes the request
 -- (response headers can still be set in the balancer phase), again when a retry
 -- moves the session. Other Set-Cookie headers stay; an earlier one of this cookie
 -- is replaced.
 local function send_cookie(aff, value)
+    if not cookie_here(aff) then
+        return
+    end
     -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set in
     -- every location with a backend): two Ingresses on one host keep their cookies
     -- apart. A location without it (a hand-written configuration) sends "/".

@@ -179,6 +179,23 @@ local function is_bool(x)
     return type(x) == "boolean"
 end
 
+-- affinity.ingresses: "namespace/name" of each Ingress whose locations set the cookie
+local function ingress_list_ok(x)
+    if not is_array(x) or #x > 10000 then
+        return false
+    end
+    for _, s in ipairs(x) do
+        if not clean_string(s) or #s < 3 or #s > 507 then
+            return false
+        end
+        local slash = find(s, "/", 1, true)
+        if not slash or slash == 1 or slash == #s or find(s, "/", slash + 1, true) then
+            return false
+        end
+    end
+    return true
+end
+
 local AFFINITY_FIELDS = {
     { "affinity_mode", function(x) return x == "balanced" or x == "persistent" end,
       "\"balanced\", \"persistent\" or null" },
@@ -196,6 +213,7 @@ local AFFINITY_FIELDS = {
         return d and _M.host(d) and not find(d, "*", 1, true)
     end, "a domain name, optionally with a leading dot" },
     { "change_on_failure", is_bool, "true, false or null" },
+    { "ingresses", ingress_list_ok, "an array of at most 10000 namespace/name strings or null" },
 }
 
 local function affinity(v, where)

@@ -446,6 +446,12 @@ pub struct Balancing {
     pub upstream_hash_by_subset: Option<u32>,
     /// Cookie affinity.
     pub affinity: Option<Affinity>,
+    /// The Ingresses (`namespace/name`) that asked for `affinity`: as in
+    /// ingress-nginx, the cookie is set on their locations only, not on those of
+    /// another Ingress routing to the same Service port. Sorted; left out of the
+    /// serialization when empty, which keeps the hash of models without affinity.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub affinity_ingresses: Vec<String>,
     /// Canary split towards another backend, paired by host + path.
     pub canary: Option<CanaryRoute>,
 }

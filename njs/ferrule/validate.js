@@ -223,6 +223,24 @@ function endpoint(v) {
     return {address: bracketed(v.address) ? v.address.slice(1, -1) : v.address, port: v.port};
 }
 
+// affinity.ingresses: "namespace/name" of each Ingress whose locations set the cookie
+function ingressListOk(x) {
+    if (!Array.isArray(x) || x.length > 10000) {
+        return false;
+    }
+    for (var i = 0; i < x.length; i++) {
+        var s = x[i];
+        if (!cleanString(s) || byteLength(s) < 3 || byteLength(s) > 507) {
+            return false;
+        }
+        var slash = s.indexOf('/');
+        if (slash <= 0 || slash === s.length - 1 || s.indexOf('/', slash + 1) >= 0) {
+            return false;
+        }
+    }
+    return true;
+}
+
 function affinity(v, where) {
     if (isNull(v)) {
         return {ok: null};
@@ -296,6 +314,12 @@ function affinity(v, where) {
             return fail(where, 'change_on_failure must be true, false or null');
         }
         out.change_on_failure = v.change_on_failure;
+    }
+    if (!isNull(v.ingresses)) {
+        if (!ingressListOk(v.ingresses)) {
+            return fail(where, 'ingresses must be an array of at most 10000 namespace/name strings or null');
+        }
+        out.ingresses = v.ingresses; // absent when null: bodies from before the field
     }
     return {ok: out};
 }

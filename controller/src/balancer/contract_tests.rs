@@ -195,6 +195,7 @@ async fn what_the_client_posts_is_in_sent_json() {
         ".body.backends[].affinity.expires",
         ".body.backends[].affinity.domain",
         ".body.backends[].affinity.change_on_failure",
+        ".body.backends[].affinity.ingresses[]",
         ".body.backends[].canary.backend",
         ".body.backends[].canary.weight",
         ".body.backends[].canary.weight_total",

@@ -422,6 +422,7 @@ fn backend_payload_fields() {
         domain: Some(".example.com".into()),
         change_on_failure: true,
     });
+    b.balancing.affinity_ingresses = vec!["demo/a".into(), "demo/b".into()];
     b.balancing.canary = Some(ferrule_model::CanaryRoute {
         backend: "c".into(),
         rules: Canary {
@@ -452,6 +453,7 @@ fn backend_payload_fields() {
                     "cookie_name": "route", "max_age": 60, "path": null,
                     "secure": false, "samesite": "Lax", "conditional_samesite_none": false,
                     "expires": 3600, "domain": ".example.com", "change_on_failure": true,
+                    "ingresses": ["demo/a", "demo/b"],
                 },
                 "canary": {
                     "backend": "c", "weight": 10, "weight_total": 100,

@@ -120,6 +120,8 @@ struct Affinity<'a> {
     expires: Option<u32>,
     domain: Option<&'a str>,
     change_on_failure: bool,
+    /// The Ingresses whose locations set the cookie; `None`: every location.
+    ingresses: Option<&'a [String]>,
 }
 
 #[derive(Debug, Serialize)]
@@ -210,7 +212,10 @@ impl<'a> From<&'a ferrule_model::Backend> for Backend<'a> {
             },
             upstream_hash_by: bal.upstream_hash_by.as_deref(),
             upstream_hash_by_subset_size: bal.upstream_hash_by_subset,
-            affinity: bal.affinity.as_ref().map(Affinity::from),
+            affinity: bal.affinity.as_ref().map(|a| Affinity {
+                ingresses: Some(bal.affinity_ingresses.as_slice()).filter(|i| !i.is_empty()),
+                ..Affinity::from(a)
+            }),
             // A canary on the backend itself routes to the same endpoints either way;
             // the API refuses it, so it is dropped here rather than refusing the backend.
             canary: bal
@@ -243,6 +248,7 @@ impl<'a> From<&'a model_annotations::Affinity> for Affinity<'a> {
             expires: a.expires,
             domain: a.domain.as_deref(),
             change_on_failure: a.change_on_failure,
+            ingresses: None,
         }
     }
 }

@@ -650,3 +650,75 @@ async fn hash_subset(ips: [&str; 5], args: &[&str]) {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cookie_is_set_only_where_an_ingress_asked_for_it() {
+    cookie_only_where_asked(["127.0.0.62", "127.0.0.63"], LUA_ONLY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn njs_the_cookie_is_set_only_where_an_ingress_asked_for_it() {
+    cookie_only_where_asked(["127.0.0.64", "127.0.0.65"], &["--balancer", "njs"]).await;
+}
+
+/// Two Ingresses on one host route to one Service: `/sticky` asks for affinity,
+/// `/plain` does not. As in ingress-nginx, only `/sticky` sets the cookie; a
+/// request to `/plain` that brings it still follows it. When `/plain` asks too,
+/// its locations set the cookie, without a reload.
+async fn cookie_only_where_asked(ips: [&str; 2], args: &[&str]) {
+    let echos = echo_group(&ips).await;
+    let port = echos[0].addr.port();
+    let m = Manifests::new();
+    m.write(
+        "svc.yaml",
+        &service_endpoints("demo", "shared", port, &[(ips[0], true), (ips[1], true)]),
+    );
+    let sticky = [("affinity", "cookie"), ("session-cookie-name", "route")];
+    let ing = |name: &str, created: &str, annotations: &[(&str, &str)]| {
+        let path = format!("/{name}");
+        ingress(
+            "demo",
+            name,
+            created,
+            "shared.test",
+            &[(path.as_str(), "Prefix", "shared")],
+            annotations,
+        )
+    };
+    m.write("sticky.yaml", &ing("sticky", CREATED, &sticky));
+    m.write("plain.yaml", &ing("plain", "2026-01-02T00:00:00Z", &[]));
+    let f = Ferrule::start(m.path(), args).await;
+    wait_store(&f, "demo_shared_80", |b| !b["affinity"].is_null()).await;
+    let c = crate::dynamic::fresh_client();
+    let hit = |path: &'static str, cookie: Option<String>| {
+        let (c, f) = (&c, &f);
+        async move {
+            let h: Vec<(&str, String)> = cookie.into_iter().map(|v| ("Cookie", v)).collect();
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let (s, b, h) = crate::dynamic::hit(c, f, "shared.test", path, &h).await;
+            assert_eq!(s, 200, "{path}");
+            (b, crate::dynamic::set_cookie(&h, "route"))
+        }
+    };
+    let (first, cookie) = hit("/sticky", None).await;
+    let cookie = cookie.expect("/sticky asked for affinity: a cookie");
+    for _ in 0..6 {
+        assert_eq!(hit("/plain", None).await.1, None, "/plain did not ask");
+    }
+    for _ in 0..10 {
+        let (b, set) = hit("/plain", Some(cookie.clone())).await;
+        assert_eq!(
+            (b.as_str(), set),
+            (first.as_str(), None),
+            "follows the cookie"
+        );
+    }
+    let before = NoReload::capture(&f).await;
+    m.write("plain.yaml", &ing("plain", "2026-01-02T00:00:00Z", &sticky));
+    wait_store(&f, "demo_shared_80", |b| {
+        b["affinity"]["ingresses"] == serde_json::json!(["demo/plain", "demo/sticky"])
+    })
+    .await;
+    assert!(hit("/plain", None).await.1.is_some(), "/plain asks now");
+    before.check(&f, "affinity for one more Ingress").await;
+}

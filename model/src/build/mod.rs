@@ -303,6 +303,14 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
     b.finish()
 }
 
+/// Records that the locations of `r` set the affinity cookie of `bal`'s backend.
+fn asks_for_affinity(bal: &mut crate::model::Balancing, r: &ResourceRef) {
+    let id = format!("{}/{}", r.namespace, r.name);
+    if let Err(at) = bal.affinity_ingresses.binary_search(&id) {
+        bal.affinity_ingresses.insert(at, id);
+    }
+}
+
 /// Which Ingress set each balancing setting of a backend: several Ingresses may
 /// route to one Service port, and as in ingress-nginx the oldest that sets a setting
 /// decides it, setting by setting (one without annotations decides nothing).
@@ -1006,6 +1014,9 @@ impl Builder<'_> {
             }
         }
         let bal = &mut b.balancing;
+        if a.affinity.is_some() {
+            asks_for_affinity(bal, r);
+        }
         let lb = claim(
             &mut bal.load_balance,
             &mut owners.load_balance,
@@ -1086,9 +1097,9 @@ impl Builder<'_> {
                 };
                 let location = self.servers.get(&host).and_then(|s| s.locations.get(&key));
                 // reported on only for a canary from another namespace
-                let primary_owner = location
-                    .filter(|l| l.owner.namespace != r.namespace)
-                    .map(|l| l.owner.clone());
+                let primary_ingress = location.map(|l| l.owner.clone());
+                let primary_owner =
+                    (primary_ingress.clone()).filter(|o| o.namespace != r.namespace);
                 let primary = location.map(|l| l.target.clone());
                 let Some(Target::Backend(primary)) = primary else {
                     let msg = format!(
@@ -1131,6 +1142,13 @@ impl Builder<'_> {
                         // upstream-hash-by and affinity annotations (it ignores the
                         // others); Ingresses routing to the Service directly come first.
                         self.set_balancing(&canary, r, a);
+                        // The canary's own cookie (affinity-canary-behavior legacy)
+                        // is set on the primary's locations, which it shares.
+                        if let (Some(_), Some(o)) = (&a.affinity, &primary_ingress)
+                            && let Some(cb) = self.backends.get_mut(&canary)
+                        {
+                            asks_for_affinity(&mut cb.balancing, o);
+                        }
                         let b = self
                             .backends
                             .get_mut(&primary)

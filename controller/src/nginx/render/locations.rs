@@ -59,6 +59,12 @@ pub(super) fn location_view(
         // The affinity cookie's Path where the annotation sets none (ingress-nginx:
         // the Ingress path), in every location with a backend: its backend may gain
         // affinity or a canary without a reload.
+        // Which Ingress the location is, for the backend's affinity.ingresses: the
+        // cookie is set only where an Ingress asked for it, and a backend that
+        // gains affinity needs no reload.
+        ingress: backend
+            .is_some()
+            .then(|| format!("{}/{}", l.owner.namespace, l.owner.name)),
         cookie_path: backend.is_some().then(|| {
             literal_in_variables(match l.path_match {
                 PathMatch::Regex => "/",
@@ -243,6 +249,9 @@ pub(super) struct LocationView {
     pub(super) rewrite_phase: bool,
     /// `$ferrule_cookie_path` (every location with a backend).
     pub(super) cookie_path: Option<String>,
+    /// `$ferrule_ingress`: the location's Ingress, `namespace/name` (every location
+    /// of an Ingress with a backend).
+    pub(super) ingress: Option<String>,
     pub(super) body_size: Option<String>,
     pub(super) connect_timeout: Option<String>,
     pub(super) read_timeout: Option<String>,
