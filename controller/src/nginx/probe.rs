@@ -79,6 +79,13 @@ impl Dataplane {
             render::DEFAULT_CERTIFICATE.to_owned(),
             FileSpec::new(self.default_pem.clone(), 0o600),
         );
+        if let Some(key) = &model.global.tuning.ssl_session_ticket_key {
+            let pem = crate::tls::ticket_placeholder(&key.bytes);
+            specs.insert(
+                render::TICKET_PLACEHOLDER.to_owned(),
+                FileSpec::new(pem, 0o600),
+            );
+        }
         Ok((rendered, specs))
     }
 

@@ -248,6 +248,10 @@ pub const WORKER_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::fr
 /// The default certificate's file (certificate and key in one PEM, mode 0600).
 pub const DEFAULT_CERTIFICATE: &str = "conf/certs/default.pem";
 
+/// The certificate server blocks name when `ssl-session-ticket-key` is set
+/// ([`crate::tls::ticket_placeholder`]), with its key (Lua balancer).
+pub const TICKET_PLACEHOLDER: &str = "conf/certs/tickets.pem";
+
 /// Where `ssl-session-ticket-key` is written (read by the master at start and reload).
 pub const TICKET_KEY_FILE: &str = "conf/tickets.key";
 

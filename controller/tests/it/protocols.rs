@@ -697,3 +697,49 @@ async fn dh_parameters_from_a_secret_turn_on_the_dhe_ciphers() {
     .await;
     assert!(off, "DHE still offered without ssl-dh-param");
 }
+
+/// Two replicas with the same `ssl-session-ticket-key` resume each other's
+/// sessions: NGINX binds a session to its server's certificate, which is derived
+/// from the key (the same on both) instead of each controller's own.
+#[tokio::test]
+async fn replicas_with_one_ticket_key_resume_each_others_sessions() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "tls.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "a", T0)
+            .rule("a.example.com", &[("/", "Prefix", "echo")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    let key = format!("{}Bwc=", "BwcH".repeat(26));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("ssl-session-tickets", "true"),
+            ("ssl-session-cache", "false"),
+            ("ssl-session-ticket-key", &key),
+        ]),
+    );
+    let args = [&["--configmap", "demo/ferrule"][..], LUA_ONLY].concat();
+    let a = Ferrule::start(m.path(), &args).await;
+    let b = Ferrule::start(m.path(), &args).await;
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("session.pem");
+    assert!(
+        !resumed(&a, &session),
+        "the first handshake is a new session"
+    );
+    assert!(resumed(&b, &session), "a's ticket resumed on b");
+    assert!(resumed(&a, &session), "and b's on a");
+}

@@ -8,8 +8,14 @@ impl Renderer {
         let is_default = s.host == DEFAULT_SERVER;
         // Nothing here depends on whether the host has TLS: the balancer serves its
         // certificate by SNI and decides the ssl-redirect per request, so TLS coming
-        // or going needs no reload. The default certificate is the static fallback.
-        let cert = self.path(DEFAULT_CERTIFICATE);
+        // or going needs no reload. The default certificate is the static fallback;
+        // with a ticket key, the certificate derived from it, the same on every
+        // replica: NGINX binds sessions to it, and replicas then resume each
+        // other's tickets.
+        let cert = match &model.global.tuning.ssl_session_ticket_key {
+            Some(_) => self.path(TICKET_PLACEHOLDER),
+            None => self.path(DEFAULT_CERTIFICATE),
+        };
         let tls_host = (!is_default).then_some(s.host.as_str());
         let mut locations = Vec::new();
         let exact: std::collections::HashSet<&str> = s
