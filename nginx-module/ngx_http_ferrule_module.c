@@ -308,7 +308,19 @@ ngx_http_ferrule_create_loc_conf(ngx_conf_t *cf)
 static char *
 ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
-    /* not inherited: each location names its own labels (or none) */
+    ngx_http_ferrule_loc_conf_t  *prev = parent;
+    ngx_http_ferrule_loc_conf_t  *conf = child;
+
+    /*
+     * Inherited, so that an "if" block (a location of its own) counts its
+     * requests under the labels of the location it is in. Locations are never
+     * nested in one another, and server blocks name no labels, so a location
+     * without ferrule_metrics still counts nothing.
+     */
+    if (conf->metrics_labels.len == 0) {
+        conf->metrics_labels = prev->metrics_labels;
+    }
+
     return NGX_CONF_OK;
 }
 

@@ -1419,11 +1419,13 @@ spec:
         "{server}"
     );
     assert!(!server.contains("ferrule.metrics"), "{server}");
-    // a request with a body runs in the `if` block of the rewrite phase: counted there
+    // a request with a body runs in the `if` block of the rewrite phase, which
+    // inherits the location's labels (the module's merge): none named there
     assert!(
-        server.contains(r#"if ($ferrule_request_body) { rewrite_by_lua_block { require("ferrule.balancer").rewrite() } ferrule_metrics "demo" "web" "app" "/api" "web.example.com"; }"#),
+        server.contains(r#"if ($ferrule_request_body) { rewrite_by_lua_block { require("ferrule.balancer").rewrite() } }"#),
         "{server}"
     );
+    assert!(!server.contains("rewrite() } ferrule_metrics"), "{server}");
     // the default server's requests have no host
     assert!(
         default.contains(r#"ferrule_metrics "" "" "" "/" "";"#),
@@ -1476,8 +1478,9 @@ spec:
         "{server}"
     );
     // the 503 without a peer is answered in an `if` block, a location of its own
+    // that inherits the labels
     assert!(
-        server.contains(r#"if ($ferrule_peer = "") { ferrule_metrics "demo" "web" "app" "/api" "web.example.com"; return 503; }"#),
+        server.contains(r#"if ($ferrule_peer = "") { return 503; }"#),
         "{server}"
     );
     assert!(!server.contains("ferrule.metrics"), "{server}");
