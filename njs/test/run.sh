@@ -23,7 +23,7 @@ new_prefix njs
 PORT_VARS="PROXY_PORT TLS_PORT BACKEND_PORT DEAD_PORT LEAK_PORT"
 read -r $PORT_VARS < <(free_ports 5)
 
-render_prefix "$HERE/manifests" --balancer njs --enable-metrics=false
+render_prefix "$HERE/manifests" --balancer njs
 # The unit tests, the modules they import and the API's case files, where a worker
 # reads them.
 REPO=$(for_workers njs/test njs/ferrule njs/ferrule.js njs/stream.js balancer/cases)
@@ -478,6 +478,10 @@ check "the single change is live at once" [ "$(count "127.0.0.4:$B")" = 20 ]
 
 # ---------------------------------------------------------------- wrap up
 section "health"
+# Rendered as users run it, with per-request metrics (the C module's log phase in
+# every location, inherited by the 503's `if` block).
+check "metrics on: the C module counted the suite's requests (GET entries in its dump)" \
+    eval '[ "$(api GET /configuration/metrics)" = 200 ] && grep -qP "\tGET\t" "$WORK/out/api"'
 check "same master and worker pids as at start (no reload, no crash)" [ "$WORKERS_AT_START" = "$(workers)" ]
 check "no njs exceptions / alerts in error.log" \
     bash -c "! grep -E 'js exception|peer selection failed|lookup failed|\[alert\]|\[crit\]|\[emerg\]' '$WORK/logs/error.log'"
