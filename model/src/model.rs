@@ -137,6 +137,11 @@ pub struct Model {
     /// Left out of the encoding when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passthrough: Vec<Passthrough>,
+    /// The `stream-snippet` annotations of the Ingresses served (snippets allowed,
+    /// and a stream block rendered), oldest Ingress first. Left out of the encoding
+    /// when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stream_snippets: Vec<StreamSnippet>,
     /// Settings shared by every server (from the controller ConfigMap).
     pub global: Global,
     /// Problems found while building, sorted.
@@ -463,6 +468,15 @@ pub struct CanaryRoute {
     pub backend: String,
     /// How requests are chosen for it.
     pub rules: Canary,
+}
+
+/// One Ingress's `stream-snippet`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct StreamSnippet {
+    /// The Ingress.
+    pub owner: ResourceRef,
+    /// Its text, as written.
+    pub text: String,
 }
 
 /// A TLS certificate and its key, checked while building.

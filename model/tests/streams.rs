@@ -337,3 +337,73 @@ fn a_stream_snippet_without_a_stream_block_is_reported() {
     assert!(with.global.stream_snippet.is_some());
     expect_no_problems_on(&with, "ConfigMap ingress-nginx/ferrule");
 }
+
+/// The `stream-snippet` annotation: kept with snippets allowed and a stream block,
+/// oldest Ingress first; a Warning without a stream block; a directive that loads
+/// code or reads files rejects the Ingress, as in the other snippets.
+#[test]
+fn stream_snippet_annotations_follow_the_snippet_rules() {
+    let snap = |settings: Value, second: &str| {
+        let docs = [
+            test_settings(settings),
+            our_class(),
+            service("demo/web", &[("http", 80, "8080")]),
+            Ing::new("demo/a", 1)
+                .ann("stream-snippet", "server { listen 9001; return a; }")
+                .rule("a.example", &[("/", "Prefix", "web", "80")])
+                .0,
+            Ing::new("demo/b", 2)
+                .ann("stream-snippet", second)
+                .rule("b.example", &[("/", "Prefix", "web", "80")])
+                .0,
+        ];
+        let text = (docs.iter())
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect::<Vec<_>>()
+            .join("---\n");
+        let mut snap = snapshot(&text);
+        snap.settings.allow_snippet_annotations = true;
+        snap
+    };
+    let streams = json!({ "sslPassthrough": true });
+    let m = build(&snap(streams.clone(), "server { listen 9002; return b; }"));
+    let owners: Vec<String> = (m.stream_snippets.iter())
+        .map(|s| s.owner.to_string())
+        .collect();
+    assert_eq!(
+        owners,
+        ["Ingress demo/a", "Ingress demo/b"],
+        "{:?}",
+        m.problems
+    );
+    assert_eq!(
+        m.stream_snippets[1].text,
+        "server { listen 9002; return b; }"
+    );
+
+    let m = build(&snap(streams, "include /etc/passwd;"));
+    assert_eq!(m.stream_snippets.len(), 1);
+    expect_problems(
+        &m,
+        &[(
+            "Ingress demo/b",
+            "annotation nginx.ingress.kubernetes.io/stream-snippet:",
+        )],
+    );
+
+    let m = build(&snap(json!({}), "server { listen 9002; return b; }"));
+    assert!(m.stream_snippets.is_empty());
+    expect_problems(
+        &m,
+        &[
+            (
+                "Ingress demo/a",
+                "stream-snippet: NGINX has a stream block only with",
+            ),
+            (
+                "Ingress demo/b",
+                "stream-snippet: NGINX has a stream block only with",
+            ),
+        ],
+    );
+}

@@ -395,3 +395,89 @@ async fn a_missing_proxy_line_is_waited_for_only_as_long_as_the_configmap_says()
         "still open after 4s: {read:?}"
     );
 }
+
+/// A TCP answer from NGINX's `port`: what it sends before closing.
+async fn tcp_read(port: u16) -> Result<String, String> {
+    let talk = async {
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        let mut answer = Vec::new();
+        c.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    match tokio::time::timeout(Duration::from_secs(5), talk).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("timed out".to_owned()),
+    }
+}
+
+/// `stream-snippet` annotations, with snippets allowed: each Ingress's text goes
+/// into the stream block between its source markers, so a broken one is excluded
+/// by config safety and reported on its Ingress while the others are served.
+/// Without `--allow-snippet-annotations` the snippet is ignored with a Warning.
+#[tokio::test]
+async fn stream_snippets_of_ingresses_with_snippets_allowed() {
+    let echo = Echo::start("127.0.0.2").await;
+    let (good, broken) = (free_port(), free_port());
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    let snippet = |name: &str, created: &str, text: String| {
+        ingress(
+            "demo",
+            name,
+            created,
+            &format!("{name}.test"),
+            &[("/", "Prefix", "echo")],
+            &[("stream-snippet", text.as_str())],
+        )
+    };
+    m.write(
+        "good.yaml",
+        &snippet(
+            "good",
+            "2026-01-01T00:00:00Z",
+            format!("server {{ listen 127.0.0.1:{good}; return \"from a stream snippet\\n\"; }}"),
+        ),
+    );
+    m.write(
+        "broken.yaml",
+        &snippet(
+            "broken",
+            "2026-01-02T00:00:00Z",
+            format!("server {{ listen 127.0.0.1:{broken}; no_such_directive on; }}"),
+        ),
+    );
+    let allowed = [FLAGS, &["--allow-snippet-annotations"]].concat();
+    let f = Ferrule::start(m.path(), &allowed).await;
+    let served = wait_until(Duration::from_secs(20), || async {
+        tcp_read(good).await.as_deref() == Ok("from a stream snippet\n")
+    })
+    .await;
+    assert!(served, "{:?}; log:\n{}", tcp_read(good).await, f.logs());
+    let broken_state = wait_until(Duration::from_secs(20), || async {
+        let r = f.resource("Ingress", "demo", "broken").await;
+        r.is_some_and(|r| r["state"] == "rejected")
+    })
+    .await;
+    assert!(
+        broken_state,
+        "{:?}",
+        f.resource("Ingress", "demo", "broken").await
+    );
+    let r = f.resource("Ingress", "demo", "broken").await.unwrap();
+    assert!(r.to_string().contains("no_such_directive"), "{r}");
+    assert!(
+        tcp_read(broken).await.is_err(),
+        "the broken snippet is not served"
+    );
+    assert_eq!(f.get("good.test", "/").await.0, 200, "its HTTP rules are");
+    drop(f);
+
+    let f = Ferrule::start(m.path(), FLAGS).await;
+    assert!(tcp_read(good).await.is_err(), "snippets are off by default");
+    let r = f.resource("Ingress", "demo", "good").await.unwrap();
+    assert!(
+        r.to_string()
+            .contains("stream-snippet: snippets are disabled"),
+        "{r}"
+    );
+}

@@ -151,6 +151,8 @@ pub struct IngressAnnotations {
     pub configuration_snippet: Option<Snippet>,
     /// `server-snippet`.
     pub server_snippet: Option<Snippet>,
+    /// `stream-snippet` (administrator-enabled; TCP/UDP services or passthrough on).
+    pub stream_snippet: Option<Snippet>,
     /// `allowlist-source-range` / `whitelist-source-range`, `denylist-source-range`.
     pub source_ranges: IngressSourceRanges,
     /// `auth-type: basic` and its `auth-secret`, `auth-secret-type`, `auth-realm`.

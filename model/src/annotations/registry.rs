@@ -95,7 +95,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::unsupported::MODSECURITY,
     &super::unsupported::PROXYING,
     &super::server_tls::FAMILY,
-    &super::unsupported::SERVER,
     &super::unsupported::TRACING,
 ];
 

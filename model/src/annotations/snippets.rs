@@ -1,4 +1,5 @@
-//! `configuration-snippet`, `server-snippet`: raw NGINX text, administrator-enabled.
+//! `configuration-snippet`, `server-snippet`, `stream-snippet`: raw NGINX text,
+//! administrator-enabled.
 //!
 //! Snippets are the one deliberate hole in the quoting rule. They are parsed here
 //! regardless of the switch (so the model records them), and only the model builder
@@ -24,6 +25,12 @@ pub(super) const FAMILY: Family = Family {
             Critical,
             "raw NGINX text in the server block (administrator-enabled)",
         ),
+        key(
+            "stream-snippet",
+            Server,
+            Critical,
+            "raw NGINX text in the stream block (administrator-enabled; with TCP/UDP services or SSL passthrough)",
+        ),
     ],
 };
 
@@ -41,6 +48,7 @@ pub(super) fn snippet(v: &str) -> Result<Snippet, String> {
 pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), AnnotationError> {
     out.configuration_snippet = r.parse("configuration-snippet", snippet)?;
     out.server_snippet = r.parse("server-snippet", snippet)?;
+    out.stream_snippet = r.parse("stream-snippet", snippet)?;
     Ok(())
 }
 

@@ -25,7 +25,7 @@ const fn todo(
 }
 
 use Risk::{Critical, High, Low, Medium};
-use Scope::{Location, Server};
+use Scope::Location;
 
 /// ingress-nginx's memcached-backed global rate limits (removed in ingress-nginx 1.x).
 pub(super) const GLOBAL_RATE_LIMITS: Family = Family {
@@ -106,18 +106,6 @@ pub(super) const PROXYING: Family = Family {
         Low,
         false,
         "HTTP/2 push from Link headers (removed from NGINX)",
-    )],
-};
-
-/// Host-level additions.
-pub(super) const SERVER: Family = Family {
-    name: "server",
-    keys: &[todo(
-        "stream-snippet",
-        Server,
-        Critical,
-        false,
-        "raw NGINX text in the stream block",
     )],
 };
 

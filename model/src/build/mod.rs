@@ -166,6 +166,7 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
         catch_all: None,
         streams: Vec::new(),
         passthrough: Vec::new(),
+        stream_snippets: Vec::new(),
         root_defaults: Vec::new(),
         default_backend_fallbacks: BTreeMap::new(),
     };
@@ -258,6 +259,7 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
                 let snippets = [
                     ("configuration-snippet", a.configuration_snippet.as_ref()),
                     ("server-snippet", a.server_snippet.as_ref()),
+                    ("stream-snippet", a.stream_snippet.as_ref()),
                     (
                         "auth-snippet",
                         a.external_auth.as_ref().and_then(|e| e.snippet.as_ref()),
@@ -294,6 +296,7 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
                 continue;
             }
         };
+        b.add_stream_snippet(&r, &a);
         b.add_ingress(ing, &r, &a, basic_auth, client_certificates, backend_tls);
     }
     for (ing, r, a) in &canaries {
@@ -301,6 +304,34 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
     }
     b.add_streams();
     b.finish()
+}
+
+impl Builder<'_> {
+    /// Keeps `r`'s `stream-snippet` when snippets are allowed and NGINX has a stream
+    /// block (as the ConfigMap's key); otherwise says why it is ignored.
+    fn add_stream_snippet(&mut self, r: &ResourceRef, a: &IngressAnnotations) {
+        let Some(snippet) = &a.stream_snippet else {
+            return;
+        };
+        if !self.global.allow_snippet_annotations {
+            return; // said with the other snippets (location_settings)
+        }
+        let s = &self.snap.settings;
+        if s.tcp_services.is_none() && s.udp_services.is_none() && !s.ssl_passthrough {
+            let msg = format!(
+                "annotation {}/stream-snippet: NGINX has a stream block only with \
+                 --tcp-services-configmap, --udp-services-configmap or \
+                 --enable-ssl-passthrough; the snippet is ignored",
+                s.annotations_prefix
+            );
+            self.problem(r, Severity::Warning, ProblemKind::Other, msg);
+            return;
+        }
+        self.stream_snippets.push(crate::model::StreamSnippet {
+            owner: r.clone(),
+            text: snippet.0.clone(),
+        });
+    }
 }
 
 /// Records that the locations of `r` set the affinity cookie of `bal`'s backend.
@@ -390,6 +421,8 @@ struct Builder<'a> {
     streams: Vec<crate::model::Stream>,
     /// `ssl-passthrough` hosts, found by `finish`.
     passthrough: Vec<crate::model::Passthrough>,
+    /// The served Ingresses' `stream-snippet`s, in build order (oldest first).
+    stream_snippets: Vec<crate::model::StreamSnippet>,
     /// `/` of the hosts an Ingress with rules creates, to its spec.defaultBackend,
     /// where no rule of any Ingress has `/` (filled in by `finish`).
     root_defaults: Vec<(String, Location)>,
@@ -816,6 +849,7 @@ impl Builder<'_> {
             let present = [
                 ("configuration-snippet", a.configuration_snippet.is_some()),
                 ("server-snippet", a.server_snippet.is_some()),
+                ("stream-snippet", a.stream_snippet.is_some()),
             ];
             for (key, _) in present.into_iter().filter(|(_, set)| *set) {
                 let msg = format!(
@@ -1345,6 +1379,7 @@ impl Builder<'_> {
             default_backend,
             streams: self.streams,
             passthrough: self.passthrough,
+            stream_snippets: self.stream_snippets,
             global: self.global,
             problems: self.problems,
             certificates_valid_until: self.valid_until,

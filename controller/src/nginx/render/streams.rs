@@ -22,6 +22,15 @@ pub(super) struct StreamsView {
     /// `js_var $ferrule_stream_peers`: the directory of peers files.
     peers_dir: String,
     servers: Vec<StreamServerView>,
+    /// The Ingresses' `stream-snippet`s, each between its source markers.
+    snippets: Vec<StreamSnippetView>,
+}
+
+#[derive(Serialize)]
+struct StreamSnippetView {
+    /// `Ingress/namespace/name`, for the source markers (config safety).
+    source: String,
+    text: String,
 }
 
 #[derive(Serialize)]
@@ -77,7 +86,10 @@ pub(super) fn tls_router(r: &Renderer, model: &Model) -> Option<TlsRouterView> {
 
 /// The view, when the model has streams or the TLS router is on.
 pub(super) fn view(r: &Renderer, model: &Model) -> Option<StreamsView> {
-    if model.streams.is_empty() && !r.opts.ssl_passthrough && model.global.stream_snippet.is_none()
+    if model.streams.is_empty()
+        && !r.opts.ssl_passthrough
+        && model.global.stream_snippet.is_none()
+        && model.stream_snippets.is_empty()
     {
         return None;
     }
@@ -98,5 +110,11 @@ pub(super) fn view(r: &Renderer, model: &Model) -> Option<StreamsView> {
         // `js_var` expands variables in its value: a `$` in the prefix is literal.
         peers_dir: literal_in_variables(&r.worker_path(STREAM_PEERS_DIR)),
         servers,
+        snippets: (model.stream_snippets.iter())
+            .map(|s| StreamSnippetView {
+                source: source(&s.owner),
+                text: s.text.clone(),
+            })
+            .collect(),
     })
 }
