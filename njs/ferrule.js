@@ -342,10 +342,20 @@ function unavailable(r, msg, name) {
     return '';
 }
 
-// Whether this location sets `aff`'s cookie: it belongs to an Ingress that asked
-// for affinity ($ferrule_ingress), or the backend names none (every location).
-function cookieHere(r, aff) {
-    return !aff.ingresses || aff.ingresses.indexOf(r.variables.ferrule_ingress || '') >= 0;
+// $ferrule_affinity_scope, "namespace/name /path": the location's Ingress and the
+// cookie's default Path (ingress-nginx's: the Ingress path). Without it (a
+// hand-written configuration): no Ingress, and Path=/.
+function affinityScope(r) {
+    var scope = r.variables.ferrule_affinity_scope || '';
+    var sp = scope.indexOf(' ');
+    return sp < 0 ? {ingress: '', path: undefined}
+        : {ingress: scope.slice(0, sp), path: scope.slice(sp + 1)};
+}
+
+// Whether a location of `ingress` sets `aff`'s cookie: that Ingress asked for
+// affinity, or the backend names no Ingress (every location).
+function cookieHere(aff, ingress) {
+    return !aff.ingresses || aff.ingresses.indexOf(ingress) >= 0;
 }
 
 function addSetCookie(r, cookie) {
@@ -454,9 +464,10 @@ function peer(r) {
                     i = balance.rrIndex(n, r.variables.connection, r.variables.connection_requests);
                     value = rec.ids[i];
                 }
-                if (cookieHere(r, aff)) {
+                var scope = affinityScope(r);
+                if (cookieHere(aff, scope.ingress)) {
                     addSetCookie(r, balance.setCookie(aff, value,
-                                                      r.variables.ferrule_cookie_path,
+                                                      scope.path,
                                                       r.variables.https === 'on',
                                                       Math.floor(Date.now() / 1000),
                                                       r.headersIn['User-Agent']));

@@ -17,6 +17,8 @@ local ngx = ngx
 local ngx_var = ngx.var
 local math_min = math.min
 local tonumber = tonumber
+local find = string.find
+local sub = string.sub
 
 local _M = {}
 
@@ -282,9 +284,21 @@ end
 -- affinity table -> set of its `ingresses` (built on first use, per version)
 local ingress_sets = setmetatable({}, { __mode = "k" })
 
--- Whether this location sets `aff`'s cookie: it belongs to an Ingress that asked
--- for affinity ($ferrule_ingress), or the backend names none (every location).
-local function cookie_here(aff)
+-- $ferrule_affinity_scope, "namespace/name /path": the location's Ingress and the
+-- cookie's default Path (ingress-nginx's: the Ingress path). Without it (a
+-- hand-written configuration): no Ingress, and Path=/.
+local function affinity_scope()
+    local scope = ngx_var.ferrule_affinity_scope
+    local sp = scope and find(scope, " ", 1, true)
+    if not sp then
+        return "", nil
+    end
+    return sub(scope, 1, sp - 1), sub(scope, sp + 1)
+end
+
+-- Whether a location of `ingress` sets `aff`'s cookie: that Ingress asked for
+-- affinity, or the backend names no Ingress (every location).
+local function cookie_here(aff, ingress)
     local list = aff.ingresses
     if not list then
         return true
@@ -297,7 +311,7 @@ local function cookie_here(aff)
         end
         ingress_sets[aff] = set
     end
-    return set[ngx_var.ferrule_ingress or ""] == true
+    return set[ingress] == true
 end
 
 -- Sends the affinity cookie with `value`, from the phase that routes the request
@@ -305,13 +319,13 @@ end
 -- moves the session. Other Set-Cookie headers stay; an earlier one of this cookie
 -- is replaced.
 local function send_cookie(aff, value)
-    if not cookie_here(aff) then
+    local ingress, default_path = affinity_scope()
+    if not cookie_here(aff, ingress) then
         return
     end
-    -- ingress-nginx's default Path is the Ingress path ($ferrule_cookie_path, set in
-    -- every location with a backend): two Ingresses on one host keep their cookies
-    -- apart. A location without it (a hand-written configuration) sends "/".
-    local path = not aff.path and ngx_var.ferrule_cookie_path or nil
+    -- ingress-nginx's default Path is the Ingress path: two Ingresses on one host
+    -- keep their cookies apart. A location without it sends "/".
+    local path = not aff.path and default_path or nil
     local https = aff.secure == nil and ngx_var.https == "on"
     local cookie = sticky.cookie(aff, value, path ~= "" and path or nil, https, ngx.time(),
         aff.conditional_samesite_none and ngx_var.http_user_agent or nil)

@@ -185,7 +185,7 @@ function balancedValue(tag, rand) {
     return hex8() + hex8() + '.' + tag;
 }
 
-// defaultPath: the Ingress path ($ferrule_cookie_path), as ingress-nginx sets
+// defaultPath: the Ingress path ($ferrule_affinity_scope), as ingress-nginx sets
 // it when session-cookie-path is not; "/" where the location has none. https:
 // the request came over TLS (Secure then, unless affinity.secure says
 // otherwise); now: seconds since the epoch, for Expires. As lua/'s sticky.

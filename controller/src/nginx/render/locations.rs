@@ -56,20 +56,18 @@ pub(super) fn location_view(
             .flatten()
             .map(literal_in_variables),
         ewma,
-        // The affinity cookie's Path where the annotation sets none (ingress-nginx:
-        // the Ingress path), in every location with a backend: its backend may gain
-        // affinity or a canary without a reload.
-        // Which Ingress the location is, for the backend's affinity.ingresses: the
-        // cookie is set only where an Ingress asked for it, and a backend that
-        // gains affinity needs no reload.
-        ingress: backend
-            .is_some()
-            .then(|| format!("{}/{}", l.owner.namespace, l.owner.name)),
-        cookie_path: backend.is_some().then(|| {
-            literal_in_variables(match l.path_match {
+        // In every location with a backend, so that its backend may gain affinity
+        // without a reload: which Ingress the location is (the cookie is set only
+        // where an Ingress asked for it, affinity.ingresses) and the cookie's Path
+        // where the annotation sets none (ingress-nginx: the Ingress path). One
+        // `set` for both: it runs on every request.
+        affinity_scope: backend.is_some().then(|| {
+            let path = match l.path_match {
                 PathMatch::Regex => "/",
                 _ => &l.path,
-            })
+            };
+            let (ns, name) = (&l.owner.namespace, &l.owner.name);
+            literal_in_variables(&format!("{ns}/{name} {path}"))
         }),
         // Canary and affinity are decided in the balancer phase: only these need
         // the rewrite phase.
@@ -165,7 +163,7 @@ pub(super) fn default_location(model: &Model) -> LocationView {
         path: "/".to_owned(),
         metrics: metrics_labels(model, "", "", &model.default_backend, "/"),
         source_ranges: model.global.source_ranges.location(),
-        cookie_path: backend.is_some().then(|| "/".to_owned()),
+        affinity_scope: backend.is_some().then(|| " /".to_owned()),
         ewma,
         backend,
         status,
@@ -247,11 +245,10 @@ pub(super) struct LocationView {
     /// answering servers speak HTTP/1.1), for rewrite-target (the redirect must carry
     /// the URI before the rewrite) and where snippets may add access checks.
     pub(super) rewrite_phase: bool,
-    /// `$ferrule_cookie_path` (every location with a backend).
-    pub(super) cookie_path: Option<String>,
-    /// `$ferrule_ingress`: the location's Ingress, `namespace/name` (every location
-    /// of an Ingress with a backend).
-    pub(super) ingress: Option<String>,
+    /// `$ferrule_affinity_scope` (every location with a backend): the location's
+    /// Ingress and the affinity cookie's default Path, `namespace/name /path`
+    /// (` /` where no Ingress owns the location).
+    pub(super) affinity_scope: Option<String>,
     pub(super) body_size: Option<String>,
     pub(super) connect_timeout: Option<String>,
     pub(super) read_timeout: Option<String>,
