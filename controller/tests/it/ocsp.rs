@@ -124,15 +124,8 @@ impl Drop for Responder {
 /// What a client asking for the certificate status of `sni` is told: the
 /// `Cert Status` line of the stapled response, or `None` when none was sent.
 fn stapled(f: &Ferrule, sni: &str) -> Option<String> {
-    let out = Command::new("openssl")
-        .args(["s_client", "-status", "-connect"])
-        .arg(format!("127.0.0.1:{}", f.https))
-        .args(["-servername", sni])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .expect("openssl s_client");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let out = f.s_client(sni, &["-status"]);
+    let text = String::from_utf8_lossy(&out);
     if text.contains("OCSP response: no response sent") {
         return None;
     }

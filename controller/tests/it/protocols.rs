@@ -587,40 +587,44 @@ fn resumed(f: &Ferrule, session: &std::path::Path) -> bool {
     text.contains("Reused, TLSv1.2")
 }
 
+/// `a.example.com` over TLS to `echo`, with session tickets on, the session cache
+/// off (a resumption can then only come from a ticket) and `key` as the
+/// `ssl-session-ticket-key`.
+fn ticket_manifests(echo: std::net::SocketAddr, key: Option<&str>) -> Manifests {
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo]));
+    m.write(
+        "tls.yaml",
+        &tls_secret(
+            "demo",
+            "a-tls",
+            &tls_fixture("a.crt"),
+            &tls_fixture("a.key"),
+        ),
+    );
+    m.write(
+        "ing.yaml",
+        &Ing::new("demo", "a", T0)
+            .rule("a.example.com", &[("/", "Prefix", "echo")])
+            .tls(&["a.example.com"], "a-tls")
+            .yaml(),
+    );
+    let mut data = vec![
+        ("ssl-session-tickets", "true"),
+        ("ssl-session-cache", "false"),
+    ];
+    data.extend(key.map(|k| ("ssl-session-ticket-key", k)));
+    m.write("cm.yaml", &configmap(&data));
+    m
+}
+
 /// `ssl-session-ticket-key`: tickets stay valid across reloads (NGINX makes new
 /// random keys at each one otherwise). The session cache is off here, so that a
 /// resumption can only come from the ticket.
 #[tokio::test]
 async fn a_ticket_key_keeps_sessions_across_reloads() {
     let echo = Echo::start("127.0.0.2").await;
-    let start = |key: Option<String>| {
-        let m = Manifests::new();
-        m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-        m.write(
-            "tls.yaml",
-            &tls_secret(
-                "demo",
-                "a-tls",
-                &tls_fixture("a.crt"),
-                &tls_fixture("a.key"),
-            ),
-        );
-        m.write(
-            "ing.yaml",
-            &Ing::new("demo", "a", T0)
-                .rule("a.example.com", &[("/", "Prefix", "echo")])
-                .tls(&["a.example.com"], "a-tls")
-                .yaml(),
-        );
-        let mut data = vec![
-            ("ssl-session-tickets", "true".to_owned()),
-            ("ssl-session-cache", "false".to_owned()),
-        ];
-        data.extend(key.map(|k| ("ssl-session-ticket-key", k)));
-        let data: Vec<(&str, &str)> = data.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        m.write("cm.yaml", &configmap(&data));
-        m
-    };
+    let start = |key: Option<String>| ticket_manifests(echo.addr, key.as_deref());
     // 80 bytes, base64: 26 groups of three 0x07 bytes, then two.
     let key = format!("{}Bwc=", "BwcH".repeat(26));
     for (name, key, kept) in [("with the key", Some(key), true), ("without", None, false)] {
@@ -704,33 +708,8 @@ async fn dh_parameters_from_a_secret_turn_on_the_dhe_ciphers() {
 #[tokio::test]
 async fn replicas_with_one_ticket_key_resume_each_others_sessions() {
     let echo = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-    m.write(
-        "tls.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
-    m.write(
-        "ing.yaml",
-        &Ing::new("demo", "a", T0)
-            .rule("a.example.com", &[("/", "Prefix", "echo")])
-            .tls(&["a.example.com"], "a-tls")
-            .yaml(),
-    );
     let key = format!("{}Bwc=", "BwcH".repeat(26));
-    m.write(
-        "cm.yaml",
-        &configmap(&[
-            ("ssl-session-tickets", "true"),
-            ("ssl-session-cache", "false"),
-            ("ssl-session-ticket-key", &key),
-        ]),
-    );
+    let m = ticket_manifests(echo.addr, Some(&key));
     let args = [&["--configmap", "demo/ferrule"][..], LUA_ONLY].concat();
     let a = Ferrule::start(m.path(), &args).await;
     let b = Ferrule::start(m.path(), &args).await;

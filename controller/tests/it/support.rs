@@ -772,18 +772,24 @@ pub fn self_signed(dir: &Path, name: &str, hosts: &[&str]) -> (String, String, S
     )
 }
 
-fn openssl_fingerprint(input: &[u8]) -> String {
+/// `openssl x509 ARGS` on the first certificate of `input`: what it prints.
+fn openssl_x509(args: &[&str], input: &[u8]) -> Vec<u8> {
     use std::io::Write;
     let mut child = Command::new("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256"])
+        .arg("x509")
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("openssl");
     child.stdin.take().unwrap().write_all(input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    child.wait_with_output().unwrap().stdout
+}
+
+fn openssl_fingerprint(input: &[u8]) -> String {
+    let out = openssl_x509(&["-noout", "-fingerprint", "-sha256"], input);
+    String::from_utf8_lossy(&out).trim().to_owned()
 }
 
 /// The SHA-256 fingerprint of a PEM certificate ("" if it does not parse).
@@ -879,46 +885,35 @@ impl Ferrule {
             .success()
     }
 
-    /// The subject and SANs of the certificate served on the HTTPS port for `sni`,
-    /// as `openssl x509 -subject -ext subjectAltName` prints them.
-    pub fn served_subject(&self, sni: &str) -> String {
-        use std::io::Write;
-        let served = Command::new("openssl")
+    /// What `openssl s_client` with `extra` arguments prints (stdout) for a
+    /// handshake with the HTTPS port for `sni`: the served certificate's PEM, and
+    /// the session details.
+    pub fn s_client(&self, sni: &str, extra: &[&str]) -> Vec<u8> {
+        Command::new("openssl")
             .args(["s_client", "-connect"])
             .arg(format!("127.0.0.1:{}", self.https))
             .args(["-servername", sni])
+            .args(extra)
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()
-            .expect("openssl s_client");
-        let mut child = Command::new("openssl")
-            .args(["x509", "-noout", "-subject", "-ext", "subjectAltName"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("openssl");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(&served.stdout)
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            .expect("openssl s_client")
+            .stdout
+    }
+
+    /// The subject and SANs of the certificate served on the HTTPS port for `sni`,
+    /// as `openssl x509 -subject -ext subjectAltName` prints them.
+    pub fn served_subject(&self, sni: &str) -> String {
+        let out = openssl_x509(
+            &["-noout", "-subject", "-ext", "subjectAltName"],
+            &self.s_client(sni, &[]),
+        );
+        String::from_utf8_lossy(&out).trim().to_owned()
     }
 
     /// SHA-256 fingerprint of the certificate served on the HTTPS port for `sni`.
     pub fn served_fingerprint(&self, sni: &str) -> String {
-        let out = Command::new("openssl")
-            .args(["s_client", "-connect"])
-            .arg(format!("127.0.0.1:{}", self.https))
-            .args(["-servername", sni])
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .expect("openssl s_client");
-        openssl_fingerprint(&out.stdout)
+        openssl_fingerprint(&self.s_client(sni, &[]))
     }
 }
 
