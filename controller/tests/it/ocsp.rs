@@ -110,6 +110,24 @@ impl Responder {
             .stderr(Stdio::null())
             .spawn()
             .expect("openssl ocsp");
+        // Listening before the first handshake (a failed fetch waits 30 s to retry).
+        // Seen in /proc, not by connecting: openssl ocsp serves one connection at a
+        // time and hangs on one that sends nothing.
+        let listening = |table: &str| {
+            let needle = format!(":{port:04X} ");
+            std::fs::read_to_string(table).is_ok_and(|t| {
+                t.lines()
+                    .any(|l| l.contains(&needle) && l.split_whitespace().nth(3) == Some("0A"))
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !listening("/proc/net/tcp6") && !listening("/proc/net/tcp") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "openssl ocsp never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
         Responder(child)
     }
 }
