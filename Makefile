@@ -5,7 +5,7 @@ APT_PACKAGES := nginx-light libnginx-mod-http-lua lua-resty-core lua-cjson \
 	libnginx-mod-http-js libnginx-mod-http-headers-more-filter libnginx-mod-stream libnginx-mod-stream-js openssl curl wrk ca-certificates python3 procps iproute2 \
 	nginx-dev gcc make libc6-dev libpcre2-dev libssl-dev zlib1g-dev \
 	mmdebstrap umoci containerd runc containernetworking-plugins iptables tar \
-	prometheus
+	prometheus nghttp2-client
 
 .PHONY: deps build test lint bench bench-scale run fmt image cluster-up cluster-down dashboards
 

@@ -722,3 +722,47 @@ async fn replicas_with_one_ticket_key_resume_each_others_sessions() {
     assert!(resumed(&b, &session), "a's ticket resumed on b");
     assert!(resumed(&a, &session), "and b's on a");
 }
+
+/// `http2-push-preload`: over HTTP/2, NGINX pushes what the backend's
+/// `Link: rel=preload` header names (as nghttp, an HTTP/2 client, sees the
+/// PUSH_PROMISE); a host without the annotation pushes nothing.
+#[tokio::test]
+async fn http2_push_preload_pushes_what_link_headers_name() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    for (name, push) in [("push", true), ("plain", false)] {
+        let mut ing =
+            Ing::new("demo", name, T0).rule(&format!("{name}.test"), &[("/", "Prefix", "echo")]);
+        if push {
+            ing = ing.nginx("http2-push-preload", "true");
+        }
+        m.write(&format!("{name}.yaml"), &ing.yaml());
+    }
+    let f = Ferrule::start(m.path(), &[]).await;
+    // nghttp runs while the runtime serves the echo backend (not a blocking call)
+    let promises = |host: &str| {
+        let host = host.to_owned();
+        let port = f.https;
+        async move {
+            let out = tokio::process::Command::new("nghttp")
+                .args(["-nv", "-H"])
+                .arg(format!(":authority: {host}"))
+                .args([
+                    "-H",
+                    "x-echo-header: Link=</pushed.css>; rel=preload; as=style",
+                ])
+                .arg(format!("https://127.0.0.1:{port}/"))
+                .stdin(std::process::Stdio::null())
+                .output()
+                .await
+                .expect("nghttp (make deps installs nghttp2-client)");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            (text.matches("recv PUSH_PROMISE").count(), text)
+        }
+    };
+    let (pushed, text) = promises("push.test").await;
+    assert!(pushed >= 1 && text.contains("/pushed.css"), "{text}");
+    let (pushed, text) = promises("plain.test").await;
+    assert_eq!(pushed, 0, "{text}");
+}

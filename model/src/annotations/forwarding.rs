@@ -2,7 +2,7 @@
 //! `proxy-next-upstream*`, `upstream-vhost`, `connection-proxy-header`,
 //! `x-forwarded-prefix`, `proxy-redirect-from/-to`, `proxy-cookie-domain/-path`;
 //! the redirects NGINX makes itself (`use-port-in-redirects`, `relative-redirects`);
-//! and the location's logs: `enable-access-log`, `enable-rewrite-log`.
+//! and the location's logs: `enable-access-log`, `enable-rewrite-log`; `http2-push-preload`.
 
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +97,12 @@ pub(super) const FAMILY: Family = Family {
             Low,
             "true: NGINX's rewrite log (notice level) for these locations",
         ),
+        key(
+            "http2-push-preload",
+            Location,
+            Low,
+            "true: over HTTP/2, push what the backend's Link: rel=preload headers name (http2_push_preload)",
+        ),
     ],
 };
 
@@ -145,6 +151,9 @@ pub struct Forwarding {
     /// `rewrite_log on`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rewrite_log: bool,
+    /// `http2_push_preload on`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub push_preload: bool,
 }
 
 impl Forwarding {
@@ -270,6 +279,9 @@ pub(super) fn parse(r: &Reader<'_>, out: &mut IngressAnnotations) -> Result<(), 
         access_log: r.parse("enable-access-log", value::boolean)?,
         rewrite_log: r
             .parse("enable-rewrite-log", value::boolean)?
+            .unwrap_or(false),
+        push_preload: r
+            .parse("http2-push-preload", value::boolean)?
             .unwrap_or(false),
     };
     Ok(())

@@ -93,7 +93,6 @@ pub static FAMILIES: &[&Family] = &[
     &super::passthrough::FAMILY,
     &super::custom_headers::FAMILY,
     &super::unsupported::MODSECURITY,
-    &super::unsupported::PROXYING,
     &super::server_tls::FAMILY,
     &super::unsupported::TRACING,
 ];

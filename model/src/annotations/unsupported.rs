@@ -97,18 +97,6 @@ pub(super) const MODSECURITY: Family = Family {
     ],
 };
 
-/// Proxying settings not implemented yet.
-pub(super) const PROXYING: Family = Family {
-    name: "proxying",
-    keys: &[todo(
-        "http2-push-preload",
-        Location,
-        Low,
-        false,
-        "HTTP/2 push from Link headers (removed from NGINX)",
-    )],
-};
-
 /// Tracing and metrics exporters (modules Debian's NGINX lacks).
 pub(super) const TRACING: Family = Family {
     name: "tracing",

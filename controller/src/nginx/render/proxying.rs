@@ -33,6 +33,7 @@ pub(super) struct ProxyingView {
     relative_redirects: bool,
     access_log_off: bool,
     rewrite_log: bool,
+    push_preload: bool,
 }
 
 /// `None` when the location sets nothing of these families.
@@ -67,5 +68,6 @@ pub(super) fn view(b: &Buffering, f: &Forwarding) -> Option<ProxyingView> {
         relative_redirects: f.relative_redirects,
         access_log_off: f.access_log == Some(false),
         rewrite_log: f.rewrite_log,
+        push_preload: f.push_preload,
     })
 }
