@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::networking::v1::Ingress;
 use kube::core::PartialObjectMeta;
@@ -47,6 +48,9 @@ struct Fetched {
 /// How long a failed fetch waits before the source tries again.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// Header lists fetched at once.
+const FETCHES: usize = 8;
+
 impl HeaderLists {
     pub(super) fn new(client: Client, metadata: Vec<Store<PartialObjectMeta<ConfigMap>>>) -> Self {
         Self {
@@ -65,7 +69,6 @@ impl HeaderLists {
     pub(super) async fn follow(self: Arc<Self>, changed: Arc<Notify>, dirty: Arc<Notify>) {
         loop {
             changed.notified().await;
-            let named = self.named.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let deleted = {
                 let fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
                 fetched.keys().any(|name| self.version(name).is_none())
@@ -73,7 +76,8 @@ impl HeaderLists {
             if deleted {
                 dirty.notify_one();
             }
-            self.fetch_later(&named, &dirty);
+            let stale = self.stale(&self.named.lock().unwrap_or_else(|e| e.into_inner()));
+            self.start_fetch(stale, &dirty);
         }
     }
 
@@ -84,7 +88,6 @@ impl HeaderLists {
     /// The lists named in `wanted` that exist, as last fetched. Forgets those no
     /// longer named or deleted.
     pub(super) fn get(&self, wanted: &BTreeSet<ListName>) -> Vec<Arc<ConfigMap>> {
-        wanted.clone_into(&mut self.named.lock().unwrap_or_else(|e| e.into_inner()));
         let mut fetched = self.fetched.lock().unwrap_or_else(|e| e.into_inner());
         fetched.retain(|name, _| wanted.contains(name) && self.version(name).is_some());
         fetched.values().map(|f| f.map.clone()).collect()
@@ -111,35 +114,50 @@ impl HeaderLists {
 
     /// Fetches the stale lists of `wanted` before returning (the first snapshot).
     pub(super) async fn fetch_now(&self, wanted: &BTreeSet<ListName>) {
-        for name in self.stale(wanted) {
-            if let Err(e) = self.fetch(&name).await {
-                tracing::warn!(configmap = %format!("{}/{}", name.0, name.1), error = %e, "header list not fetched; retrying later");
-            }
-        }
+        self.fetch_all(self.stale(wanted)).await;
     }
 
-    /// Starts fetching the stale lists of `wanted` unless a fetch runs already; it
-    /// marks `dirty` when done, and the pass it starts looks again.
+    /// Starts fetching the stale lists of `wanted` (what this snapshot names, which
+    /// [`Self::follow`] watches from now on) unless a fetch runs already; it marks
+    /// `dirty` when done, and the pass it starts looks again.
     pub(super) fn fetch_later(self: &Arc<Self>, wanted: &BTreeSet<ListName>, dirty: &Arc<Notify>) {
-        let stale = self.stale(wanted);
+        wanted.clone_into(&mut self.named.lock().unwrap_or_else(|e| e.into_inner()));
+        self.start_fetch(self.stale(wanted), dirty);
+    }
+
+    /// Fetches `stale` in a task of its own, unless one runs already.
+    fn start_fetch(self: &Arc<Self>, stale: Vec<ListName>, dirty: &Arc<Notify>) {
         if stale.is_empty() || self.fetching.swap(true, Ordering::AcqRel) {
             return;
         }
         let (lists, dirty) = (self.clone(), dirty.clone());
         tokio::spawn(async move {
-            let mut failed = false;
-            for name in stale {
-                if let Err(e) = lists.fetch(&name).await {
-                    tracing::warn!(configmap = %format!("{}/{}", name.0, name.1), error = %e, "header list not fetched; retrying");
-                    failed = true;
-                }
-            }
+            let failed = !lists.fetch_all(stale).await;
             if failed {
                 tokio::time::sleep(RETRY).await;
             }
             lists.fetching.store(false, Ordering::Release);
             dirty.notify_one();
         });
+    }
+
+    /// Fetches `names`, a few at a time (thousands of Ingresses may each name a
+    /// list of their own); whether every fetch succeeded.
+    async fn fetch_all(&self, names: Vec<ListName>) -> bool {
+        let failed = AtomicBool::new(false);
+        futures::stream::iter(names)
+            .for_each_concurrent(FETCHES, |name| {
+                let failed = &failed;
+                async move {
+                    if let Err(e) = self.fetch(&name).await {
+                        let configmap = format!("{}/{}", name.0, name.1);
+                        tracing::warn!(%configmap, error = %e, "header list not fetched; retrying");
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                }
+            })
+            .await;
+        !failed.into_inner()
     }
 
     async fn fetch(&self, (ns, name): &ListName) -> Result<(), kube::Error> {
