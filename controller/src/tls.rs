@@ -8,17 +8,25 @@ pub const DEFAULT_SUBJECT_CN: &str = "Kubernetes Ingress Controller Fake Certifi
 /// A self-signed certificate and key in one PEM, with ingress-nginx's identity for
 /// it (`O=Acme Co`, [`DEFAULT_SUBJECT_CN`], `DNS:ingress.local`), valid for a year.
 pub fn self_signed_default() -> anyhow::Result<Vec<u8>> {
-    let mut params = rcgen::CertificateParams::new(vec!["ingress.local".to_owned()])?;
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "Acme Co");
-    dn.push(rcgen::DnType::CommonName, DEFAULT_SUBJECT_CN);
-    params.distinguished_name = dn;
+    let mut params = identity();
     let now = std::time::SystemTime::now();
     params.not_before = now.into();
     params.not_after = (now + std::time::Duration::from_secs(365 * 24 * 3600)).into();
     let key = rcgen::KeyPair::generate()?;
     let cert = params.self_signed(&key)?;
     Ok(format!("{}{}", cert.pem(), key.serialize_pem()).into_bytes())
+}
+
+/// ingress-nginx's identity for its own certificates: `O=Acme Co`,
+/// [`DEFAULT_SUBJECT_CN`], `DNS:ingress.local`.
+fn identity() -> rcgen::CertificateParams {
+    let mut params =
+        rcgen::CertificateParams::new(vec!["ingress.local".to_owned()]).expect("a valid DNS name");
+    let mut dn = rcgen::DistinguishedName::new();
+    dn.push(rcgen::DnType::OrganizationName, "Acme Co");
+    dn.push(rcgen::DnType::CommonName, DEFAULT_SUBJECT_CN);
+    params.distinguished_name = dn;
+    params
 }
 
 /// The certificate every server block names for NGINX (`ssl_certificate`) when
@@ -40,12 +48,7 @@ pub fn ticket_placeholder(ticket_key: &[u8]) -> Vec<u8> {
     pkcs8.extend_from_slice(&seed);
     // Fixed inputs of fixed sizes: these cannot fail (the unit test runs them).
     let key = rcgen::KeyPair::try_from(pkcs8).expect("an Ed25519 PKCS#8 key");
-    let mut params =
-        rcgen::CertificateParams::new(vec!["ingress.local".to_owned()]).expect("a valid DNS name");
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(rcgen::DnType::OrganizationName, "Acme Co");
-    dn.push(rcgen::DnType::CommonName, DEFAULT_SUBJECT_CN);
-    params.distinguished_name = dn;
+    let mut params = identity();
     params.serial_number = Some(rcgen::SerialNumber::from(1u64));
     params.not_before = rcgen::date_time_ymd(2026, 1, 1);
     params.not_after = rcgen::date_time_ymd(2126, 1, 1);
