@@ -10,6 +10,23 @@
  *                             under these labels
  *   ferrule_metrics_dump;     location: answer GET with the metrics' dump, for
  *                             a balancer without LuaJIT's FFI (njs)
+ *   ferrule_location BACKEND REDIRECT_HOST AFFINITY_SCOPE;
+ *                             location: the values of $ferrule_backend,
+ *                             $ferrule_redirect_host and $ferrule_affinity_scope
+ *                             there (below)
+ *
+ * The module also defines $ferrule_request_body: "" for a GET, HEAD, OPTIONS or
+ * DELETE without Content-Length or Transfer-Encoding, else "1" (the Lua
+ * rewrite phase must run before such a request's body is read).
+ *
+ * Every location that proxies names its backend, its ssl-redirect host and its
+ * affinity scope. With `set` they cost every request the rewrite module's
+ * script engine, and the map behind $ferrule_request_body a complex value of
+ * three variables (two of them a scan of the request's headers): together about
+ * 4 % of a small proxied request (test/bench/RESULTS.md). ferrule_location keeps
+ * them in the location's configuration instead, read only when asked for. The
+ * variables stay changeable: a location that sets one with `set` (an error
+ * page's, njs's) reads what it set.
  *
  * Entering balancer_by_lua costs every request about half a microsecond of Lua
  * (lua-nginx-module's context, the protected call, the address parsing), about
@@ -137,9 +154,19 @@ typedef struct {
 } ngx_http_ferrule_main_conf_t;
 
 
+/* the values ferrule_location gives, in its arguments' order */
+#define NGX_HTTP_FERRULE_BACKEND         0
+#define NGX_HTTP_FERRULE_REDIRECT_HOST   1
+#define NGX_HTTP_FERRULE_AFFINITY_SCOPE  2
+#define NGX_HTTP_FERRULE_LOCATION_VALUES 3
+
+
 typedef struct {
     /* "namespace\tingress\tservice\tpath\thost" (empty: not counted) */
     ngx_str_t                        metrics_labels;
+    /* ferrule_location's arguments, if `located` */
+    ngx_str_t                        location[NGX_HTTP_FERRULE_LOCATION_VALUES];
+    ngx_flag_t                       located;
 } ngx_http_ferrule_loc_conf_t;
 
 
@@ -164,7 +191,14 @@ static void *ngx_http_ferrule_create_srv_conf(ngx_conf_t *cf);
 static void *ngx_http_ferrule_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
+static ngx_int_t ngx_http_ferrule_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_ferrule_postconfiguration(ngx_conf_t *cf);
+static char *ngx_http_ferrule_location(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_ferrule_location_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_int_t ngx_http_ferrule_request_body_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data);
 static char *ngx_http_ferrule_metrics_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_ferrule_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -246,12 +280,47 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
       0,
       NULL },
 
+    { ngx_string("ferrule_location"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_TAKE3,
+      ngx_http_ferrule_location,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
 
+/*
+ * Changeable: `set` still gives them a value where a location needs another one
+ * (the balancer reads what it set). Not cacheable, the location's: after an
+ * internal redirect they are the new location's.
+ */
+static ngx_http_variable_t  ngx_http_ferrule_variables[] = {
+
+    { ngx_string("ferrule_backend"), NULL,
+      ngx_http_ferrule_location_variable, NGX_HTTP_FERRULE_BACKEND,
+      NGX_HTTP_VAR_CHANGEABLE|NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ferrule_redirect_host"), NULL,
+      ngx_http_ferrule_location_variable, NGX_HTTP_FERRULE_REDIRECT_HOST,
+      NGX_HTTP_VAR_CHANGEABLE|NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    { ngx_string("ferrule_affinity_scope"), NULL,
+      ngx_http_ferrule_location_variable, NGX_HTTP_FERRULE_AFFINITY_SCOPE,
+      NGX_HTTP_VAR_CHANGEABLE|NGX_HTTP_VAR_NOCACHEABLE, 0 },
+
+    /* changeable: a configuration may still define it with a map */
+    { ngx_string("ferrule_request_body"), NULL,
+      ngx_http_ferrule_request_body_variable, 0,
+      NGX_HTTP_VAR_CHANGEABLE, 0 },
+
+      ngx_http_null_variable
+};
+
+
 static ngx_http_module_t  ngx_http_ferrule_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_ferrule_preconfiguration,     /* preconfiguration */
     ngx_http_ferrule_postconfiguration,    /* postconfiguration */
 
     ngx_http_ferrule_create_main_conf,     /* create main configuration */
@@ -319,6 +388,12 @@ ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
      */
     if (conf->metrics_labels.len == 0) {
         conf->metrics_labels = prev->metrics_labels;
+    }
+
+    /* the same for ferrule_location: the Lua rewrite phase runs in an "if" */
+    if (!conf->located && prev->located) {
+        ngx_memcpy(conf->location, prev->location, sizeof(conf->location));
+        conf->located = 1;
     }
 
     return NGX_CONF_OK;
@@ -418,6 +493,99 @@ ngx_http_ferrule_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     /* a full zone is reported to the caller (the backend stays on Lua) */
     shpool->log_nomem = 0;
     shm_zone->data = sh;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_preconfiguration(ngx_conf_t *cf)
+{
+    ngx_http_variable_t  *var, *v;
+
+    for (v = ngx_http_ferrule_variables; v->name.len; v++) {
+        var = ngx_http_add_variable(cf, &v->name, v->flags);
+        if (var == NULL) {
+            return NGX_ERROR;
+        }
+
+        var->get_handler = v->get_handler;
+        var->data = v->data;
+    }
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_ferrule_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ferrule_loc_conf_t *flcf = conf;
+
+    ngx_str_t   *value;
+    ngx_uint_t   i;
+
+    if (flcf->located) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    for (i = 0; i < NGX_HTTP_FERRULE_LOCATION_VALUES; i++) {
+        flcf->location[i] = value[i + 1];
+    }
+
+    flcf->located = 1;
+
+    return NGX_CONF_OK;
+}
+
+
+/* a ferrule_location value; not found in a location without the directive */
+static ngx_int_t
+ngx_http_ferrule_location_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    ngx_http_ferrule_loc_conf_t  *flcf;
+
+    flcf = ngx_http_get_module_loc_conf(r, ngx_http_ferrule_module);
+
+    if (!flcf->located) {
+        v->not_found = 1;
+        return NGX_OK;
+    }
+
+    v->len = flcf->location[data].len;
+    v->data = flcf->location[data].data;
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
+
+    return NGX_OK;
+}
+
+
+/* as the map it replaces: the methods that rarely carry a body, without one */
+static ngx_int_t
+ngx_http_ferrule_request_body_variable(ngx_http_request_t *r,
+    ngx_http_variable_value_t *v, uintptr_t data)
+{
+    if (r->headers_in.content_length == NULL
+        && r->headers_in.transfer_encoding == NULL
+        && (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_OPTIONS
+                         |NGX_HTTP_DELETE)))
+    {
+        v->len = 0;
+        v->data = (u_char *) "";
+
+    } else {
+        v->len = 1;
+        v->data = (u_char *) "1";
+    }
+
+    v->valid = 1;
+    v->no_cacheable = 0;
+    v->not_found = 0;
 
     return NGX_OK;
 }

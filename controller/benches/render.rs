@@ -119,6 +119,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         balancer: Default::default(),
         certificate_store_mib: 256,
         fast_path: false,
+        location_directive: false,
         worker_dir: None,
         log_to_stdio: false,
         resolvers: Vec::new(),

@@ -429,6 +429,7 @@ impl NginxFlags {
             balancer: self.balancer,
             certificate_store_mib: self.certificate_store_size,
             fast_path: false,
+            location_directive: false,
             worker_dir: None,
             log_to_stdio: self.nginx_log_stdio,
             resolvers: ferrule::nginx::render::system_resolvers(),

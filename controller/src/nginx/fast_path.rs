@@ -19,6 +19,9 @@ const FAST_PATH: &str = "ferrule_fast_zone 1m; upstream u { server 0.0.0.1:1; ba
 /// The request metrics' directives, in `http`.
 const METRICS: &str =
     "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }";
+/// A location's values in its configuration, in `http`.
+const LOCATION: &str =
+    r#"server { location / { ferrule_location a "" ""; if ($ferrule_request_body) { } } }"#;
 /// Their dump over HTTP (njs reads it so: no FFI), in `http`.
 const METRICS_DUMP: &str = "server { location = /m { ferrule_metrics_dump; } }";
 
@@ -84,6 +87,17 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
             opts.fast_path = true;
         }
         Err(why) => tracing::warn!("no C fast path, every request enters Lua: {why}"),
+    }
+    // So are a proxying location's values, if it is recent enough.
+    if opts.fast_path {
+        let modules = &opts.modules[..opts.modules.len() - 1];
+        match probe(nginx, modules, module, &format!("{FAST_PATH} {LOCATION}")) {
+            Ok(()) => opts.location_directive = true,
+            Err(why) => tracing::warn!(
+                "the C module has no ferrule_location (rebuild it: make deps); locations \
+                 set their values: {why}"
+            ),
+        }
     }
     // The request metrics are the module's too, if it is recent enough (a module
     // built before them leaves them to a Lua log phase).

@@ -119,6 +119,10 @@ impl Renderer {
         let mut tera = tera::Tera::default();
         tera.set_escape_fn(emit::quote_to);
         tera.autoescape_on(vec![".tera"]);
+        // `set`'s value expands variables: `| literal` keeps a tenant's `$` as is.
+        tera.register_filter("literal", |v: &str, _: tera::Kwargs, _: &tera::State| {
+            literal_in_variables(v)
+        });
         tera.add_raw_template("nginx.conf.tera", MAIN_TEMPLATE)
             .expect("nginx.conf.tera is valid");
         tera.add_raw_template("server.conf.tera", SERVER_TEMPLATE)

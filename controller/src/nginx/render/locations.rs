@@ -54,20 +54,20 @@ pub(super) fn location_view(
         redirect_host: (st.ssl_redirect && !st.force_ssl_redirect)
             .then_some(tls_host)
             .flatten()
-            .map(literal_in_variables),
+            .map(str::to_owned),
         ewma,
         // In every location with a backend, so that its backend may gain affinity
         // without a reload: which Ingress the location is (the cookie is set only
         // where an Ingress asked for it, affinity.ingresses) and the cookie's Path
         // where the annotation sets none (ingress-nginx: the Ingress path). One
-        // `set` for both: it runs on every request.
+        // value for both: a `set` of it runs on every request.
         affinity_scope: backend.is_some().then(|| {
             let path = match l.path_match {
                 PathMatch::Regex => "/",
                 _ => &l.path,
             };
             let (ns, name) = (&l.owner.namespace, &l.owner.name);
-            literal_in_variables(&format!("{ns}/{name} {path}"))
+            format!("{ns}/{name} {path}")
         }),
         // Canary and affinity are decided in the balancer phase: only these need
         // the rewrite phase.
@@ -200,7 +200,7 @@ fn target_view(
     };
     match t {
         Target::Backend(name) if model.backends.contains_key(name) => {
-            (Some(literal_in_variables(name)), 0, include.to_owned())
+            (Some(name.clone()), 0, include.to_owned())
         }
         Target::Backend(_) => (None, 503, String::new()),
         Target::Status(s) => (None, *s, String::new()),
@@ -227,7 +227,8 @@ pub(super) struct LocationView {
     pub(super) force_redirect: bool,
     /// `preserve-trailing-slash`: the redirect to HTTPS keeps the URI as it came.
     pub(super) preserve_trailing_slash: bool,
-    /// `ssl-redirect`: the server's host, for the balancer's per-request decision.
+    /// `ssl-redirect`: the server's host, for the balancer's per-request decision
+    /// (as written: `| literal` for a `set`).
     pub(super) redirect_host: Option<String>,
     /// `permanent-redirect` / `temporal-redirect`: a `return` before anything else
     /// of the location but the force-ssl-redirect (as ingress-nginx, whose Lua
@@ -247,7 +248,7 @@ pub(super) struct LocationView {
     pub(super) rewrite_phase: bool,
     /// `$ferrule_affinity_scope` (every location with a backend): the location's
     /// Ingress and the affinity cookie's default Path, `namespace/name /path`
-    /// (` /` where no Ingress owns the location).
+    /// (` /` where no Ingress owns the location); as written (`| literal` for a `set`).
     pub(super) affinity_scope: Option<String>,
     pub(super) body_size: Option<String>,
     pub(super) connect_timeout: Option<String>,
@@ -294,6 +295,7 @@ pub(super) struct LocationView {
     pub(super) metrics: Vec<String>,
     /// The same labels tab-separated as a Lua string (Lua log phase), or `None`.
     pub(super) metrics_lua: Option<String>,
+    /// The backend's name, as written (`| literal` for a `set`).
     pub(super) backend: Option<String>,
     pub(super) status: u16,
     pub(super) include: String,

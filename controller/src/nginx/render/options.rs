@@ -98,6 +98,12 @@ pub struct RenderOptions {
     /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
     /// plain backends are then balanced without entering Lua.
     pub fast_path: bool,
+    /// Whether the module in `modules` has `ferrule_location` and
+    /// `$ferrule_request_body` (Lua with `fast_path`): a proxying location then
+    /// names its backend, ssl-redirect host and affinity scope in its configuration
+    /// instead of with three `set`s, and no map decides whether a request has a
+    /// body: every request is spared the rewrite module's work for them.
+    pub location_directive: bool,
     /// Where the paths that worker processes open themselves live (the answer
     /// sockets, temporary files, the njs state and default certificate), when the
     /// worker user cannot enter the prefix ([`super::worker_dir`]); `None`: the prefix.

@@ -66,6 +66,7 @@ fn opts(prefix: &str) -> RenderOptions {
         balancer: Balancer::Lua,
         certificate_store_mib: 256,
         fast_path: false,
+        location_directive: false,
         worker_dir: None,
         log_to_stdio: false,
         resolvers: vec!["10.96.0.10".to_owned()],
@@ -1001,6 +1002,72 @@ async fn hostile_values_cannot_escape_their_token() {
     }
     let out = nginx_test(&hostile, dir.path(), Balancer::Lua).await;
     assert!(out.is_ok(), "nginx -t failed: {out:?}");
+}
+
+/// With the C module's `ferrule_location`, the hostile values are its arguments as
+/// they are (the module expands no variable), still in their tokens, and NGINX with
+/// the module accepts them.
+#[tokio::test]
+async fn hostile_values_stay_in_their_token_in_ferrule_location() {
+    let hostile = model_with(&world(&HOSTILE), Settings::default());
+    let benign = model_with(&world(&BENIGN), Settings::default());
+    let dir = tempfile::tempdir().unwrap();
+    let with_module = |m: &Model| {
+        Renderer::new(module_opts(dir.path()))
+            .render(m)
+            .unwrap()
+            .into_iter()
+            .map(|(k, v)| (k, v.text))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let (h, b) = (with_module(&hostile), with_module(&benign));
+    assert_same_structure(&h, &b);
+    let host_file = &h[&server_file("a.example.com")];
+    let located: Vec<_> = (host_file.lines())
+        .filter(|l| l.trim_start().starts_with("ferrule_location "))
+        .collect();
+    assert!(!located.is_empty(), "{host_file}");
+    for l in &located {
+        assert!(l.contains(r#"#$http_x_pick_"#), "the name as it is: {l}");
+    }
+    assert!(!host_file.contains("set $ferrule_backend"), "{host_file}");
+    assert!(!h["conf/nginx.conf"].contains("$ferrule_request_body {"));
+
+    if which_nginx().is_none() || !Path::new(MODULE_SO).exists() {
+        eprintln!("nginx or Ferrule's module not installed: skipping nginx -t");
+        return;
+    }
+    // With an ssl-redirect host and without (an empty argument).
+    let no_redirect = REWRITE.replace(
+        "  annotations:\n",
+        "  annotations:\n    nginx.ingress.kubernetes.io/ssl-redirect: \"false\"\n",
+    );
+    let plain = model(&format!("{SERVICES}---{no_redirect}"), Settings::default());
+    for m in [&hostile, &plain] {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = crate::tls::self_signed_default().unwrap();
+        let renderer = Renderer::new(module_opts(dir.path()));
+        let dp = crate::nginx::Dataplane::new(renderer, "nginx".into(), pem).unwrap();
+        let (_, specs) = dp.files(m).unwrap();
+        crate::nginx::files::write_all(dir.path(), &specs).unwrap();
+        let out = (crate::nginx::process::Nginx::new("nginx", dir.path()).test()).await;
+        assert!(out.is_ok(), "nginx -t failed: {out:?}");
+    }
+}
+
+/// Where `make deps` installs Ferrule's module.
+const MODULE_SO: &str = "/usr/lib/nginx/modules/ngx_http_ferrule_module.so";
+
+/// [`opts`] with the Lua balancer's fast path and `ferrule_location` on.
+fn module_opts(prefix: &Path) -> RenderOptions {
+    let mut o = opts(&prefix.to_string_lossy());
+    o.modules = (Balancer::Lua.modules().iter())
+        .map(|m| format!("/usr/lib/nginx/modules/{m}"))
+        .chain([MODULE_SO.to_owned()])
+        .collect();
+    o.fast_path = true;
+    o.location_directive = true;
+    o
 }
 
 /// In njs mode too, hostile values stay in their token, and NGINX (with the js
