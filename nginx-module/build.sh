@@ -19,7 +19,7 @@ SO=ngx_http_ferrule_module.so
 
 [ -f "$SRC/conf_flags" ] || { echo "no $SRC/conf_flags: install nginx-dev" >&2; exit 1; }
 # What the installed module was built from: the source and the NGINX it is for.
-stamp=$( { cat "$HERE/config" "$HERE/ngx_http_ferrule_module.c"; "$NGINX" -V 2>&1; } | sha256sum | cut -d' ' -f1)
+stamp=$( { cat "$HERE/config" "$HERE"/*.[ch]; "$NGINX" -V 2>&1; } | sha256sum | cut -d' ' -f1)
 if [ -f "$DEST/$SO" ] && [ "$(cat "$DEST/$SO.stamp" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi

@@ -10,7 +10,7 @@
 --             exits) into lua_shared_dict ferrule_metrics, which keeps its counts
 --             across reloads.
 -- An entry is one (location labels, canary, method, status); its counters follow
--- the layout of nginx-module/ngx_http_ferrule_module.c: for each histogram its sum
+-- the layout of nginx-module/ngx_http_ferrule_metrics.c: for each histogram its sum
 -- (ms or bytes) then its buckets (non-cumulative, +Inf last).
 local ffi = require("ffi")
 

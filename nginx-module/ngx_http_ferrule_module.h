@@ -1,0 +1,91 @@
+/*
+ * What the parts of ngx_http_ferrule_module share: its configurations and the
+ * functions one part calls in another (ngx_http_ferrule_module.c: the module,
+ * its variables and the fast path; ngx_http_ferrule_metrics.c: the request
+ * metrics).
+ */
+
+#ifndef NGX_HTTP_FERRULE_MODULE_H
+#define NGX_HTTP_FERRULE_MODULE_H
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/* attempts per request on distinct endpoints (the Lua balancer's 1 + 3 tries) */
+#define NGX_HTTP_FERRULE_MAX_TRIES   4
+/* "[ipv6]:port" */
+#define NGX_HTTP_FERRULE_ADDR_LEN    (NGX_INET6_ADDRSTRLEN + sizeof("[]:65535"))
+/* backend names are bounded by the Lua validator; anything longer is refused */
+#define NGX_HTTP_FERRULE_NAME_MAX    1024
+
+#define NGX_HTTP_FERRULE_OK          0
+#define NGX_HTTP_FERRULE_NO_ZONE     -1
+#define NGX_HTTP_FERRULE_BAD_INPUT   -2
+#define NGX_HTTP_FERRULE_NO_MEMORY   -3
+#define NGX_HTTP_FERRULE_NOT_FOUND   -4
+#define NGX_HTTP_FERRULE_TOO_SMALL   -5
+#define NGX_HTTP_FERRULE_BUSY        -6
+
+/* the value of a lock held for writing (as ngx_rwlock's) */
+#define NGX_HTTP_FERRULE_WLOCK       ((ngx_atomic_uint_t) -1)
+/* how long anyone waits for the lock, in ms (a holder copies a few peers) */
+#define NGX_HTTP_FERRULE_LOCK_WAIT   1000
+
+
+/* the per-request metrics' layout: bucket bounds (le) of the three kinds */
+typedef struct {
+    ngx_str_t                        text;     /* as configured: "0.005,0.01" */
+    ngx_uint_t                       n;
+    double                          *le;
+} ngx_http_ferrule_buckets_t;
+
+
+typedef struct {
+    ngx_shm_zone_t                  *zone;
+    ngx_shm_zone_t                  *metrics_zone;
+    ngx_http_ferrule_buckets_t       time;
+    ngx_http_ferrule_buckets_t       length;
+    ngx_http_ferrule_buckets_t       size;
+    ngx_uint_t                       slot_len;  /* counters in one slot */
+    ngx_int_t                        canary_index;
+} ngx_http_ferrule_main_conf_t;
+
+
+/* the values ferrule_location gives, in its arguments' order */
+#define NGX_HTTP_FERRULE_BACKEND         0
+#define NGX_HTTP_FERRULE_REDIRECT_HOST   1
+#define NGX_HTTP_FERRULE_AFFINITY_SCOPE  2
+#define NGX_HTTP_FERRULE_LOCATION_VALUES 3
+
+
+typedef struct {
+    /* "namespace\tingress\tservice\tpath\thost" (empty: not counted) */
+    ngx_str_t                        metrics_labels;
+    /* ferrule_location's arguments, if `located` */
+    ngx_str_t                        location[NGX_HTTP_FERRULE_LOCATION_VALUES];
+    ngx_flag_t                       located;
+} ngx_http_ferrule_loc_conf_t;
+
+
+extern ngx_module_t  ngx_http_ferrule_module;
+
+/* ngx_http_ferrule_module.c */
+void ngx_http_ferrule_variable(ngx_http_request_t *r, ngx_int_t index,
+    ngx_str_t *out);
+ngx_int_t ngx_http_ferrule_index(ngx_conf_t *cf, ngx_str_t *name);
+
+/* ngx_http_ferrule_metrics.c */
+ngx_int_t ngx_http_ferrule_postconfiguration(ngx_conf_t *cf);
+char *ngx_http_ferrule_metrics_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_ferrule_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+/* the FFI interface of lua/ferrule/metrics.lua */
+long ngx_http_ferrule_metrics_bound(void);
+long ngx_http_ferrule_metrics_dump(u_char *buf, size_t size);
+
+#endif /* NGX_HTTP_FERRULE_MODULE_H */
