@@ -10,7 +10,8 @@
 # 2. The files Ferrule adds, staged in target/image/context/ (the Containerfile
 #    copies the same directory): /usr/bin/ferrule (the release binary, which
 #    carries the Lua and njs sources and the templates) and
-#    /usr/lib/nginx/modules/ngx_http_ferrule_module.so (nginx-module/build.sh).
+#    /usr/lib/nginx/modules/ngx_http_ferrule_module.so and ngx_stream_ferrule_module.so
+#    (nginx-module/build.sh).
 # 3. umoci assembles the layers into an OCI layout and it is archived as
 #    target/image/ferrule.oci.tar; likewise the sandbox image built from
 #    kubernetes' pause.c (target/image/pause.oci.tar) and the echo backend of the
@@ -177,12 +178,13 @@ build_ferrule() {
     bash "$ROOT/nginx-module/build.sh" "$mod"
     rm -rf "$ctx"
     install -D -m 0755 "$FERRULE_BIN" "$ctx/usr/bin/ferrule"
-    install -D -m 0644 "$mod/ngx_http_ferrule_module.so" \
-        "$ctx/usr/lib/nginx/modules/ngx_http_ferrule_module.so"
+    for so in ngx_http_ferrule_module.so ngx_stream_ferrule_module.so; do
+        install -D -m 0644 "$mod/$so" "$ctx/usr/lib/nginx/modules/$so"
+    done
     layer_tar "$ctx" "$OUT/ferrule-layer.tar"
     assemble ferrule "$(stamp_of "$base" "$OUT/ferrule-layer.tar" "$0")" \
         "$base:mmdebstrap $SUITE: $(packages | tr '\n' ' ')+ image/setup.sh" \
-        "$OUT/ferrule-layer.tar:ferrule, ngx_http_ferrule_module.so" -- \
+        "$OUT/ferrule-layer.tar:ferrule, ngx_http_ferrule_module.so, ngx_stream_ferrule_module.so" -- \
         --config.user 101:101 \
         --config.entrypoint /usr/bin/ferrule --config.cmd run --config.cmd --nginx-log-stdio \
         --config.workingdir /var/lib/ferrule \

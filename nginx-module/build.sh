@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds ngx_http_ferrule_module.so against the installed NGINX and installs it
-# next to the other dynamic modules, where the controller looks for it
-# (--nginx-modules, default /usr/lib/nginx/modules). Idempotent: nothing is rebuilt
+# Builds ngx_http_ferrule_module.so and ngx_stream_ferrule_module.so against the
+# installed NGINX and installs them next to the other dynamic modules, where the
+# controller looks for them (--nginx-modules, default /usr/lib/nginx/modules). Idempotent: nothing is rebuilt
 # while the source and the NGINX binary are those of the last build.
 #
 #   nginx-module/build.sh [MODULES_DIR]
@@ -16,11 +16,12 @@ DEST=${1:-/usr/lib/nginx/modules}
 SRC=/usr/share/nginx/src
 NGINX=${NGINX:-nginx}
 SO=ngx_http_ferrule_module.so
+STREAM_SO=ngx_stream_ferrule_module.so
 
 [ -f "$SRC/conf_flags" ] || { echo "no $SRC/conf_flags: install nginx-dev" >&2; exit 1; }
 # What the installed module was built from: the source and the NGINX it is for.
 stamp=$( { cat "$HERE/config" "$HERE"/*.[ch]; "$NGINX" -V 2>&1; } | sha256sum | cut -d' ' -f1)
-if [ -f "$DEST/$SO" ] && [ "$(cat "$DEST/$SO.stamp" 2>/dev/null)" = "$stamp" ]; then
+if [ -f "$DEST/$SO" ] && [ -f "$DEST/$STREAM_SO" ] && [ "$(cat "$DEST/$SO.stamp" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
 
@@ -32,12 +33,20 @@ cp -r "$SRC/." "$work/"
 echo "building $SO for $("$NGINX" -v 2>&1)" >&2
 (
     cd "$work"
-    ./configure "${NGX_CONF_FLAGS[@]}" --add-dynamic-module="$HERE" > configure.log 2>&1 ||
+    # conf_flags leaves out the stream module, which Debian builds as its own
+    # package (libnginx-mod-stream) with these flags (nginx -V)
+    ./configure "${NGX_CONF_FLAGS[@]}" --with-stream=dynamic --with-stream_ssl_module \
+        --with-stream_ssl_preread_module --with-stream_realip_module \
+        --add-dynamic-module="$HERE" > configure.log 2>&1 ||
         { cat configure.log >&2; exit 1; }
-    make -f objs/Makefile modules > make.log 2>&1 || { cat make.log >&2; exit 1; }
+    # only these: nginx-dev has the stream module's headers, not its sources
+    make -f objs/Makefile "objs/$SO" "objs/$STREAM_SO" > make.log 2>&1 || { cat make.log >&2; exit 1; }
 )
 mkdir -p "$DEST"
-install -m 0644 "$work/objs/$SO" "$DEST/$SO.tmp"
-mv "$DEST/$SO.tmp" "$DEST/$SO"
+# The stream module first: the HTTP one's stamp says both are installed.
+for so in "$STREAM_SO" "$SO"; do
+    install -m 0644 "$work/objs/$so" "$DEST/$so.tmp"
+    mv "$DEST/$so.tmp" "$DEST/$so"
+    echo "installed $DEST/$so" >&2
+done
 echo "$stamp" > "$DEST/$SO.stamp"
-echo "installed $DEST/$SO" >&2

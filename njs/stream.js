@@ -5,7 +5,9 @@
 // writes one file per stream backend, $ferrule_stream_peers/<backend>.json =
 // {"backend": NAME, "peers": ["addr:port", "[v6]:port", ...]}, replaced
 // atomically (rename) when its endpoints change, and this picks one per
-// connection. Works with either HTTP balancer (Lua or njs).
+// connection. Works with either HTTP balancer (Lua or njs). Where Ferrule's
+// stream module loads, it reads the same files instead and gives NGINX every
+// peer, so that a failed connection tries the next (this picks one, no retry).
 import fs from 'fs';
 import balance from 'ferrule/balance.js';
 

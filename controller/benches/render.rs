@@ -120,6 +120,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         certificate_store_mib: 256,
         fast_path: false,
         location_directive: false,
+        stream_module: false,
         worker_dir: None,
         log_to_stdio: false,
         resolvers: Vec::new(),

@@ -267,7 +267,8 @@ struct NginxFlags {
     /// --nginx-modules, built by `make deps`), which balances plain round-robin
     /// backends without entering Lua. By default it is used when NGINX loads it.
     /// The same module counts the request metrics (with --balancer njs, the only
-    /// way they are counted): this turns that off too.
+    /// way they are counted), and its stream twin gives TCP/UDP connections their
+    /// retries (`ngx_stream_ferrule_module.so`): this turns those off too.
     #[arg(long)]
     no_fast_path: bool,
     /// Send NGINX's error log to stderr and its access log to stdout (a container's
@@ -430,6 +431,7 @@ impl NginxFlags {
             certificate_store_mib: self.certificate_store_size,
             fast_path: false,
             location_directive: false,
+            stream_module: false,
             worker_dir: None,
             log_to_stdio: self.nginx_log_stdio,
             resolvers: ferrule::nginx::render::system_resolvers(),

@@ -156,7 +156,8 @@ for d, dirs, files in os.walk(ctx):
 top = layer_tar(layers[1])
 in_layer = {m.name for m in top.getmembers() if m.isfile()}
 if in_layer != staged or staged != {"./usr/bin/ferrule",
-                                    "./usr/lib/nginx/modules/ngx_http_ferrule_module.so"}:
+                                    "./usr/lib/nginx/modules/ngx_http_ferrule_module.so",
+                                    "./usr/lib/nginx/modules/ngx_stream_ferrule_module.so"}:
     errors.append(f"ferrule layer files {sorted(in_layer)} != staged {sorted(staged)}")
 
 cfg = config.get("config", {})

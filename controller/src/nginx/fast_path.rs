@@ -3,7 +3,9 @@
 //! the work with `balancer_by_lua`). It is optional: found next to the other
 //! modules, and used only when this NGINX loads it, so a module built for another
 //! NGINX costs speed, never the service. The same module counts the request
-//! metrics; with njs, which has no balancer phase to share, it does only that.
+//! metrics; with njs, which has no balancer phase to share, it does only that. Its
+//! stream twin gives TCP/UDP connections every endpoint of their backend, so that
+//! they retry the next (without it, njs picks one and a dead endpoint fails them).
 
 use std::path::Path;
 use std::process::Command;
@@ -13,6 +15,8 @@ use super::render::{Balancer, RenderOptions};
 
 /// The module's file name in the modules directory.
 pub const MODULE: &str = "ngx_http_ferrule_module.so";
+/// Its stream twin, beside it (`ferrule_stream_peers`: TCP/UDP services' retries).
+pub const STREAM_MODULE: &str = "ngx_stream_ferrule_module.so";
 
 /// The fast path's directives, in `http` (behind `balancer_by_lua`: Lua modules).
 const FAST_PATH: &str = "ferrule_fast_zone 1m; upstream u { server 0.0.0.1:1; balancer_by_lua_block { } ferrule_fast; }";
@@ -28,6 +32,16 @@ const METRICS_DUMP: &str = "server { location = /m { ferrule_metrics_dump; } }";
 /// Whether `nginx` loads `module` after `modules` and accepts `http` (the body of
 /// an `http` block using its directives); if not, why not.
 pub fn probe(nginx: &Path, modules: &[String], module: &Path, http: &str) -> Result<(), String> {
+    probe_blocks(nginx, modules, module, &format!("http {{ {http} }}"))
+}
+
+/// [`probe`] with `blocks` as the configuration's top-level blocks.
+fn probe_blocks(
+    nginx: &Path,
+    modules: &[String],
+    module: &Path,
+    blocks: &str,
+) -> Result<(), String> {
     if !module.is_file() {
         return Err(format!("{} not found", module.display()));
     }
@@ -43,7 +57,7 @@ pub fn probe(nginx: &Path, modules: &[String], module: &Path, http: &str) -> Res
     }
     let path = |f: &str| quote(&tmp.path().join(f).to_string_lossy());
     conf.push_str(&format!(
-        "pid {};\nerror_log {};\nevents {{}}\nhttp {{ {http} }}\n",
+        "pid {};\nerror_log {};\nevents {{}}\n{blocks}\n",
         path("nginx.pid"),
         path("error.log")
     ));
@@ -73,10 +87,12 @@ pub fn probe(nginx: &Path, modules: &[String], module: &Path, http: &str) -> Res
 
 /// Turns the fast path on in `opts` when `module` (a candidate path) is given, the
 /// balancer is Lua and `nginx` loads it; with njs, loads the module for the request
-/// metrics alone. Logs which way it went. Runs `nginx -t`: call it where a slow
+/// metrics alone. With either, loads the stream module beside it where TCP/UDP
+/// services or passthrough need the stream block. Logs which way it went. Runs `nginx -t`: call it where a slow
 /// NGINX may block (not before the status port serves).
 pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
     let Some(module) = module else { return };
+    enable_stream(opts, nginx, module);
     if opts.balancer == Balancer::Njs {
         return enable_njs_metrics(opts, nginx, module);
     }
@@ -111,6 +127,29 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
                 "the C module does not count requests (rebuild it: make deps); Lua does: {why}"
             ),
         }
+    }
+}
+
+/// With TCP/UDP services or passthrough (the stream modules loaded), loads the stream
+/// module beside `module` if NGINX accepts it, whichever the balancer.
+fn enable_stream(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
+    let stream_core = super::render::STREAM_MODULES[0];
+    if !opts.modules.iter().any(|m| m.ends_with(stream_core)) {
+        return;
+    }
+    let stream = module.with_file_name(STREAM_MODULE);
+    let blocks = "stream { upstream u { server 0.0.0.1:1; \
+                  ferrule_stream_peers /nonexistent $remote_addr; } }";
+    match probe_blocks(nginx, &opts.modules, &stream, blocks) {
+        Ok(()) => {
+            tracing::info!(module = %stream.display(), "TCP/UDP connections retry other endpoints");
+            opts.modules.push(stream.to_string_lossy().into_owned());
+            opts.stream_module = true;
+        }
+        Err(why) => tracing::warn!(
+            "no stream module: a TCP/UDP connection to a dead endpoint fails \
+             (proxy-stream-next-upstream has no effect): {why}"
+        ),
     }
 }
 

@@ -1,6 +1,8 @@
 //! The peers files of TCP/UDP services: one JSON file per stream backend in
 //! `STREAM_PEERS_DIR`, `{"backend": NAME, "peers": ["addr:port", ...]}`, read by
-//! `njs/stream.js` for every new connection. NGINX's stream subsystem has no Lua
+//! Ferrule's stream module (`nginx-module/ngx_stream_ferrule_module.c`, which relies
+//! on this compact form: no spaces, no escapes) or else `njs/stream.js` for every new
+//! connection. NGINX's stream subsystem has no Lua
 //! and no balancer API, so the controller writes them, beside its posts to the
 //! HTTP balancer and from the same view: an endpoint change reaches the next
 //! connection without a reload. Each file is replaced atomically (a reader sees the

@@ -263,6 +263,68 @@ async fn churn(extra: &[&str]) {
     no_reload.check(&f, "endpoints gone and back").await;
 }
 
+/// A ready endpoint where nothing listens: with ingress-nginx's defaults
+/// (`proxy-stream-next-upstream` on, 3 tries) a connection that meets it goes on to
+/// the next endpoint (Ferrule's stream module), so every one is answered; with the
+/// key off, those connections fail.
+#[tokio::test]
+async fn a_connection_to_a_dead_endpoint_tries_the_next() {
+    retries(&[]).await;
+}
+
+#[tokio::test]
+async fn a_connection_to_a_dead_endpoint_tries_the_next_with_njs_too() {
+    retries(&["--balancer", "njs"]).await;
+}
+
+async fn retries(extra: &[&str]) {
+    let target = free_port();
+    let _two = StreamEcho::start("127.0.0.2", target).await;
+    let tcp_port = free_port();
+    let m = Manifests::new();
+    // 127.0.0.4: ready in the EndpointSlice, nothing listens there.
+    let services = cluster(
+        &["127.0.0.4", "127.0.0.2"],
+        target,
+        &[(tcp_port, "demo/echo:9000")],
+        &[],
+    );
+    m.write("all.yaml", &services);
+    m.write("cm.yaml", &configmap(&[]));
+    let flags: Vec<&str> = (FLAGS.iter())
+        .chain(&["--configmap", "demo/ferrule"])
+        .chain(extra)
+        .copied()
+        .collect();
+    let f = Ferrule::start(m.path(), &flags).await;
+    for i in 0..12 {
+        assert_eq!(
+            tcp_ask(tcp_port, i.to_string().as_bytes()).await,
+            Ok(format!("127.0.0.2 {i}")),
+            "connection {i}; log:\n{}",
+            f.logs()
+        );
+    }
+
+    m.write(
+        "cm.yaml",
+        &configmap(&[("proxy-stream-next-upstream", "false")]),
+    );
+    let failing = wait_until(Duration::from_secs(10), || async {
+        let mut failed = 0;
+        for _ in 0..6 {
+            failed += usize::from(tcp_ask(tcp_port, b"q").await.is_err());
+        }
+        failed > 0
+    })
+    .await;
+    assert!(
+        failing,
+        "with proxy-stream-next-upstream off, no connection met the dead endpoint; log:\n{}",
+        f.logs()
+    );
+}
+
 #[tokio::test]
 async fn ports_come_and_go_with_the_configmap_and_bad_entries_are_reported() {
     let target = free_port();

@@ -266,6 +266,35 @@ const ROWS: &[Row] = &[
             Some("5s"),
         )
     },
+    // Retries of a TCP/UDP connection on the next endpoint: Ferrule's stream module
+    // gives the upstream a connection's endpoints (without it, njs picks one).
+    Row {
+        context: Context::Stream,
+        ..row(
+            "proxy-stream-next-upstream",
+            "proxy_next_upstream",
+            flag,
+            Some("true"),
+        )
+    },
+    Row {
+        context: Context::Stream,
+        ..row(
+            "proxy-stream-next-upstream-timeout",
+            "proxy_next_upstream_timeout",
+            time,
+            Some("600s"),
+        )
+    },
+    Row {
+        context: Context::Stream,
+        ..row(
+            "proxy-stream-next-upstream-tries",
+            "proxy_next_upstream_tries",
+            tries,
+            Some("3"),
+        )
+    },
     Row {
         context: Context::Stream,
         ..row(

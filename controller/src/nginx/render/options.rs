@@ -104,6 +104,10 @@ pub struct RenderOptions {
     /// instead of with three `set`s, and no map decides whether a request has a
     /// body: every request is spared the rewrite module's work for them.
     pub location_directive: bool,
+    /// Whether `modules` holds Ferrule's stream module ([`super::fast_path`]): TCP/UDP
+    /// services and passthrough hosts then get every endpoint in an upstream, and a
+    /// connection that cannot reach one tries the next; else njs picks one.
+    pub stream_module: bool,
     /// Where the paths that worker processes open themselves live (the answer
     /// sockets, temporary files, the njs state and default certificate), when the
     /// worker user cannot enter the prefix ([`super::worker_dir`]); `None`: the prefix.

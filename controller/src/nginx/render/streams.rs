@@ -1,8 +1,10 @@
 //! The `stream` block: one server per TCP or UDP service, and the TLS router of
 //! `--enable-ssl-passthrough`. NGINX's stream subsystem has no balancer Ferrule can
-//! post to, so each connection's peer is picked by `njs/stream.js` from the
-//! backend's peers file, which the controller rewrites when its endpoints change
-//! (`nginx::stream_peers`): no reload for endpoints, as in HTTP.
+//! post to, so a connection's peers come from the backend's peers file, which the
+//! controller rewrites when its endpoints change (`nginx::stream_peers`): no reload
+//! for endpoints, as in HTTP. Ferrule's stream module reads it into an upstream, so
+//! that a connection that cannot reach an endpoint tries the next
+//! (`proxy-stream-next-upstream*`); without the module `njs/stream.js` picks one.
 
 use ferrule_model::{Model, StreamProtocol};
 use serde::Serialize;
@@ -21,6 +23,9 @@ pub(super) struct StreamsView {
     script: String,
     /// `js_var $ferrule_stream_peers`: the directory of peers files.
     peers_dir: String,
+    /// The same, as it is, for the stream module's `ferrule_stream_peers` (which
+    /// expands no variable); `None` without the module.
+    module_peers_dir: Option<String>,
     servers: Vec<StreamServerView>,
     /// The Ingresses' `stream-snippet`s, each between its source markers.
     snippets: Vec<StreamSnippetView>,
@@ -109,6 +114,7 @@ pub(super) fn view(r: &Renderer, model: &Model) -> Option<StreamsView> {
         script: r.path(&format!("{NJS_DIR}/stream.js")),
         // `js_var` expands variables in its value: a `$` in the prefix is literal.
         peers_dir: literal_in_variables(&r.worker_path(STREAM_PEERS_DIR)),
+        module_peers_dir: (r.opts.stream_module).then(|| r.worker_path(STREAM_PEERS_DIR)),
         servers,
         snippets: (model.stream_snippets.iter())
             .map(|s| StreamSnippetView {

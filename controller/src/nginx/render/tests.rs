@@ -67,6 +67,7 @@ fn opts(prefix: &str) -> RenderOptions {
         certificate_store_mib: 256,
         fast_path: false,
         location_directive: false,
+        stream_module: false,
         worker_dir: None,
         log_to_stdio: false,
         resolvers: vec!["10.96.0.10".to_owned()],
@@ -1624,6 +1625,74 @@ data:
     let stream = &conf[conf.find("\nstream {").expect("a stream block")..];
     insta::assert_snapshot!(stream);
     passes_nginx_t_with_both_balancers(&m, false).await;
+}
+
+/// With Ferrule's stream module, TCP/UDP services and passthrough hosts proxy to an
+/// upstream that reads the peers files, and NGINX with the module accepts it with
+/// either balancer.
+#[tokio::test]
+async fn the_stream_module_gives_connections_every_endpoint() {
+    let yaml = r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: pass
+  namespace: demo
+  annotations: { nginx.ingress.kubernetes.io/ssl-passthrough: "true" }
+spec:
+  rules:
+  - host: pass.example
+    http: { paths: [{ path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }] }
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: { name: tcp-services, namespace: ingress-nginx }
+data: { "9000": "demo/app:80" }
+"#;
+    let settings = Settings {
+        tcp_services: Some("ingress-nginx/tcp-services".to_owned()),
+        ssl_passthrough: true,
+        ..Settings::default()
+    };
+    let m = model(&format!("{SERVICES}---{yaml}"), settings);
+    let stream_so = "/usr/lib/nginx/modules/ngx_stream_ferrule_module.so";
+    for balancer in [Balancer::Lua, Balancer::Njs] {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = dir.path().to_path_buf();
+        let mut o = opts(&prefix.to_string_lossy());
+        o.balancer = balancer;
+        o.ssl_passthrough = true;
+        o.stream_module = true;
+        o.modules = (balancer.modules().iter())
+            .chain(STREAM_MODULES)
+            .map(|m| format!("/usr/lib/nginx/modules/{m}"))
+            .chain([stream_so.to_owned()])
+            .collect();
+        let peers = format!("{}/run/ferrule-stream", prefix.display());
+        let rendered = Renderer::new(o.clone()).render(&m).unwrap();
+        let conf = &rendered["conf/nginx.conf"].text;
+        for want in [
+            format!("ferrule_stream_peers \"{peers}\" $ferrule_backend;"),
+            format!("ferrule_stream_peers \"{peers}\" $ferrule_passthrough_backend;"),
+            "proxy_pass ferrule_stream;".to_owned(),
+            "proxy_pass ferrule_passthrough;".to_owned(),
+            "proxy_next_upstream_tries \"3\";".to_owned(),
+        ] {
+            assert!(conf.contains(&want), "{want} missing from\n{conf}");
+        }
+        assert!(!conf.contains("proxy_pass $ferrule_stream_peer"), "{conf}");
+
+        if which_nginx().is_none() || !Path::new(stream_so).exists() {
+            eprintln!("nginx or Ferrule's stream module not installed: skipping nginx -t");
+            return;
+        }
+        let pem = crate::tls::self_signed_default().unwrap();
+        let dp = crate::nginx::Dataplane::new(Renderer::new(o), "nginx".into(), pem).unwrap();
+        let (_, specs) = dp.files(&m).unwrap();
+        crate::nginx::files::write_all(&prefix, &specs).unwrap();
+        let out = (crate::nginx::process::Nginx::new("nginx", &prefix).test()).await;
+        assert!(out.is_ok(), "nginx -t failed with {balancer:?}: {out:?}");
+    }
 }
 
 /// `--enable-ssl-passthrough`: the stream block takes the HTTPS port and routes by
