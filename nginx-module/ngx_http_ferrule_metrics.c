@@ -639,7 +639,7 @@ count:
 
 
 ngx_int_t
-ngx_http_ferrule_postconfiguration(ngx_conf_t *cf)
+ngx_http_ferrule_metrics_init(ngx_conf_t *cf)
 {
     ngx_http_handler_pt           *h;
     ngx_http_core_main_conf_t     *cmcf;

@@ -14,6 +14,10 @@
  *                             location: the values of $ferrule_backend,
  *                             $ferrule_redirect_host and $ferrule_affinity_scope
  *                             there (below)
+ *   ferrule_input_header NAME VALUE;
+ *                             http: request header NAME is VALUE (variables
+ *                             allowed; empty: absent) from the post-read phase
+ *                             on, whatever the client sent under that name
  *
  * The module also defines $ferrule_request_body: "" for a GET, HEAD, OPTIONS or
  * DELETE without Content-Length or Transfer-Encoding, else "1" (the Lua
@@ -134,6 +138,10 @@ static void *ngx_http_ferrule_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static ngx_int_t ngx_http_ferrule_preconfiguration(ngx_conf_t *cf);
+static ngx_int_t ngx_http_ferrule_postconfiguration(ngx_conf_t *cf);
+static char *ngx_http_ferrule_input_header(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static ngx_int_t ngx_http_ferrule_input_header_handler(ngx_http_request_t *r);
 static char *ngx_http_ferrule_location(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ferrule_location_variable(ngx_http_request_t *r,
@@ -216,6 +224,13 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE3,
       ngx_http_ferrule_location,
       NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("ferrule_input_header"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      ngx_http_ferrule_input_header,
+      NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
 
@@ -470,6 +485,157 @@ ngx_http_ferrule_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     flcf->located = 1;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * ferrule_input_header: what a request header says is decided by the
+ * configuration before any other module reads it. Written for the realip module
+ * (use-proxy-protocol with use-forwarded-headers): real_ip_header takes no
+ * variable, so the client address comes from a header this sets. The handler
+ * runs in the post-read phase before realip's (modules loaded later register
+ * later and run first), and hides every copy the client sent: otherwise the
+ * client's would be read first (ingress-nginx set it with headers-more in the
+ * rewrite phase, after realip had read the client's own).
+ */
+static char *
+ngx_http_ferrule_input_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_ferrule_main_conf_t *fmcf = conf;
+
+    ngx_str_t                         *value;
+    ngx_uint_t                         i;
+    ngx_http_compile_complex_value_t   ccv;
+
+    if (fmcf->input_header.len) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 0) {
+        return "needs a header name";
+    }
+
+    for (i = 0; i < value[1].len; i++) {
+        if (!((value[1].data[i] >= 'a' && value[1].data[i] <= 'z')
+              || (value[1].data[i] >= 'A' && value[1].data[i] <= 'Z')
+              || (value[1].data[i] >= '0' && value[1].data[i] <= '9')
+              || value[1].data[i] == '-'))
+        {
+            return "needs a header name of letters, digits and dashes";
+        }
+    }
+
+    fmcf->input_header = value[1];
+    fmcf->input_header_lowcase = ngx_pnalloc(cf->pool, value[1].len);
+    if (fmcf->input_header_lowcase == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    fmcf->input_header_hash = ngx_hash_strlow(fmcf->input_header_lowcase,
+                                              value[1].data, value[1].len);
+
+    fmcf->input_header_value = ngx_palloc(cf->pool,
+                                          sizeof(ngx_http_complex_value_t));
+    if (fmcf->input_header_value == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+    ccv.cf = cf;
+    ccv.value = &value[2];
+    ccv.complex_value = fmcf->input_header_value;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_input_header_handler(ngx_http_request_t *r)
+{
+    ngx_str_t                      value;
+    ngx_uint_t                     i;
+    ngx_list_part_t               *part;
+    ngx_table_elt_t               *h;
+    ngx_http_ferrule_main_conf_t  *fmcf;
+
+    fmcf = ngx_http_get_module_main_conf(r, ngx_http_ferrule_module);
+
+    if (r != r->main || fmcf->input_header.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_complex_value(r, fmcf->input_header_value, &value) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /* the client's copies: hash 0 is how NGINX marks a header deleted */
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == fmcf->input_header.len
+            && ngx_strncasecmp(h[i].key.data, fmcf->input_header.data,
+                               fmcf->input_header.len) == 0)
+        {
+            h[i].hash = 0;
+        }
+    }
+
+    if (value.len == 0) {
+        return NGX_DECLINED;
+    }
+
+    h = ngx_list_push(&r->headers_in.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->hash = fmcf->input_header_hash;
+    h->key = fmcf->input_header;
+    h->lowcase_key = fmcf->input_header_lowcase;
+    h->value = value;
+
+    return NGX_DECLINED;
+}
+
+
+static ngx_int_t
+ngx_http_ferrule_postconfiguration(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt           *h;
+    ngx_http_core_main_conf_t     *cmcf;
+    ngx_http_ferrule_main_conf_t  *fmcf;
+
+    fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ferrule_module);
+
+    if (fmcf->input_header.len) {
+        cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+        h = ngx_array_push(&cmcf->phases[NGX_HTTP_POST_READ_PHASE].handlers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        *h = ngx_http_ferrule_input_header_handler;
+    }
+
+    return ngx_http_ferrule_metrics_init(cf);
 }
 
 

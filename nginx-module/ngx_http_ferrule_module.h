@@ -50,6 +50,11 @@ typedef struct {
     ngx_http_ferrule_buckets_t       size;
     ngx_uint_t                       slot_len;  /* counters in one slot */
     ngx_int_t                        canary_index;
+    /* ferrule_input_header: the name, lowercased, its hash, and the value */
+    ngx_str_t                        input_header;
+    u_char                          *input_header_lowcase;
+    ngx_uint_t                       input_header_hash;
+    ngx_http_complex_value_t        *input_header_value;
 } ngx_http_ferrule_main_conf_t;
 
 
@@ -77,7 +82,7 @@ void ngx_http_ferrule_variable(ngx_http_request_t *r, ngx_int_t index,
 ngx_int_t ngx_http_ferrule_index(ngx_conf_t *cf, ngx_str_t *name);
 
 /* ngx_http_ferrule_metrics.c */
-ngx_int_t ngx_http_ferrule_postconfiguration(ngx_conf_t *cf);
+ngx_int_t ngx_http_ferrule_metrics_init(ngx_conf_t *cf);
 char *ngx_http_ferrule_metrics_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_ferrule_metrics(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -121,6 +121,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         fast_path: false,
         location_directive: false,
         stream_module: false,
+        input_header: false,
         worker_dir: None,
         log_to_stdio: false,
         resolvers: Vec::new(),

@@ -112,6 +112,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
         }
     })
     .await?;
+    args.settings.input_headers = args.render.input_header;
     // A restarted controller takes over the NGINX it left running, without a reload.
     let dataplane = Dataplane::adopt_or_new(
         Renderer::new(args.render.clone()),

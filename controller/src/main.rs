@@ -201,8 +201,9 @@ impl ModelFlags {
             udp_services: self.udp_services_configmap.clone(),
             ssl_passthrough: self.enable_ssl_passthrough,
             disable_catch_all: self.disable_catch_all,
-            // `ferrule run` says which balancer serves.
+            // `ferrule run` says which balancer serves and whether its module loads.
             ocsp_stapling: true,
+            input_headers: true,
             // `ferrule run` adds its ports; the others serve none.
             reserved_ports: Vec::new(),
             now,
@@ -432,6 +433,7 @@ impl NginxFlags {
             fast_path: false,
             location_directive: false,
             stream_module: false,
+            input_header: false,
             worker_dir: None,
             log_to_stdio: self.nginx_log_stdio,
             resolvers: ferrule::nginx::render::system_resolvers(),

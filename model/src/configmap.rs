@@ -11,8 +11,6 @@ pub enum Status {
         /// A value the reader accepts.
         example: &'static str,
     },
-    /// Not implemented yet.
-    NotYet,
     /// Needs an NGINX module Debian's NGINX does not ship.
     NeedsModule(&'static str),
     /// Means nothing in Ferrule; the reason says why.
@@ -37,15 +35,6 @@ const fn yes(name: &'static str, example: &'static str, doc: &'static str) -> Co
     ConfigKey {
         name,
         status: Status::Supported { example },
-        restricts: false,
-        doc,
-    }
-}
-
-const fn todo(name: &'static str, doc: &'static str) -> ConfigKey {
-    ConfigKey {
-        name,
-        status: Status::NotYet,
         restricts: false,
         doc,
     }
@@ -187,7 +176,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("use-forwarded-headers", "true", "trust X-Forwarded-* from proxy-real-ip-cidr"),
     yes("enable-real-ip", "true", "client address from forwarded-for-header"),
     yes("forwarded-for-header", "X-Real-IP", "header with the client address"),
-    todo("forwarded-for-proxy-protocol-header", "header for the PROXY protocol address"),
+    yes("forwarded-for-proxy-protocol-header", "X-Client-Via-LB", "header NGINX sets for the client address with use-proxy-protocol and use-forwarded-headers"),
     yes("compute-full-forwarded-for", "true", "append to X-Forwarded-For"),
     yes("proxy-add-original-uri-header", "true", "X-Original-URI to backends"),
     yes("generate-request-id", "false", "an X-Request-ID for requests without one"),
@@ -289,8 +278,6 @@ pub fn markdown_table() -> String {
     for k in KEYS {
         let status = match (k.status, k.restricts) {
             (Status::Supported { .. }, _) => "supported".to_owned(),
-            (Status::NotYet, true) => "not yet: **an error**".to_owned(),
-            (Status::NotYet, false) => "not yet: ignored with a Warning".to_owned(),
             (Status::NeedsModule(m), true) => format!("needs {m}: **an error**"),
             (Status::NeedsModule(m), false) => format!("needs {m}: ignored with a Warning"),
             (Status::NotApplicable(_), _) => "not applicable: a Warning".to_owned(),

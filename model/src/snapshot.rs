@@ -49,6 +49,10 @@ pub struct Settings {
     /// Whether the balancer can staple OCSP responses (`enable-ocsp`): the Lua one
     /// can, the njs one cannot.
     pub ocsp_stapling: bool,
+    /// Whether NGINX can set a request header before the realip module reads it
+    /// (Ferrule's C module, `ferrule_input_header`): what `use-proxy-protocol` with
+    /// `use-forwarded-headers` needs.
+    pub input_headers: bool,
     /// Ports the controller listens on itself (HTTP, HTTPS, status): a TCP service
     /// entry may not take one.
     pub reserved_ports: Vec<u16>,
@@ -74,6 +78,7 @@ impl Default for Settings {
             ssl_passthrough: false,
             disable_catch_all: false,
             ocsp_stapling: true,
+            input_headers: true,
             reserved_ports: Vec::new(),
             now: 0,
         }

@@ -1219,6 +1219,81 @@ fn enable_ocsp_without_a_stapling_balancer_is_a_warning() {
     );
 }
 
+/// `use-proxy-protocol` with `use-forwarded-headers`: the realip module reads the
+/// header Ferrule's module sets (`forwarded-for-proxy-protocol-header`), filled from
+/// `forwarded-for-header` behind a trusted PROXY line; without the module
+/// (`Settings::input_headers` false) a Warning, and the PROXY line names the client.
+#[test]
+fn forwarded_headers_behind_the_proxy_protocol() {
+    let keys = [
+        ("use-proxy-protocol", "true"),
+        ("use-forwarded-headers", "true"),
+        ("proxy-real-ip-cidr", "10.0.0.0/8"),
+        ("forwarded-for-header", "X-Client-IP"),
+    ];
+    let mut snap = snapshot(&docs![config_map(&keys)]);
+    let m = ferrule_model::build(&snap);
+    expect_no_problems_on(&m, "ConfigMap ingress-nginx/ferrule");
+    let ca = &m.global.client_address;
+    assert_eq!(
+        ca.real_ip_header.as_deref(),
+        Some("X-Forwarded-For-Proxy-Protocol")
+    );
+    let b = ca
+        .behind_proxy_protocol
+        .as_ref()
+        .expect("behind a PROXY line");
+    assert_eq!(
+        (b.header.as_str(), b.forwarded_for.as_str()),
+        ("X-Forwarded-For-Proxy-Protocol", "$http_x_client_ip")
+    );
+
+    let named = [
+        keys.as_slice(),
+        &[("forwarded-for-proxy-protocol-header", "X-Via-LB")],
+    ]
+    .concat();
+    let m = ferrule_model::build(&snapshot(&docs![config_map(&named)]));
+    assert_eq!(
+        m.global.client_address.real_ip_header.as_deref(),
+        Some("X-Via-LB")
+    );
+    // Not a header the module may set (nor a variable NGINX reads).
+    for bad in ["X_Via", "X:Via"] {
+        let named = [
+            keys.as_slice(),
+            &[("forwarded-for-proxy-protocol-header", bad)],
+        ]
+        .concat();
+        let m = ferrule_model::build(&snapshot(&docs![config_map(&named)]));
+        assert_eq!(
+            m.global.client_address.real_ip_header.as_deref(),
+            Some("X-Forwarded-For-Proxy-Protocol"),
+            "{bad}"
+        );
+        expect_problems(
+            &m,
+            &[(
+                "ConfigMap ingress-nginx/ferrule",
+                "key forwarded-for-proxy-protocol-header: invalid value|using the default",
+            )],
+        );
+    }
+
+    snap.settings.input_headers = false;
+    let m = ferrule_model::build(&snap);
+    let ca = &m.global.client_address;
+    assert_eq!(ca.real_ip_header.as_deref(), Some("proxy_protocol"));
+    assert_eq!(ca.behind_proxy_protocol, None);
+    expect_problems(
+        &m,
+        &[(
+            "ConfigMap ingress-nginx/ferrule",
+            "keys use-proxy-protocol with use-forwarded-headers|the PROXY line's address is the client's",
+        )],
+    );
+}
+
 /// A ConfigMap key Ferrule does not implement is reported: an error when it
 /// restricts access for every host, a Warning otherwise.
 #[test]
@@ -1226,7 +1301,6 @@ fn configmap_unimplemented_keys_are_reported() {
     let m = ferrule_model::build(&snapshot(&docs![config_map(&[
         ("enable-modsecurity", "true"),
         ("global-rate-limit-memcached-host", "memcached:11211"),
-        ("forwarded-for-proxy-protocol-header", "X-Client"),
         ("enable-brotli", "true"),
         ("lua-shared-dicts", "a: 10"),
         ("block-cidrs", "10.0.0.0/8"),
@@ -1248,10 +1322,6 @@ fn configmap_unimplemented_keys_are_reported() {
             (
                 Severity::Error,
                 "key global-rate-limit-memcached-host restricts access and is not an ingress-nginx or Ferrule key; the hosts are served without it"
-            ),
-            (
-                Severity::Warning,
-                "key forwarded-for-proxy-protocol-header is not implemented by Ferrule yet; it is ignored"
             ),
             (
                 Severity::Warning,

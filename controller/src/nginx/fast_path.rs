@@ -26,6 +26,8 @@ const METRICS: &str =
 /// A location's values in its configuration, in `http`.
 const LOCATION: &str =
     r#"server { location / { ferrule_location a "" ""; if ($ferrule_request_body) { } } }"#;
+/// A request header set before the realip module reads it, in `http`.
+const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr;";
 /// Their dump over HTTP (njs reads it so: no FFI), in `http`.
 const METRICS_DUMP: &str = "server { location = /m { ferrule_metrics_dump; } }";
 
@@ -115,6 +117,9 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
             ),
         }
     }
+    if opts.fast_path {
+        enable_input_header(opts, nginx, module);
+    }
     // The request metrics are the module's too, if it is recent enough (a module
     // built before them leaves them to a Lua log phase).
     if opts.fast_path
@@ -153,6 +158,18 @@ fn enable_stream(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
     }
 }
 
+/// Whether the module just loaded (last in `opts.modules`) sets request headers for
+/// the realip module, if it is recent enough.
+fn enable_input_header(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
+    let modules = &opts.modules[..opts.modules.len() - 1];
+    match probe(nginx, modules, module, INPUT_HEADER) {
+        Ok(()) => opts.input_header = true,
+        Err(why) => tracing::warn!(
+            "the C module has no ferrule_input_header (rebuild it: make deps): {why}"
+        ),
+    }
+}
+
 /// njs has no balancer phase for the fast path and no shared dictionary to count
 /// in, so the module is loaded only to count requests, and only if it also serves
 /// the dump (njs cannot call it): without it, no request metrics.
@@ -170,6 +187,7 @@ fn enable_njs_metrics(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
             tracing::info!(module = %module.display(), "the C module counts requests");
             opts.modules.push(module.to_string_lossy().into_owned());
             m.module = true;
+            enable_input_header(opts, nginx, module);
         }
         Err(why) => tracing::warn!(
             "no request metrics with njs: the C module does not count them or serve their \

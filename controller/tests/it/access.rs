@@ -362,6 +362,84 @@ async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
     );
 }
 
+/// `use-proxy-protocol` with `use-forwarded-headers` (an HTTP proxy, then a TCP load
+/// balancer in front): behind a trusted PROXY line, X-Forwarded-For names the
+/// client; behind an untrusted one, the line does, and a client cannot choose its
+/// address with the intermediate header (ingress-nginx's realip read a client's
+/// X-Forwarded-For-Proxy-Protocol before setting its own).
+#[tokio::test]
+async fn forwarded_headers_behind_a_trusted_proxy_protocol_line_name_the_client() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("use-proxy-protocol", "true"),
+            ("use-forwarded-headers", "true"),
+            // the load balancer (the connection) and the HTTP proxy (its PROXY line)
+            ("proxy-real-ip-cidr", "127.0.0.1,10.9.0.0/16"),
+        ]),
+    );
+    m.write(
+        "allow.yaml",
+        &demo_ingress(
+            "allow",
+            "allow.test",
+            &[("allowlist-source-range", "203.0.113.7")],
+        ),
+    );
+    let f = Ferrule::spawn(m.path(), &["--configmap", "demo/ferrule"]);
+    f.wait_ready(Duration::from_secs(20)).await;
+    let ask = |from: &'static str, proxy: &'static str, headers: &'static str| {
+        let f = &f;
+        async move {
+            let req = format!(
+                "PROXY TCP4 {proxy} 127.0.0.1 40000 80\r\nGET / HTTP/1.1\r\nHost: allow.test\r\n\
+                 {headers}Connection: close\r\n\r\n"
+            );
+            let (status, body) = raw_http_from(from, f.http, &req).await;
+            let json =
+                (body.find('{')).and_then(|i| body.rfind('}').map(|j| body[i..=j].to_owned()));
+            let v: Value = json
+                .and_then(|j| serde_json::from_str(&j).ok())
+                .unwrap_or(Value::Null);
+            (
+                status,
+                v["headers"]["x-real-ip"].as_str().unwrap_or("").to_owned(),
+            )
+        }
+    };
+    let xff = "X-Forwarded-For: 203.0.113.7\r\n";
+    // The HTTP proxy is trusted: the client is the one it names.
+    assert_eq!(
+        ask("127.0.0.1", "10.9.1.1", xff).await,
+        (200, "203.0.113.7".to_owned()),
+        "{}",
+        f.logs()
+    );
+    // Through more trusted proxies, the first untrusted address from the right.
+    assert_eq!(
+        ask(
+            "127.0.0.1",
+            "10.9.1.1",
+            "X-Forwarded-For: 203.0.113.7, 10.9.3.3\r\n"
+        )
+        .await,
+        (200, "203.0.113.7".to_owned())
+    );
+    // An untrusted PROXY address is the client, whatever its request says.
+    assert_eq!(ask("127.0.0.1", "198.51.100.9", xff).await.0, 403);
+    let spoof = "X-Forwarded-For-Proxy-Protocol: 203.0.113.7\r\n";
+    assert_eq!(ask("127.0.0.1", "198.51.100.9", spoof).await.0, 403);
+    assert_eq!(ask("127.0.0.1", "10.9.1.1", spoof).await.0, 403);
+    // A trusted proxy that names nobody: its own address.
+    let (s, _) = ask("127.0.0.1", "10.9.1.1", "").await;
+    assert_eq!(s, 403);
+    // A connection from an untrusted peer: neither its line nor its headers count.
+    assert_eq!(ask("127.0.0.8", "10.9.1.1", xff).await.0, 403);
+}
+
 /// Hashes of "s3cret" in every format this NGINX's auth_basic verifies
 /// (openssl passwd -apr1/-1/-5/-6, crypt(3) bcrypt and yescrypt, {SHA}, {SSHA}).
 const HASHES: &[(&str, &str)] = &[

@@ -93,9 +93,8 @@ fn unimplemented_key(r: &ResourceRef, key: &str) -> Problem {
     let what = match listed.map(|k| k.status) {
         Some(Status::NeedsModule(m)) => format!("needs the {m} module, which this NGINX lacks"),
         Some(Status::NotApplicable(why)) => format!("has no effect in Ferrule ({why})"),
-        Some(Status::NotYet | Status::Supported { .. }) => {
-            "is not implemented by Ferrule yet".to_owned()
-        }
+        // a supported key the reader did not read (a registry out of step)
+        Some(Status::Supported { .. }) => "is not implemented by Ferrule yet".to_owned(),
         None => "is not an ingress-nginx or Ferrule key".to_owned(),
     };
     if restricts {

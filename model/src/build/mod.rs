@@ -119,6 +119,18 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
                     .to_owned(),
             );
         }
+        let ca = &mut global.client_address;
+        if ca.behind_proxy_protocol.is_some() && !s.input_headers {
+            ca.behind_proxy_protocol = None;
+            ca.real_ip_header = Some("proxy_protocol".to_owned());
+            warn(
+                "keys use-proxy-protocol with use-forwarded-headers: a trusted PROXY \
+                 line's forwarded-for header names the client only with Ferrule's C \
+                 module (ngx_http_ferrule_module.so, from make deps or the image), which \
+                 this NGINX does not load; the PROXY line's address is the client's"
+                    .to_owned(),
+            );
+        }
         // The HTTPS router hands terminated connections to NGINX with the PROXY
         // protocol; a client address from a header cannot be believed over that hop.
         let header = global.client_address.real_ip_header.as_deref();

@@ -1,6 +1,6 @@
 //! The real client address (ConfigMap `use-forwarded-headers`, `enable-real-ip`,
 //! `forwarded-for-header`, `proxy-real-ip-cidr`, `use-proxy-protocol`,
-//! `compute-full-forwarded-for`): which address allow and deny lists see and the
+//! `forwarded-for-proxy-protocol-header`, `compute-full-forwarded-for`): which address allow and deny lists see and the
 //! backend receives. Allowlists are worthless without it behind a load balancer,
 //! and dangerous with a wrong one: a client address is taken from a header or a
 //! PROXY protocol line only when the connection comes from a trusted proxy.
@@ -32,6 +32,36 @@ pub struct ClientAddress {
     /// `-Port` are the request's (the ssl-redirect sees the client's scheme, so a
     /// load balancer that ends TLS causes no redirect loop) and pass to the backend.
     pub forwarded_headers: bool,
+    /// `use-proxy-protocol` with `use-forwarded-headers` (an HTTP proxy, then a TCP
+    /// load balancer in front): behind a trusted PROXY line, the client is the one
+    /// the request's forwarded-for header names; behind any other, the PROXY line's.
+    /// `real_ip_header` is then this header, which NGINX sets before the realip
+    /// module reads it (Ferrule's C module; ingress-nginx's way let a client choose
+    /// it). `None` otherwise.
+    pub behind_proxy_protocol: Option<ProxyProtocolForwarded>,
+}
+
+/// See [`ClientAddress::behind_proxy_protocol`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProxyProtocolForwarded {
+    /// The header set for the realip module (`forwarded-for-proxy-protocol-header`).
+    pub header: String,
+    /// `forwarded-for-header` as an NGINX variable (`$http_x_forwarded_for`).
+    pub forwarded_for: String,
+}
+
+/// ingress-nginx's `forwarded-for-proxy-protocol-header`.
+const PROXY_PROTOCOL_HEADER: &str = "X-Forwarded-For-Proxy-Protocol";
+
+/// A header name NGINX can read as a variable and Ferrule's module can set:
+/// letters, digits and dashes.
+fn plain_header(v: &str) -> Result<String, String> {
+    let h = value::token(v)?;
+    if h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        Ok(h)
+    } else {
+        Err("letters, digits and dashes only".to_owned())
+    }
 }
 
 /// The keys this file reads, for the ConfigMap reader's dispatch.
@@ -41,6 +71,7 @@ pub(crate) const KEYS: &[&str] = &[
     "forwarded-for-header",
     "proxy-real-ip-cidr",
     "use-proxy-protocol",
+    "forwarded-for-proxy-protocol-header",
     "compute-full-forwarded-for",
 ];
 
@@ -70,6 +101,31 @@ pub(crate) fn read<'a>(
             Err(e) => invalid.push(("forwarded-for-header", v, e)),
         }
     }
+    let mut pp_header = PROXY_PROTOCOL_HEADER.to_owned();
+    if let Some(v) = get("forwarded-for-proxy-protocol-header") {
+        match plain_header(v.trim()) {
+            Ok(h) => pp_header = h,
+            Err(e) => invalid.push(("forwarded-for-proxy-protocol-header", v, e)),
+        }
+    }
+    let behind_proxy_protocol = (proxy_protocol && forwarded_headers).then(|| {
+        // its variable: a header of other token characters has none
+        let forwarded_for = plain_header(&header).unwrap_or_else(|e| {
+            invalid.push((
+                "forwarded-for-header",
+                get("forwarded-for-header").unwrap_or(""),
+                { format!("{e} with use-proxy-protocol and use-forwarded-headers") },
+            ));
+            "X-Forwarded-For".to_owned()
+        });
+        ProxyProtocolForwarded {
+            header: pp_header,
+            forwarded_for: format!(
+                "$http_{}",
+                forwarded_for.to_ascii_lowercase().replace('-', "_")
+            ),
+        }
+    });
     let mut trusted = Vec::new();
     if let Some(v) = get("proxy-real-ip-cidr") {
         match source_ranges::cidr_list(v) {
@@ -85,7 +141,9 @@ pub(crate) fn read<'a>(
             kind: ProblemKind::Invalid,
         });
     }
-    let real_ip_header = if proxy_protocol {
+    let real_ip_header = if let Some(b) = &behind_proxy_protocol {
+        Some(b.header.clone())
+    } else if proxy_protocol {
         Some("proxy_protocol".to_owned())
     } else {
         forwarded.then_some(header)
@@ -108,5 +166,6 @@ pub(crate) fn read<'a>(
         trusted,
         full_forwarded_for,
         forwarded_headers,
+        behind_proxy_protocol,
     }
 }

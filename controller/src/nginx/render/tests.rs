@@ -68,6 +68,7 @@ fn opts(prefix: &str) -> RenderOptions {
         fast_path: false,
         location_directive: false,
         stream_module: false,
+        input_header: false,
         worker_dir: None,
         log_to_stdio: false,
         resolvers: vec!["10.96.0.10".to_owned()],
