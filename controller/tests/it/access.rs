@@ -169,7 +169,19 @@ async fn raw_from(
     let xff = xff
         .map(|x| format!("X-Forwarded-For: {x}\r\n"))
         .unwrap_or_default();
-    let req = format!("{prefix}GET / HTTP/1.1\r\nHost: {host}\r\n{xff}Connection: close\r\n\r\n");
+    raw_with_headers(f, from, prefix, host, &xff).await
+}
+
+/// [`raw_from`] with `headers` (whole lines, each ending in CRLF).
+async fn raw_with_headers(
+    f: &Ferrule,
+    from: &str,
+    prefix: &str,
+    host: &str,
+    headers: &str,
+) -> (u16, Value) {
+    let req =
+        format!("{prefix}GET / HTTP/1.1\r\nHost: {host}\r\n{headers}Connection: close\r\n\r\n");
     let (status, body) = raw_http_from(from, f.http, &req).await;
     // The echo answers with a chunked body: its JSON is between the chunk sizes.
     let json = body
@@ -394,16 +406,8 @@ async fn forwarded_headers_behind_a_trusted_proxy_protocol_line_name_the_client(
     let ask = |from: &'static str, proxy: &'static str, headers: &'static str| {
         let f = &f;
         async move {
-            let req = format!(
-                "PROXY TCP4 {proxy} 127.0.0.1 40000 80\r\nGET / HTTP/1.1\r\nHost: allow.test\r\n\
-                 {headers}Connection: close\r\n\r\n"
-            );
-            let (status, body) = raw_http_from(from, f.http, &req).await;
-            let json =
-                (body.find('{')).and_then(|i| body.rfind('}').map(|j| body[i..=j].to_owned()));
-            let v: Value = json
-                .and_then(|j| serde_json::from_str(&j).ok())
-                .unwrap_or(Value::Null);
+            let line = format!("PROXY TCP4 {proxy} 127.0.0.1 40000 80\r\n");
+            let (status, v) = raw_with_headers(f, from, &line, "allow.test", headers).await;
             (
                 status,
                 v["headers"]["x-real-ip"].as_str().unwrap_or("").to_owned(),

@@ -1628,12 +1628,8 @@ data:
     passes_nginx_t_with_both_balancers(&m, false).await;
 }
 
-/// With Ferrule's stream module, TCP/UDP services and passthrough hosts proxy to an
-/// upstream that reads the peers files, and NGINX with the module accepts it with
-/// either balancer.
-#[tokio::test]
-async fn the_stream_module_gives_connections_every_endpoint() {
-    let yaml = r#"
+/// An Ingress whose hosts' TLS passes through (`--enable-ssl-passthrough`).
+const PASSTHROUGH: &str = r#"
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
@@ -1642,9 +1638,16 @@ metadata:
   annotations: { nginx.ingress.kubernetes.io/ssl-passthrough: "true" }
 spec:
   rules:
-  - host: pass.example
+  - host: "*.pass.example"
     http: { paths: [{ path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }] }
----
+"#;
+
+/// With Ferrule's stream module, TCP/UDP services and passthrough hosts proxy to an
+/// upstream that reads the peers files, and NGINX with the module accepts it with
+/// either balancer.
+#[tokio::test]
+async fn the_stream_module_gives_connections_every_endpoint() {
+    let yaml = r#"
 apiVersion: v1
 kind: ConfigMap
 metadata: { name: tcp-services, namespace: ingress-nginx }
@@ -1655,7 +1658,7 @@ data: { "9000": "demo/app:80" }
         ssl_passthrough: true,
         ..Settings::default()
     };
-    let m = model(&format!("{SERVICES}---{yaml}"), settings);
+    let m = model(&format!("{SERVICES}---{PASSTHROUGH}---{yaml}"), settings);
     let stream_so = "/usr/lib/nginx/modules/ngx_stream_ferrule_module.so";
     for balancer in [Balancer::Lua, Balancer::Njs] {
         let dir = tempfile::tempdir().unwrap();
@@ -1701,18 +1704,7 @@ data: { "9000": "demo/app:80" }
 /// address comes from it; NGINX accepts it with either balancer.
 #[tokio::test]
 async fn the_tls_router_takes_the_https_port() {
-    let yaml = r#"
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: pass
-  namespace: demo
-  annotations: { nginx.ingress.kubernetes.io/ssl-passthrough: "true" }
-spec:
-  rules:
-  - host: "*.pass.example"
-    http: { paths: [{ path: /, pathType: Prefix, backend: { service: { name: app, port: { number: 80 } } } }] }
-"#;
+    let yaml = PASSTHROUGH;
     let settings = Settings {
         ssl_passthrough: true,
         ..Settings::default()
