@@ -476,9 +476,11 @@ lookup:
             return cache->used * 2 >= cache->size ? NULL : c;
         }
 
+        /* most requests have no canary: no call to memcmp for them */
         if (c->loc == loc && c->method == method && c->status == status
             && c->canary.len == canary->len
-            && ngx_memcmp(c->canary.data, canary->data, canary->len) == 0)
+            && (canary->len == 0
+                || ngx_memcmp(c->canary.data, canary->data, canary->len) == 0))
         {
             *found = 1;
             return c;
