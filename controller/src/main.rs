@@ -224,7 +224,25 @@ impl ModelFlags {
     }
 
     fn model(&self, dir: &std::path::Path) -> Result<ferrule_model::Model> {
-        let snap = source::manifests::load(dir, self.settings(), self.config_map())
+        self.model_with(dir, self.settings())
+    }
+
+    /// [`Self::settings`] with what the NGINX of `opts` can do, as `ferrule run` learns
+    /// it: so that `render` and `validate` report what `run` would.
+    fn settings_for(&self, opts: &RenderOptions) -> Settings {
+        Settings {
+            ocsp_stapling: opts.balancer == Balancer::Lua,
+            input_headers: opts.input_header,
+            ..self.settings()
+        }
+    }
+
+    fn model_with(
+        &self,
+        dir: &std::path::Path,
+        settings: Settings,
+    ) -> Result<ferrule_model::Model> {
+        let snap = source::manifests::load(dir, settings, self.config_map())
             .with_context(|| format!("loading manifests from {}", dir.display()))?;
         Ok(ferrule_model::build(&snap))
     }
@@ -846,10 +864,10 @@ async fn main() -> Result<()> {
             nginx,
             flags,
         } => {
-            let model = flags.model(&manifests)?;
             let mut nginx = nginx.clone();
             nginx.nginx_prefix = out;
             let opts = nginx.render_options_probed(&flags)?;
+            let model = flags.model_with(&manifests, flags.settings_for(&opts))?;
             let written = commands::render(&model, opts)?;
             println!("wrote {written} files");
         }
@@ -858,15 +876,11 @@ async fn main() -> Result<()> {
             nginx,
             flags,
         } => {
-            let model = flags.model(&manifests)?;
-            let snap = source::manifests::load(&manifests, flags.settings(), flags.config_map())?;
-            let ok = commands::validate(
-                &snap,
-                &model,
-                &nginx.nginx_binary,
-                nginx.render_options_probed(&flags)?,
-            )
-            .await?;
+            let opts = nginx.render_options_probed(&flags)?;
+            let settings = flags.settings_for(&opts);
+            let model = flags.model_with(&manifests, settings.clone())?;
+            let snap = source::manifests::load(&manifests, settings, flags.config_map())?;
+            let ok = commands::validate(&snap, &model, &nginx.nginx_binary, opts).await?;
             if !ok {
                 std::process::exit(1);
             }

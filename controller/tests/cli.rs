@@ -658,3 +658,54 @@ fn ingress_nginx_flags_are_accepted_with_a_warning_or_refused_by_name() {
         );
     }
 }
+
+/// `use-proxy-protocol` with `use-forwarded-headers` needs Ferrule's C module:
+/// `render` and `validate` learn whether NGINX loads it, as `run` does, and without
+/// it the PROXY line names the client and the ConfigMap has a warning.
+#[test]
+fn forwarded_headers_behind_the_proxy_protocol_follow_the_module() {
+    let mut docs = documents();
+    docs.push(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: ferrule-cm, namespace: default }\n\
+         data:\n  use-proxy-protocol: \"true\"\n  use-forwarded-headers: \"true\"\n  \
+         proxy-real-ip-cidr: 10.0.0.0/8\n"
+            .to_owned(),
+    );
+    let dir = plain(&docs);
+    let (out, o) = render_into(dir.path(), &["--configmap", "ferrule-cm", "--no-fast-path"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let main = std::fs::read_to_string(out.path().join("conf/nginx.conf")).unwrap();
+    assert!(
+        main.contains("    real_ip_header \"proxy_protocol\";"),
+        "{main}"
+    );
+    assert!(!main.contains("ferrule_input_header"), "{main}");
+    let manifests = dir.path().to_str().unwrap();
+    let o = ferrule(&[
+        "validate",
+        "--manifests",
+        manifests,
+        "--configmap",
+        "ferrule-cm",
+        "--no-fast-path",
+    ]);
+    let said = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        said.contains("keys use-proxy-protocol with use-forwarded-headers"),
+        "{said}"
+    );
+
+    if !Path::new("/usr/lib/nginx/modules/ngx_http_ferrule_module.so").exists() {
+        eprintln!("Ferrule's module not installed: skipping the render with it");
+        return;
+    }
+    let (out, o) = render_into(dir.path(), &["--configmap", "ferrule-cm"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let main = std::fs::read_to_string(out.path().join("conf/nginx.conf")).unwrap();
+    assert!(
+        main.contains(
+            "ferrule_input_header \"X-Forwarded-For-Proxy-Protocol\" $ferrule_forwarded_for_proxy_protocol;"
+        ),
+        "{main}"
+    );
+}
