@@ -90,8 +90,9 @@ fn probe_blocks(
 /// Turns the fast path on in `opts` when `module` (a candidate path) is given, the
 /// balancer is Lua and `nginx` loads it; with njs, loads the module for the request
 /// metrics alone. With either, loads the stream module beside it where TCP/UDP
-/// services or passthrough need the stream block. Logs which way it went. Runs `nginx -t`: call it where a slow
-/// NGINX may block (not before the status port serves).
+/// services or passthrough need the stream block. Logs which way it went. Runs
+/// `nginx -t`: call it where a slow NGINX may block (not before the status port
+/// serves).
 pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
     let Some(module) = module else { return };
     enable_stream(opts, nginx, module);
@@ -106,19 +107,18 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
         }
         Err(why) => tracing::warn!("no C fast path, every request enters Lua: {why}"),
     }
-    // So are a proxying location's values, if it is recent enough.
+    // So are a proxying location's values and the realip module's header, if it is
+    // recent enough: one `nginx -t` for both (they came in the same build).
     if opts.fast_path {
         let modules = &opts.modules[..opts.modules.len() - 1];
-        match probe(nginx, modules, module, &format!("{FAST_PATH} {LOCATION}")) {
-            Ok(()) => opts.location_directive = true,
+        let http = format!("{FAST_PATH} {LOCATION} {INPUT_HEADER}");
+        match probe(nginx, modules, module, &http) {
+            Ok(()) => (opts.location_directive, opts.input_header) = (true, true),
             Err(why) => tracing::warn!(
-                "the C module has no ferrule_location (rebuild it: make deps); locations \
-                 set their values: {why}"
+                "the C module has no ferrule_location or ferrule_input_header (rebuild it: \
+                 make deps); locations set their values: {why}"
             ),
         }
-    }
-    if opts.fast_path {
-        enable_input_header(opts, nginx, module);
     }
     // The request metrics are the module's too, if it is recent enough (a module
     // built before them leaves them to a Lua log phase).
@@ -158,25 +158,13 @@ fn enable_stream(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
     }
 }
 
-/// Whether the module just loaded (last in `opts.modules`) sets request headers for
-/// the realip module, if it is recent enough.
-fn enable_input_header(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
-    let modules = &opts.modules[..opts.modules.len() - 1];
-    match probe(nginx, modules, module, INPUT_HEADER) {
-        Ok(()) => opts.input_header = true,
-        Err(why) => tracing::warn!(
-            "the C module has no ferrule_input_header (rebuild it: make deps): {why}"
-        ),
-    }
-}
-
 /// njs has no balancer phase for the fast path and no shared dictionary to count
 /// in, so the module is loaded only to count requests, and only if it also serves
 /// the dump (njs cannot call it): without it, no request metrics.
 fn enable_njs_metrics(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
-    let Some(m) = opts.metrics.as_mut() else {
+    if opts.metrics.is_none() {
         return;
-    };
+    }
     match probe(
         nginx,
         &opts.modules,
@@ -185,9 +173,12 @@ fn enable_njs_metrics(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
     ) {
         Ok(()) => {
             tracing::info!(module = %module.display(), "the C module counts requests");
+            // The realip module's header, once loaded, if it is recent enough.
+            opts.input_header = probe(nginx, &opts.modules, module, INPUT_HEADER).is_ok();
             opts.modules.push(module.to_string_lossy().into_owned());
-            m.module = true;
-            enable_input_header(opts, nginx, module);
+            if let Some(m) = opts.metrics.as_mut() {
+                m.module = true;
+            }
         }
         Err(why) => tracing::warn!(
             "no request metrics with njs: the C module does not count them or serve their \
