@@ -194,30 +194,39 @@ async fn raw_with_headers(
     )
 }
 
-/// Behind a proxy: the client address comes from X-Forwarded-For of trusted
-/// peers only, and the allowlist and the backend both see it.
-#[tokio::test]
-async fn forwarded_headers_are_believed_from_trusted_proxies_only() {
+/// Behind proxies: an echo backend, the ConfigMap `demo/ferrule` with `keys` (the
+/// client address keys), host `allow.test` allowing only `allowed`, and a Ready
+/// Ferrule (keep the echo and the manifests alive with it).
+async fn behind_proxies(allowed: &str, keys: &[(&str, &str)]) -> (Echo, Manifests, Ferrule) {
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-    m.write(
-        "cm.yaml",
-        &configmap(&[
-            ("use-forwarded-headers", "true"),
-            ("proxy-real-ip-cidr", "127.0.0.1/32"),
-            ("compute-full-forwarded-for", "true"),
-        ]),
-    );
+    m.write("cm.yaml", &configmap(keys));
     m.write(
         "allow.yaml",
         &demo_ingress(
             "allow",
             "allow.test",
-            &[("allowlist-source-range", "10.1.2.3")],
+            &[("allowlist-source-range", allowed)],
         ),
     );
     let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    (echo, m, f)
+}
+
+/// Behind a proxy: the client address comes from X-Forwarded-For of trusted
+/// peers only, and the allowlist and the backend both see it.
+#[tokio::test]
+async fn forwarded_headers_are_believed_from_trusted_proxies_only() {
+    let (_echo, m, f) = behind_proxies(
+        "10.1.2.3",
+        &[
+            ("use-forwarded-headers", "true"),
+            ("proxy-real-ip-cidr", "127.0.0.1/32"),
+            ("compute-full-forwarded-for", "true"),
+        ],
+    )
+    .await;
 
     // The trusted proxy relays a client: recursive, from the right.
     let (s, v) = raw_from(
@@ -331,26 +340,14 @@ async fn a_trusted_proxys_scheme_host_and_port_reach_the_backend_and_the_redirec
 /// PROXY protocol on the listeners: the address of a trusted proxy's PROXY line.
 #[tokio::test]
 async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
-    let echo = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-    m.write(
-        "cm.yaml",
-        &configmap(&[
+    let (_echo, _m, f) = behind_proxies(
+        "10.1.2.3",
+        &[
             ("use-proxy-protocol", "true"),
             ("proxy-real-ip-cidr", "127.0.0.1"),
-        ]),
-    );
-    m.write(
-        "allow.yaml",
-        &demo_ingress(
-            "allow",
-            "allow.test",
-            &[("allowlist-source-range", "10.1.2.3")],
-        ),
-    );
-    let f = Ferrule::spawn(m.path(), &["--configmap", "demo/ferrule"]);
-    f.wait_ready(Duration::from_secs(20)).await;
+        ],
+    )
+    .await;
     let line = |client: &str| format!("PROXY TCP4 {client} 127.0.0.1 40000 8080\r\n");
 
     let (s, v) = raw_from(&f, "127.0.0.1", &line("10.1.2.3"), "allow.test", None).await;
@@ -381,28 +378,16 @@ async fn a_proxy_protocol_line_is_believed_from_trusted_proxies_only() {
 /// X-Forwarded-For-Proxy-Protocol before setting its own).
 #[tokio::test]
 async fn forwarded_headers_behind_a_trusted_proxy_protocol_line_name_the_client() {
-    let echo = Echo::start("127.0.0.2").await;
-    let m = Manifests::new();
-    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
-    m.write(
-        "cm.yaml",
-        &configmap(&[
+    let (_echo, _m, f) = behind_proxies(
+        "203.0.113.7",
+        &[
             ("use-proxy-protocol", "true"),
             ("use-forwarded-headers", "true"),
             // the load balancer (the connection) and the HTTP proxy (its PROXY line)
             ("proxy-real-ip-cidr", "127.0.0.1,10.9.0.0/16"),
-        ]),
-    );
-    m.write(
-        "allow.yaml",
-        &demo_ingress(
-            "allow",
-            "allow.test",
-            &[("allowlist-source-range", "203.0.113.7")],
-        ),
-    );
-    let f = Ferrule::spawn(m.path(), &["--configmap", "demo/ferrule"]);
-    f.wait_ready(Duration::from_secs(20)).await;
+        ],
+    )
+    .await;
     let ask = |from: &'static str, proxy: &'static str, headers: &'static str| {
         let f = &f;
         async move {
