@@ -1035,15 +1035,7 @@ async fn external_auth_caches_answers_and_passes_its_cookie() {
             ],
         ),
     );
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
+    m.write("secret.yaml", &a_example_secret());
     m.write(
         "secure.yaml",
         &Ing::new("demo", "secure", T0)

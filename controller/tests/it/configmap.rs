@@ -32,15 +32,7 @@ async fn get_as(
 /// `a.example.com` over TLS (the `a-tls` Secret of the fixtures) through `ing`,
 /// routed to the Service `echo`.
 fn write_tls_host(m: &Manifests, ing: Ing) {
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
+    m.write("secret.yaml", &a_example_secret());
     let ing = ing
         .rule("a.example.com", &[("/", "Prefix", "echo")])
         .tls(&["a.example.com"], "a-tls");

@@ -181,15 +181,7 @@ async fn tls_with_sni_and_ssl_redirects() {
     let a = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "app", &[a.addr]));
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
+    m.write("secret.yaml", &a_example_secret());
     m.write(
         "secure.yaml",
         &Ing::new("demo", "secure", T0)

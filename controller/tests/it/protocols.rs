@@ -593,15 +593,7 @@ fn resumed(f: &Ferrule, session: &std::path::Path) -> bool {
 fn ticket_manifests(echo: std::net::SocketAddr, key: Option<&str>) -> Manifests {
     let m = Manifests::new();
     m.write("svc.yaml", &service("demo", "echo", &[echo]));
-    m.write(
-        "tls.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
+    m.write("tls.yaml", &a_example_secret());
     m.write(
         "ing.yaml",
         &Ing::new("demo", "a", T0)

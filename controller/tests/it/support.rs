@@ -721,6 +721,16 @@ endpoints:
     )
 }
 
+/// The Secret `demo/a-tls`: the `a.example.com` fixture pair.
+pub fn a_example_secret() -> String {
+    tls_secret(
+        "demo",
+        "a-tls",
+        &tls_fixture("a.crt"),
+        &tls_fixture("a.key"),
+    )
+}
+
 /// YAML of a `kubernetes.io/tls` Secret (PEM text in `stringData`).
 pub fn tls_secret(ns: &str, name: &str, cert_pem: &str, key_pem: &str) -> String {
     let indent = |s: &str| {

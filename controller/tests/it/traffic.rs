@@ -199,15 +199,7 @@ async fn cors_answers_preflights_and_allows_only_listed_origins() {
             ],
         ),
     );
-    m.write(
-        "secret.yaml",
-        &tls_secret(
-            "demo",
-            "a-tls",
-            &tls_fixture("a.crt"),
-            &tls_fixture("a.key"),
-        ),
-    );
+    m.write("secret.yaml", &a_example_secret());
     let mut secure = Ing::new("demo", "secure", "2026-01-01T00:00:00Z")
         .rule("a.example.com", &[("/", "Prefix", "echo")])
         .tls(&["a.example.com"], "a-tls");
