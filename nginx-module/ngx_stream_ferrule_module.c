@@ -19,7 +19,10 @@
  *
  * A worker keeps each file's peers and reads the file again when its inode,
  * size or modification time changes: one stat() per connection, where njs
- * reads and parses the file every time.
+ * reads and parses the file every time. It also keeps the file open: the
+ * controller replaces a file by rename, and a freed inode is soon given to the
+ * next file, which, written in the same clock tick with peers of the same
+ * length, would look unchanged. An inode still open is never reused.
  */
 
 #include <ngx_config.h>
@@ -46,6 +49,7 @@ typedef struct {
 typedef struct {
     ngx_str_node_t                   sn;        /* the backend's name */
     ngx_pool_t                      *pool;      /* the peers, the name */
+    ngx_fd_t                         fd;        /* held: its inode stays */
     ngx_file_uniq_t                  uniq;
     time_t                           mtime;
     off_t                            size;
@@ -315,6 +319,21 @@ ngx_stream_ferrule_parse(ngx_stream_ferrule_backend_t *b, ngx_str_t *name,
 }
 
 
+/* Drops a worker's copy of a peers file and closes the file it held. */
+static void
+ngx_stream_ferrule_forget(ngx_stream_ferrule_backend_t *b, ngx_log_t *log)
+{
+    ngx_rbtree_delete(&ngx_stream_ferrule_backends, &b->sn.node);
+
+    if (ngx_close_file(b->fd) == NGX_FILE_ERROR) {
+        ngx_log_error(NGX_LOG_ALERT, log, ngx_errno,
+                      ngx_close_file_n " of a peers file failed");
+    }
+
+    ngx_destroy_pool(b->pool);
+}
+
+
 /*
  * Backend `name`'s peers as its file holds them now, read again if it changed;
  * NULL when there is no such file or it does not parse (NGINX then closes the
@@ -351,6 +370,9 @@ ngx_stream_ferrule_backend(ngx_stream_ferrule_srv_conf_t *fscf,
             ngx_log_error(NGX_LOG_ERR, log, ngx_errno,
                           "ferrule: stream backend %V: open \"%s\"", name,
                           path);
+        } else if (old) {
+            /* the backend is gone: let its file's inode go too */
+            ngx_stream_ferrule_forget(old, log);
         }
         return NULL;
     }
@@ -422,11 +444,13 @@ ngx_stream_ferrule_backend(ngx_stream_ferrule_srv_conf_t *fscf,
 
     /* a session copied its peers: the old copy can go */
     if (old) {
-        ngx_rbtree_delete(&ngx_stream_ferrule_backends, &old->sn.node);
-        ngx_destroy_pool(old->pool);
+        ngx_stream_ferrule_forget(old, log);
     }
 
+    b->fd = fd;
     ngx_rbtree_insert(&ngx_stream_ferrule_backends, &b->sn.node);
+
+    return b;
 
 done:
 

@@ -263,6 +263,71 @@ async fn churn(extra: &[&str]) {
     no_reload.check(&f, "endpoints gone and back").await;
 }
 
+/// An endpoint that moves from one address to another of the same length by way of
+/// both (A; A and B; B) with no connection in between: the last peers file then has
+/// the size of the one a worker last read, is written within the same second, and
+/// ext4 gives each new file the lowest free inode, which is that file's, freed by the
+/// rename in between. Every move must still reach the next connection (the stream
+/// module's copy of a file once looked unchanged then, and kept sending connections
+/// to the old address).
+#[tokio::test]
+async fn an_endpoint_moving_between_two_addresses_is_followed_every_time() {
+    let target = free_port();
+    let _two = StreamEcho::start("127.0.0.2", target).await;
+    let _three = StreamEcho::start("127.0.0.3", target).await;
+    let tcp_port = free_port();
+    // Manifests off the prefix's filesystem where there is one, so that their own
+    // renames take no inodes there.
+    let shm = tempfile::tempdir_in("/dev/shm");
+    let m = Manifests::in_dir(shm.unwrap_or_else(|_| tempfile::tempdir().unwrap()));
+    let write = |eps: &[&str]| {
+        let tcp = [(tcp_port, "demo/echo:9000")];
+        m.write("all.yaml", &cluster(eps, target, &tcp, &[]))
+    };
+    write(&["127.0.0.2"]);
+    let f = Ferrule::start(m.path(), FLAGS).await;
+    // The controller logs each write of the peers file.
+    let writes = || f.logs().matches("stream peers updated files=1").count();
+    let followed = |ip: &'static str| async move {
+        let want = format!("{ip} t");
+        wait_until(Duration::from_secs(5), || async {
+            for _ in 0..6 {
+                if tcp_ask(tcp_port, b"t").await.as_ref() != Ok(&want) {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    };
+    for round in 0..6 {
+        let (from, to) = if round % 2 == 0 {
+            ("127.0.0.2", "127.0.0.3")
+        } else {
+            ("127.0.0.3", "127.0.0.2")
+        };
+        assert!(followed(from).await, "round {round}: not at {from}");
+        // Each step written by the controller (its log says so) before the next, and
+        // no connection until the last.
+        for eps in [&[from, to][..], &[to]] {
+            let before = writes();
+            write(eps);
+            let written = wait_until(Duration::from_secs(5), || async { writes() > before }).await;
+            assert!(
+                written,
+                "round {round}: {eps:?} never written; log:\n{}",
+                f.logs()
+            );
+        }
+        assert!(
+            followed(to).await,
+            "round {round}: the move to {to} never reached every connection: {:?}; log:\n{}",
+            tcp_ask(tcp_port, b"t").await,
+            f.logs()
+        );
+    }
+}
+
 /// A ready endpoint where nothing listens: with ingress-nginx's defaults
 /// (`proxy-stream-next-upstream` on, 3 tries) a connection that meets it goes on to
 /// the next endpoint (Ferrule's stream module), so every one is answered; with the

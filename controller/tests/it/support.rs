@@ -141,9 +141,12 @@ pub struct Manifests {
 
 impl Manifests {
     pub fn new() -> Self {
-        let m = Manifests {
-            dir: tempfile::tempdir().unwrap(),
-        };
+        Self::in_dir(tempfile::tempdir().unwrap())
+    }
+
+    /// The same in `dir`.
+    pub fn in_dir(dir: tempfile::TempDir) -> Self {
+        let m = Manifests { dir };
         m.write("class.yaml", &ingress_class("ferrule", true));
         m
     }
