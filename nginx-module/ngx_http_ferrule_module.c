@@ -19,6 +19,9 @@
  *                             allowed; empty: absent) from the post-read phase
  *                             on, whatever the client sent under that name
  *
+ * Loaded, the module also draws $request_id from the kernel, a page at a time
+ * (ngx_http_ferrule_request_id.c).
+ *
  * The module also defines $ferrule_request_body: "" for a GET, HEAD, OPTIONS or
  * DELETE without Content-Length or Transfer-Encoding, else "1" (the Lua
  * rewrite phase must run before such a request's body is read).
@@ -633,6 +636,10 @@ ngx_http_ferrule_postconfiguration(ngx_conf_t *cf)
         }
 
         *h = ngx_http_ferrule_input_header_handler;
+    }
+
+    if (ngx_http_ferrule_request_id_init(cf) != NGX_OK) {
+        return NGX_ERROR;
     }
 
     return ngx_http_ferrule_metrics_init(cf);

@@ -2,7 +2,7 @@
  * What the parts of ngx_http_ferrule_module share: its configurations and the
  * functions one part calls in another (ngx_http_ferrule_module.c: the module,
  * its variables and the fast path; ngx_http_ferrule_metrics.c: the request
- * metrics).
+ * metrics; ngx_http_ferrule_request_id.c: $request_id).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -92,5 +92,8 @@ char *ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf, ngx_command_t *cmd,
 /* the FFI interface of lua/ferrule/metrics.lua */
 long ngx_http_ferrule_metrics_bound(void);
 long ngx_http_ferrule_metrics_dump(u_char *buf, size_t size);
+
+/* ngx_http_ferrule_request_id.c */
+ngx_int_t ngx_http_ferrule_request_id_init(ngx_conf_t *cf);
 
 #endif /* NGX_HTTP_FERRULE_MODULE_H */

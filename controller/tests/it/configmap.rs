@@ -362,11 +362,8 @@ async fn request_id_original_uri_and_the_access_log_keys() {
     let (s, seen) = f.get("plain.test", "/logged?a=1").await;
     assert_eq!(s, 200, "{}", f.logs());
     assert_eq!(seen["headers"]["x-original-uri"], "/logged?a=1", "{seen}");
-    assert!(
-        seen["headers"]["x-request-id"]
-            .as_str()
-            .is_some_and(|v| v.len() == 32)
-    );
+    let id = seen["headers"]["x-request-id"].as_str().unwrap_or_default();
+    assert_eq!(id.len(), 32, "{seen}");
     f.get("plain.test", "/health").await;
     // The log is buffered for a second at most.
     let log = f.prefix.path().join("nginx/logs/access.log");
@@ -377,6 +374,9 @@ async fn request_id_original_uri_and_the_access_log_keys() {
     assert!(logged, "{}", f.logs());
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!text.contains("/health"), "{text}");
+    // The logged request id is the one the backend received.
+    let line = text.lines().find(|l| l.contains("/logged?a=1")).unwrap();
+    assert!(line.ends_with(&format!(" {id}")), "{line}");
 
     // No generated request id, no original URI; the access log to syslog.
     m.write(

@@ -116,6 +116,35 @@ async fn default_backend_gets_every_method_with_path_query_and_headers() {
     assert_ne!(v2["headers"]["x-request-id"].as_str(), Some(id));
 }
 
+/// Generated request ids (Ferrule's module draws them from the kernel a page at a
+/// time, 256 ids per page and worker): every one in NGINX's form, 32 lowercase hex
+/// digits, and no two alike, across several pages of both workers.
+#[tokio::test]
+async fn generated_request_ids_are_distinct() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("ing.yaml", &demo_ingress("ids", "ids.test", &[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    let asks = (0..1200).map(|_| async {
+        let (s, seen) = f.get("ids.test", "/").await;
+        assert_eq!(s, 200, "{seen}");
+        seen["headers"]["x-request-id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    });
+    let ids: Vec<String> = futures::future::join_all(asks).await;
+    for id in &ids {
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "not NGINX's form: {id:?}"
+        );
+    }
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), ids.len(), "a request id came twice");
+}
+
 #[tokio::test]
 async fn load_balancing_reaches_every_endpoint() {
     let echoes = echo_group(&["127.0.0.2", "127.0.0.3", "127.0.0.4"]).await;
