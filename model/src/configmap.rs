@@ -141,7 +141,7 @@ pub const KEYS: &[ConfigKey] = &[
     yes("ssl-buffer-size", "16k", "ssl_buffer_size"),
     yes("use-proxy-protocol", "true", "PROXY protocol on the listeners"),
     yes("proxy-protocol-header-timeout", "5s", "time to wait for the PROXY line on the stream listeners (TLS router, TCP services)"),
-    yes("enable-aio-write", "false", "aio_write"),
+    yes("enable-aio-write", "false", "aio_write; the thread pool (aio threads) runs only where answers are buffered"),
     yes("use-gzip", "true", "gzip responses"),
     module("use-geoip", GEOIP, "GeoIP variables"),
     module("use-geoip2", GEOIP, "GeoIP2 variables"),

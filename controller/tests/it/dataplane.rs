@@ -47,6 +47,61 @@ async fn serves_an_ingress_and_follows_file_changes() {
     );
 }
 
+/// How many threads each NGINX worker runs.
+fn worker_threads(f: &Ferrule) -> Vec<usize> {
+    (f.worker_pids().iter())
+        .map(|pid| std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()))
+        .collect()
+}
+
+/// A thread pool makes every worker multi-threaded, which costs each system call:
+/// with ingress-nginx's default (answers not buffered) the workers run one thread
+/// each; an Ingress that buffers its answers brings the pool, and its answers
+/// arrive.
+#[tokio::test]
+async fn workers_run_a_thread_pool_only_where_answers_are_buffered() {
+    let a = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[a.addr]));
+    let web = |annotations: &[(&str, &str)]| {
+        let paths = [("/", "Prefix", "echo")];
+        ingress(
+            "demo",
+            "web",
+            "2026-01-01T00:00:00Z",
+            "web.test",
+            &paths,
+            annotations,
+        )
+    };
+    m.write("ing.yaml", &web(&[]));
+    let f = Ferrule::start(m.path(), &[]).await;
+    assert_eq!(f.backend("web.test", "/").await, (200, a.addr.to_string()));
+    let threads = worker_threads(&f);
+    assert!(
+        !threads.is_empty() && threads.iter().all(|&n| n == 1),
+        "workers' threads: {threads:?}"
+    );
+
+    let buffering = [("proxy-buffering", "on")];
+    m.write("ing.yaml", &web(&buffering));
+    // Until the old workers, single-threaded, have left.
+    let pooled = wait_until(Duration::from_secs(20), || async {
+        let threads = worker_threads(&f);
+        !threads.is_empty() && threads.iter().all(|&n| n > 1)
+    })
+    .await;
+    assert!(
+        pooled,
+        "workers' threads: {:?}; log:\n{}",
+        worker_threads(&f),
+        f.logs()
+    );
+    for _ in 0..5 {
+        assert_eq!(f.backend("web.test", "/x").await, (200, a.addr.to_string()));
+    }
+}
+
 /// A prefix below a directory that NGINX's worker user cannot enter (`mktemp -d`,
 /// `/root`): Ferrule's own answers, TLS and large bodies work as anywhere else.
 #[tokio::test]

@@ -64,8 +64,8 @@ pub struct Tuning {
     /// `max-worker-open-files` (`worker_rlimit_nofile`); 0: the limit NGINX is
     /// started with (ingress-nginx derives one from it; a container's is ample).
     pub max_worker_open_files: u32,
-    /// `enable-aio-write`: temporary files are written by a thread pool
-    /// (`aio threads` is always on, as in ingress-nginx).
+    /// `enable-aio-write`: temporary files are written by a thread pool (where
+    /// answers are buffered: the template starts the pool only there).
     pub enable_aio_write: bool,
     /// `enable-access-log-for-default-backend`: log the requests of the catch-all
     /// server too (default off: scanners' noise).

@@ -1729,3 +1729,74 @@ async fn the_tls_router_takes_the_https_port() {
     );
     passes_nginx_t_with_both_balancers(&m, true).await;
 }
+
+/// An Ingress on a.example.com whose `/buffered` path has `annotations`.
+fn buffered_ingress(annotations: &str) -> String {
+    format!(
+        r#"
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: web
+  namespace: demo
+  creationTimestamp: "2026-01-01T00:00:00Z"
+  annotations: {{ {annotations} }}
+spec:
+  rules:
+  - host: a.example.com
+    http:
+      paths:
+      - {{ path: /buffered, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+"#
+    )
+}
+
+/// A thread pool (`aio threads`) makes every worker multi-threaded, which costs each
+/// system call: it starts only where answers are buffered (the ConfigMap's
+/// `proxy-buffering` for all, else the locations whose annotation asks), and nowhere
+/// without buffering.
+#[tokio::test]
+async fn a_thread_pool_only_where_answers_are_buffered() {
+    let buffering = r#"nginx.ingress.kubernetes.io/proxy-buffering: "on""#;
+    let configmap = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ namespace: {}, name: {} }}\n\
+             data: {{ proxy-buffering: \"{value}\" }}\n",
+            CONFIGMAP.0, CONFIGMAP.1
+        )
+    };
+    // (the ConfigMap's value, the annotations) -> pools in http, in the server file
+    // (a Prefix path has two locations)
+    let cases = [
+        ("off", "", 0, 0),
+        ("off", buffering, 0, 2),
+        ("on", "", 1, 0),
+        ("on", buffering, 1, 0),
+    ];
+    for (global, annotations, in_http, in_server) in cases {
+        let yaml = format!(
+            "{}\n---\n{}",
+            configmap(global),
+            buffered_ingress(annotations)
+        );
+        let m = model(&yaml, Settings::default());
+        let files = Renderer::new(opts("/ferrule")).render(&m).unwrap();
+        let conf = &files["conf/nginx.conf"].text;
+        let host = &files[&server_file("a.example.com")].text;
+        let case = format!("ConfigMap {global}, annotations {annotations:?}");
+        assert_eq!(
+            conf.matches("aio threads;").count(),
+            in_http,
+            "{case}:\n{conf}"
+        );
+        assert_eq!(
+            host.matches("aio threads;").count(),
+            in_server,
+            "{case}:\n{host}"
+        );
+        assert_eq!(conf.matches("aio_write").count(), 1, "{case}");
+        if in_http + in_server > 0 {
+            passes_nginx_t_with_both_balancers(&m, false).await;
+        }
+    }
+}
