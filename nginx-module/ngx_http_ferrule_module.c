@@ -18,19 +18,18 @@
  *                             http: request header NAME is VALUE (variables
  *                             allowed; empty: absent) from the post-read phase
  *                             on, whatever the client sent under that name
+ *   ferrule_if_body { ... }   location: the block's directives for a request
+ *                             that may carry a body (ngx_http_ferrule_if_body.c)
  *
  * Loaded, the module also draws $request_id from the kernel, a page at a time
  * (ngx_http_ferrule_request_id.c).
  *
- * The module also defines $ferrule_request_body: "" for a GET, HEAD, OPTIONS or
- * DELETE without Content-Length or Transfer-Encoding, else "1" (the Lua
- * rewrite phase must run before such a request's body is read).
- *
  * Every location that proxies names its backend, its ssl-redirect host and its
  * affinity scope. With `set` they cost every request the rewrite module's
- * script engine, and the map behind $ferrule_request_body a complex value of
- * three variables (two of them a scan of the request's headers): together about
- * 4 % of a small proxied request (test/bench/RESULTS.md). ferrule_location keeps
+ * script engine, and the map that decides whether a request has a body a
+ * complex value of three variables (two of them a scan of the request's
+ * headers): together about 4 % of a small proxied request
+ * (test/bench/RESULTS.md). ferrule_location keeps
  * them in the location's configuration instead, read only when asked for. The
  * variables stay changeable: a location that sets one with `set` (an error
  * page's, njs's) reads what it set.
@@ -149,8 +148,6 @@ static char *ngx_http_ferrule_location(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static ngx_int_t ngx_http_ferrule_location_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
-static ngx_int_t ngx_http_ferrule_request_body_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data);
 static char *ngx_http_ferrule_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_ferrule_fast(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -230,6 +227,13 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
       0,
       NULL },
 
+    { ngx_string("ferrule_if_body"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_BLOCK|NGX_CONF_NOARGS,
+      ngx_http_ferrule_if_body,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
     { ngx_string("ferrule_input_header"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
       ngx_http_ferrule_input_header,
@@ -259,11 +263,6 @@ static ngx_http_variable_t  ngx_http_ferrule_variables[] = {
     { ngx_string("ferrule_affinity_scope"), NULL,
       ngx_http_ferrule_location_variable, NGX_HTTP_FERRULE_AFFINITY_SCOPE,
       NGX_HTTP_VAR_CHANGEABLE|NGX_HTTP_VAR_NOCACHEABLE, 0 },
-
-    /* changeable: a configuration may still define it with a map */
-    { ngx_string("ferrule_request_body"), NULL,
-      ngx_http_ferrule_request_body_variable, 0,
-      NGX_HTTP_VAR_CHANGEABLE, 0 },
 
       ngx_http_null_variable
 };
@@ -638,7 +637,9 @@ ngx_http_ferrule_postconfiguration(ngx_conf_t *cf)
         *h = ngx_http_ferrule_input_header_handler;
     }
 
-    if (ngx_http_ferrule_request_id_init(cf) != NGX_OK) {
+    if (ngx_http_ferrule_request_id_init(cf) != NGX_OK
+        || ngx_http_ferrule_if_body_init(cf) != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -662,32 +663,6 @@ ngx_http_ferrule_location_variable(ngx_http_request_t *r,
 
     v->len = flcf->location[data].len;
     v->data = flcf->location[data].data;
-    v->valid = 1;
-    v->no_cacheable = 0;
-    v->not_found = 0;
-
-    return NGX_OK;
-}
-
-
-/* as the map it replaces: the methods that rarely carry a body, without one */
-static ngx_int_t
-ngx_http_ferrule_request_body_variable(ngx_http_request_t *r,
-    ngx_http_variable_value_t *v, uintptr_t data)
-{
-    if (r->headers_in.content_length == NULL
-        && r->headers_in.transfer_encoding == NULL
-        && (r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD|NGX_HTTP_OPTIONS
-                         |NGX_HTTP_DELETE)))
-    {
-        v->len = 0;
-        v->data = (u_char *) "";
-
-    } else {
-        v->len = 1;
-        v->data = (u_char *) "1";
-    }
-
     v->valid = 1;
     v->no_cacheable = 0;
     v->not_found = 0;

@@ -2,7 +2,8 @@
  * What the parts of ngx_http_ferrule_module share: its configurations and the
  * functions one part calls in another (ngx_http_ferrule_module.c: the module,
  * its variables and the fast path; ngx_http_ferrule_metrics.c: the request
- * metrics; ngx_http_ferrule_request_id.c: $request_id).
+ * metrics; ngx_http_ferrule_request_id.c: $request_id;
+ * ngx_http_ferrule_if_body.c: ferrule_if_body).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -55,6 +56,8 @@ typedef struct {
     u_char                          *input_header_lowcase;
     ngx_uint_t                       input_header_hash;
     ngx_http_complex_value_t        *input_header_value;
+    /* some location has ferrule_if_body */
+    ngx_flag_t                       if_body;
 } ngx_http_ferrule_main_conf_t;
 
 
@@ -71,6 +74,8 @@ typedef struct {
     /* ferrule_location's arguments, if `located` */
     ngx_str_t                        location[NGX_HTTP_FERRULE_LOCATION_VALUES];
     ngx_flag_t                       located;
+    /* ferrule_if_body's configuration (not inherited: it is the location's) */
+    void                           **if_body;
 } ngx_http_ferrule_loc_conf_t;
 
 
@@ -92,6 +97,10 @@ char *ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf, ngx_command_t *cmd,
 /* the FFI interface of lua/ferrule/metrics.lua */
 long ngx_http_ferrule_metrics_bound(void);
 long ngx_http_ferrule_metrics_dump(u_char *buf, size_t size);
+
+/* ngx_http_ferrule_if_body.c */
+char *ngx_http_ferrule_if_body(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+ngx_int_t ngx_http_ferrule_if_body_init(ngx_conf_t *cf);
 
 /* ngx_http_ferrule_request_id.c */
 ngx_int_t ngx_http_ferrule_request_id_init(ngx_conf_t *cf);

@@ -24,8 +24,7 @@ const FAST_PATH: &str = "ferrule_fast_zone 1m; upstream u { server 0.0.0.1:1; ba
 const METRICS: &str =
     "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }";
 /// A location's values in its configuration, in `http`.
-const LOCATION: &str =
-    r#"server { location / { ferrule_location a "" ""; if ($ferrule_request_body) { } } }"#;
+const LOCATION: &str = r#"server { location / { ferrule_location a "" ""; ferrule_if_body { } } }"#;
 /// A request header set before the realip module reads it, in `http`.
 const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr;";
 /// Their dump over HTTP (njs reads it so: no FFI), in `http`.

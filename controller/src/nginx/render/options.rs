@@ -99,10 +99,11 @@ pub struct RenderOptions {
     /// plain backends are then balanced without entering Lua.
     pub fast_path: bool,
     /// Whether the module in `modules` has `ferrule_location` and
-    /// `$ferrule_request_body` (Lua with `fast_path`): a proxying location then
-    /// names its backend, ssl-redirect host and affinity scope in its configuration
-    /// instead of with three `set`s, and no map decides whether a request has a
-    /// body: every request is spared the rewrite module's work for them.
+    /// `ferrule_if_body` (Lua with `fast_path`): a proxying location then names its
+    /// backend, ssl-redirect host and affinity scope in its configuration instead of
+    /// with three `set`s, and the module, not a map and an `if`, decides whether a
+    /// request may have a body: every request is spared the rewrite module's work
+    /// for them.
     pub location_directive: bool,
     /// Whether `modules` holds Ferrule's stream module ([`super::fast_path`]): TCP/UDP
     /// services and passthrough hosts then get every endpoint in an upstream, and a

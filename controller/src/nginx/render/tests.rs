@@ -1033,7 +1033,16 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
         assert!(l.contains(r#"#$http_x_pick_"#), "the name as it is: {l}");
     }
     assert!(!host_file.contains("set $ferrule_backend"), "{host_file}");
+    // The module decides which requests may carry a body: no map, no `if`.
     assert!(!h["conf/nginx.conf"].contains("$ferrule_request_body {"));
+    assert!(!host_file.contains("$ferrule_request_body"), "{host_file}");
+    let if_body = (host_file.lines())
+        .filter(|l| {
+            l.trim_start()
+                .starts_with("ferrule_if_body { rewrite_by_lua_block")
+        })
+        .count();
+    assert!(if_body > 0, "{host_file}");
 
     if which_nginx().is_none() || !Path::new(MODULE_SO).exists() {
         eprintln!("nginx or Ferrule's module not installed: skipping nginx -t");
