@@ -124,6 +124,18 @@ impl Cluster {
     }
 }
 
+/// An error with the chain of its causes ("error sending request" alone does not
+/// say whether the connection was refused, reset or timed out).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text += &format!(": {s}");
+        source = s.source();
+    }
+    text
+}
+
 /// GET `HOST` at `ip`:80: the echo pod that answered, or an error.
 async fn via(ip: &str) -> Result<String, String> {
     let r = client()
@@ -132,7 +144,7 @@ async fn via(ip: &str) -> Result<String, String> {
         .timeout(Duration::from_secs(3))
         .send()
         .await
-        .map_err(|e| format!("{ip}: {e}"))?;
+        .map_err(|e| format!("{ip}: {}", causes(&e)))?;
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap_or_default();
     match (status, body["pod"].as_str()) {
