@@ -3,7 +3,8 @@
  * functions one part calls in another (ngx_http_ferrule_module.c: the module,
  * its variables and the fast path; ngx_http_ferrule_metrics.c: the request
  * metrics; ngx_http_ferrule_request_id.c: $request_id;
- * ngx_http_ferrule_if_body.c: ferrule_if_body).
+ * ngx_http_ferrule_if_body.c: ferrule_if_body; ngx_http_ferrule_alias.c:
+ * ferrule_alias).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -97,6 +98,9 @@ char *ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf, ngx_command_t *cmd,
 /* the FFI interface of lua/ferrule/metrics.lua */
 long ngx_http_ferrule_metrics_bound(void);
 long ngx_http_ferrule_metrics_dump(u_char *buf, size_t size);
+
+/* ngx_http_ferrule_alias.c */
+char *ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_ferrule_if_body.c */
 char *ngx_http_ferrule_if_body(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

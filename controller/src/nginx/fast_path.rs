@@ -23,8 +23,9 @@ const FAST_PATH: &str = "ferrule_fast_zone 1m; upstream u { server 0.0.0.1:1; ba
 /// The request metrics' directives, in `http`.
 const METRICS: &str =
     "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }";
-/// A location's values in its configuration, in `http`.
-const LOCATION: &str = r#"server { location / { ferrule_location a "" ""; ferrule_if_body { } } }"#;
+/// A location's values in its configuration, and an alias, in `http`.
+const LOCATION: &str = r#"ferrule_alias $ferrule_probe $scheme;
+    server { location / { ferrule_location a "" ""; ferrule_if_body { } } }"#;
 /// A request header set before the realip module reads it, in `http`.
 const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr;";
 /// Their dump over HTTP (njs reads it so: no FFI), in `http`.
@@ -106,16 +107,16 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
         }
         Err(why) => tracing::warn!("no C fast path, every request enters Lua: {why}"),
     }
-    // So are a proxying location's values and the realip module's header, if it is
-    // recent enough: one `nginx -t` for both (they came in the same build).
+    // So are a proxying location's values, the aliases and the realip module's
+    // header, if it is recent enough: one `nginx -t` for all.
     if opts.fast_path {
         let modules = &opts.modules[..opts.modules.len() - 1];
         let http = format!("{FAST_PATH} {LOCATION} {INPUT_HEADER}");
         match probe(nginx, modules, module, &http) {
             Ok(()) => (opts.location_directive, opts.input_header) = (true, true),
             Err(why) => tracing::warn!(
-                "the C module has no ferrule_location or ferrule_input_header (rebuild it: \
-                 make deps); locations set their values: {why}"
+                "the C module has no ferrule_location, ferrule_if_body, ferrule_alias or \
+                 ferrule_input_header (rebuild it: make deps); locations set their values: {why}"
             ),
         }
     }

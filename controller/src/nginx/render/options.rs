@@ -98,12 +98,13 @@ pub struct RenderOptions {
     /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
     /// plain backends are then balanced without entering Lua.
     pub fast_path: bool,
-    /// Whether the module in `modules` has `ferrule_location` and
-    /// `ferrule_if_body` (Lua with `fast_path`): a proxying location then names its
+    /// Whether the module in `modules` has `ferrule_location`, `ferrule_if_body` and
+    /// `ferrule_alias` (Lua with `fast_path`): a proxying location then names its
     /// backend, ssl-redirect host and affinity scope in its configuration instead of
-    /// with three `set`s, and the module, not a map and an `if`, decides whether a
-    /// request may have a body: every request is spared the rewrite module's work
-    /// for them.
+    /// with three `set`s, the module, not a map and an `if`, decides whether a
+    /// request may have a body, and the forwarded headers' variables that are
+    /// another variable as it is are aliases, not maps: every request is spared the
+    /// rewrite module's and the maps' work for them.
     pub location_directive: bool,
     /// Whether `modules` holds Ferrule's stream module ([`super::fast_path`]): TCP/UDP
     /// services and passthrough hosts then get every endpoint in an upstream, and a

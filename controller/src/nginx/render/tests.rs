@@ -1043,6 +1043,18 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
         })
         .count();
     assert!(if_body > 0, "{host_file}");
+    // The forwarded variables that are another as it is: aliases, not maps.
+    let conf = &h["conf/nginx.conf"];
+    for alias in [
+        "ferrule_alias $ferrule_upstream_host $ferrule_host;",
+        "ferrule_alias $ferrule_scheme $scheme;",
+        "ferrule_alias $ferrule_forwarded_host $ferrule_host;",
+        "ferrule_alias $ferrule_forwarded_port $ferrule_server_port;",
+        "ferrule_alias $ferrule_forwarded_for $remote_addr;",
+    ] {
+        assert!(conf.contains(alias), "{alias} missing from\n{conf}");
+    }
+    assert!(!conf.contains("map \"\" $ferrule_scheme"), "{conf}");
 
     if which_nginx().is_none() || !Path::new(MODULE_SO).exists() {
         eprintln!("nginx or Ferrule's module not installed: skipping nginx -t");
