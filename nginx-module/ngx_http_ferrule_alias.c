@@ -1,11 +1,15 @@
 /*
- * ferrule_alias $NAME $VARIABLE;   http: $NAME reads as $VARIABLE.
+ * ferrule_alias $NAME $VARIABLE...;
+ *                 http: $NAME reads as the first of the variables that is not
+ *                 empty (the last one whatever it is).
  *
- * Without use-forwarded-headers, nginx.conf's forwarded variables are each
- * another variable as it is: `map "" $ferrule_scheme { default $scheme; }`. A
- * map evaluates its key, looks the key up and copies its value into a new
- * buffer on every request that reads it, and every proxied request reads five
- * of them (test/bench/RESULTS.md). An alias hands out the variable it names.
+ * nginx.conf's headers to the backend read variables that are another variable
+ * as it is (without use-forwarded-headers: `map "" $ferrule_scheme { default
+ * $scheme; }`) or the first of two that is not empty (`map $http_host
+ * $ferrule_host { "" $host; default $http_host; }`). A map evaluates its key,
+ * hashes and looks it up and copies its value into a new buffer on every
+ * request that reads it, and every proxied request reads seven of them
+ * (test/bench/RESULTS.md). An alias hands out the variable it picks.
  *
  * Changeable and cacheable, as a map's variable: a location may still `set` it
  * (upstream-vhost sets $ferrule_upstream_host), and a read after that gets what
@@ -15,52 +19,89 @@
 #include "ngx_http_ferrule_module.h"
 
 
+typedef struct {
+    ngx_uint_t   n;
+    ngx_int_t   *index;
+} ngx_http_ferrule_alias_t;
+
+
 static ngx_int_t ngx_http_ferrule_alias_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
+
+
+/* "$name" without its "$", or an empty string */
+static ngx_str_t
+ngx_http_ferrule_variable_name(ngx_str_t *arg)
+{
+    ngx_str_t  name = ngx_null_string;
+
+    if (arg->len > 1 && arg->data[0] == '$') {
+        name.len = arg->len - 1;
+        name.data = arg->data + 1;
+    }
+
+    return name;
+}
 
 
 char *
 ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_str_t            *value, name, target;
-    ngx_int_t             index;
-    ngx_http_variable_t  *v;
+    ngx_str_t                 *value, name, target;
+    ngx_uint_t                 i;
+    ngx_http_variable_t       *v;
+    ngx_http_ferrule_alias_t  *alias;
 
     value = cf->args->elts;
 
-    if (value[1].len < 2 || value[1].data[0] != '$'
-        || value[2].len < 2 || value[2].data[0] != '$')
-    {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ferrule_alias takes two variables, not \"%V\" "
-                           "and \"%V\"", &value[1], &value[2]);
+    alias = ngx_palloc(cf->pool, sizeof(ngx_http_ferrule_alias_t));
+    if (alias == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    name.len = value[1].len - 1;
-    name.data = value[1].data + 1;
-    target.len = value[2].len - 1;
-    target.data = value[2].data + 1;
-
-    if (name.len == target.len
-        && ngx_strncasecmp(name.data, target.data, name.len) == 0)
-    {
-        return "names the variable it defines";
+    alias->n = cf->args->nelts - 2;
+    alias->index = ngx_palloc(cf->pool, alias->n * sizeof(ngx_int_t));
+    if (alias->index == NULL) {
+        return NGX_CONF_ERROR;
     }
+
+    for (i = 1; i < cf->args->nelts; i++) {
+        target = ngx_http_ferrule_variable_name(&value[i]);
+
+        if (target.len == 0) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "ferrule_alias takes variables, not \"%V\"",
+                               &value[i]);
+            return NGX_CONF_ERROR;
+        }
+
+        if (i == 1) {
+            continue;
+        }
+
+        if (target.len == value[1].len - 1
+            && ngx_strncasecmp(target.data, value[1].data + 1, target.len)
+               == 0)
+        {
+            return "names the variable it defines";
+        }
+
+        /* a variable defined further down will do: NGINX checks it exists */
+        alias->index[i - 2] = ngx_http_get_variable_index(cf, &target);
+        if (alias->index[i - 2] == NGX_ERROR) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    name = ngx_http_ferrule_variable_name(&value[1]);
 
     v = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_CHANGEABLE);
     if (v == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    /* the target may be defined further down: NGINX checks it exists */
-    index = ngx_http_get_variable_index(cf, &target);
-    if (index == NGX_ERROR) {
-        return NGX_CONF_ERROR;
-    }
-
     v->get_handler = ngx_http_ferrule_alias_variable;
-    v->data = (uintptr_t) index;
+    v->data = (uintptr_t) alias;
 
     return NGX_CONF_OK;
 }
@@ -70,11 +111,20 @@ static ngx_int_t
 ngx_http_ferrule_alias_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
+    ngx_http_ferrule_alias_t *alias = (ngx_http_ferrule_alias_t *) data;
+
+    ngx_uint_t                  i;
     ngx_http_variable_value_t  *target;
 
-    target = ngx_http_get_indexed_variable(r, data);
-    if (target == NULL) {
-        return NGX_ERROR;
+    for (i = 0; /* void */; i++) {
+        target = ngx_http_get_indexed_variable(r, alias->index[i]);
+        if (target == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (i == alias->n - 1 || (!target->not_found && target->len)) {
+            break;
+        }
     }
 
     *v = *target;

@@ -20,9 +20,10 @@
  *                             on, whatever the client sent under that name
  *   ferrule_if_body { ... }   location: the block's directives for a request
  *                             that may carry a body (ngx_http_ferrule_if_body.c)
- *   ferrule_alias $NAME $VARIABLE;
- *                             http: $NAME reads as $VARIABLE, without a map's
- *                             work (ngx_http_ferrule_alias.c)
+ *   ferrule_alias $NAME $VARIABLE...;
+ *                             http: $NAME reads as the first of the variables
+ *                             that is not empty, without a map's work
+ *                             (ngx_http_ferrule_alias.c)
  *
  * Loaded, the module also draws $request_id from the kernel, a page at a time
  * (ngx_http_ferrule_request_id.c).
@@ -238,7 +239,7 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
       NULL },
 
     { ngx_string("ferrule_alias"),
-      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE2,
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_ferrule_alias,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,

@@ -92,17 +92,21 @@ start_nginx "$WORK/backend"
 grep -v '_by_lua' "$ROOT/rootfs/etc/nginx/proxy-http.conf" |
     sed 's|proxy_pass http://ferrule_balancer;|proxy_pass http://backend;|' > "$WORK/proxy.conf"
 # Ferrule's module, where installed: Ferrule's NGINX draws $request_id from it, and
-# the forwarded headers' variables that are another as it is are its aliases, not maps
-# (as nginx.conf.tera without use-forwarded-headers, the defaults).
+# the headers' variables that are the first non-empty of others are its aliases, not
+# maps (as nginx.conf.tera without use-forwarded-headers, the defaults).
 FERRULE_MODULE=
-FORWARDED='map $ferrule_host $ferrule_upstream_host { default $ferrule_host; }
+FORWARDED='map $http_host $ferrule_host { "" $host; default $http_host; }
+    map $http_x_request_id $ferrule_request_id { "" $request_id; default $http_x_request_id; }
+    map $ferrule_host $ferrule_upstream_host { default $ferrule_host; }
     map "" $ferrule_scheme { default $scheme; }
     map "" $ferrule_forwarded_host { default $ferrule_host; }
     map "" $ferrule_forwarded_port { default $server_port; }
     map "" $ferrule_forwarded_for { default $remote_addr; }'
 if [ -f "$MODULES/ngx_http_ferrule_module.so" ]; then
     FERRULE_MODULE="load_module $MODULES/ngx_http_ferrule_module.so;"
-    FORWARDED='ferrule_alias $ferrule_upstream_host $ferrule_host;
+    FORWARDED='ferrule_alias $ferrule_host $http_host $host;
+    ferrule_alias $ferrule_request_id $http_x_request_id $request_id;
+    ferrule_alias $ferrule_upstream_host $ferrule_host;
     ferrule_alias $ferrule_scheme $scheme;
     ferrule_alias $ferrule_forwarded_host $ferrule_host;
     ferrule_alias $ferrule_forwarded_port $server_port;
@@ -138,8 +142,6 @@ http {
     proxy_http_version 1.1;
     proxy_buffering off;
     map \$http_upgrade \$ferrule_connection { default upgrade; "" ""; }
-    map \$http_host \$ferrule_host { "" \$host; default \$http_host; }
-    map \$http_x_request_id \$ferrule_request_id { "" \$request_id; default \$http_x_request_id; }
     map "" \$ferrule_original_uri { default ""; }
     map \$https \$ferrule_hsts { on "max-age=31536000; includeSubDomains"; default ""; }
     $FORWARDED

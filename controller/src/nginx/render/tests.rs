@@ -1043,9 +1043,12 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
         })
         .count();
     assert!(if_body > 0, "{host_file}");
-    // The forwarded variables that are another as it is: aliases, not maps.
+    // The headers' variables that are the first non-empty of others: aliases, not
+    // maps.
     let conf = &h["conf/nginx.conf"];
     for alias in [
+        "ferrule_alias $ferrule_host $http_host $host;",
+        "ferrule_alias $ferrule_request_id $http_x_request_id $request_id;",
         "ferrule_alias $ferrule_upstream_host $ferrule_host;",
         "ferrule_alias $ferrule_scheme $scheme;",
         "ferrule_alias $ferrule_forwarded_host $ferrule_host;",
@@ -1055,6 +1058,7 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
         assert!(conf.contains(alias), "{alias} missing from\n{conf}");
     }
     assert!(!conf.contains("map \"\" $ferrule_scheme"), "{conf}");
+    assert!(!conf.contains("$ferrule_host {"), "{conf}");
 
     if which_nginx().is_none() || !Path::new(MODULE_SO).exists() {
         eprintln!("nginx or Ferrule's module not installed: skipping nginx -t");
