@@ -48,7 +48,8 @@ async fn reload_is_verified_and_replaces_workers() {
     })
     .await;
     assert!(applied, "change applied; log:\n{}", f.logs());
-    assert_eq!(f.get("web.test", "/a").await.0, 404);
+    let gone = past_the_old(|| f.get("web.test", "/a"), |a| a.0 == 200).await;
+    assert_eq!(gone.0, 404);
     // The counter is bumped once the reload is verified.
     let counted = wait_until(Duration::from_secs(5), || async {
         reloads(&f).await == before + 1.0
