@@ -103,6 +103,7 @@ async fn allow_and_deny_lists_answer_403_to_other_clients() {
     })
     .await;
     assert!(rejected, "{:?}", f.resources().await);
+    f.old_workers_gone().await;
     assert_eq!(get_from(&f, "127.0.0.5", "allow.test").await.0, 404);
 }
 

@@ -155,6 +155,7 @@ async fn header_keys_change_what_clients_and_backends_see() {
             .is_some_and(|v| v.to_str().unwrap().starts_with("nginx/"))
     })
     .await;
+    f.old_workers_gone().await;
     assert!(applied, "{}", f.logs());
     for host in ["plain.test", "cors.test"] {
         let r = get_as(&f, "127.0.0.1", host, &secret).await;
@@ -212,6 +213,7 @@ async fn gzip_compresses_the_listed_types_when_on() {
     })
     .await;
     assert!(on, "{}", f.logs());
+    f.old_workers_gone().await;
     let r = get_as(&f, "127.0.0.1", "plain.test", &gzip).await;
     assert_eq!(r.headers()["vary"], "Accept-Encoding");
     let body = r.bytes().await.unwrap();
@@ -262,6 +264,7 @@ async fn tls_protocols_and_http2_follow_the_configmap() {
     })
     .await;
     assert!(applied, "TLS 1.2 is refused: {}", f.logs());
+    f.old_workers_gone().await;
     let r = tls_client(&f, &["a.example.com"])
         .get(&url)
         .send()
@@ -396,6 +399,7 @@ async fn request_id_original_uri_and_the_access_log_keys() {
     })
     .await;
     assert!(applied, "{}", f.logs());
+    f.old_workers_gone().await;
     let (_, seen) = f.get("plain.test", "/to-syslog").await;
     assert!(seen["headers"].get("x-original-uri").is_none(), "{seen}");
     let mut buf = vec![0u8; 65536];

@@ -328,6 +328,7 @@ async fn configmap_tuning_keys_reach_nginx() {
         "a 3 KB header line is too large for 1k buffers; {}",
         f.logs()
     );
+    f.old_workers_gone().await;
     let head = raw_head(&f, 10).await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(

@@ -265,6 +265,7 @@ async fn routing_follows_ingress_and_endpointslice_changes() {
         f.logs()
     );
 
+    f.old_workers_gone().await;
     // EndpointSlice update: traffic follows without a reload.
     let pids = f.worker_pids();
     let reloads = f.reloads().await;
@@ -475,6 +476,7 @@ async fn status_and_events_are_written() {
         "a Normal event after the fix; log:\n{}",
         f.logs()
     );
+    f.old_workers_gone().await;
     assert_eq!(f.get("bad.e2e", "/").await.0, 200);
 
     // An Opaque Secret holding tls.crt and tls.key serves its certificate (as in

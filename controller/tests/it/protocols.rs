@@ -260,18 +260,20 @@ async fn answers_stream_at_the_clients_pace_unless_the_configmap_buffers() {
     );
     drop(_client);
 
+    let reloads = f.reloads().await;
     m.write(
         "cm.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: ferrule, namespace: demo }\n\
          data: { proxy-buffering: \"on\" }\n",
     );
+    // Counted once new workers serve it; then the old ones must be gone, or the one
+    // connection below may meet one of them (no buffering).
     let reloaded = wait_until(Duration::from_secs(10), || async {
-        std::fs::read_to_string(f.prefix.path().join("nginx/conf/nginx.conf"))
-            .is_ok_and(|c| c.contains("proxy_buffering on;"))
+        f.reloads().await > reloads
     })
     .await;
     assert!(reloaded, "{}", f.logs());
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    f.old_workers_gone().await;
     let _client = stalled_client(&f).await;
     let absorbed = wait_until(Duration::from_secs(20), || async {
         written.load(Ordering::SeqCst) == 63
@@ -643,6 +645,7 @@ async fn a_ticket_key_keeps_sessions_across_reloads() {
         })
         .await;
         assert!(reloaded, "{name}: no reload; log:\n{}", f.logs());
+        f.old_workers_gone().await;
         assert_eq!(
             resumed(&f, &session),
             kept,

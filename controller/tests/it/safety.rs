@@ -166,6 +166,7 @@ async fn a_broken_new_ingress_is_rejected_and_the_rest_keeps_serving() {
     let fixed = [("configuration-snippet", "add_header X-Fixed yes;")];
     m.write("bad.yaml", &ing("bad", T1, "bad.test", &fixed));
     wait_state(&f, "Ingress", "bad", "applied").await;
+    f.old_workers_gone().await;
     wait_status(&f, "bad.test", 200).await;
     assert_eq!(
         header(&f, "bad.test", "x-fixed").await.as_deref(),
@@ -576,6 +577,7 @@ async fn startup_with_a_rejected_configmap_serves_the_defaults_but_is_not_ready(
         &configmap(&[("location-snippet", "add_header X-Shared fixed;")]),
     );
     f.wait_ready(WAIT).await;
+    f.old_workers_gone().await;
     wait_state(&f, "ConfigMap", "ferrule", "applied").await;
     assert_eq!(
         header(&f, "ing0.test", "x-shared").await.as_deref(),

@@ -1059,6 +1059,26 @@ impl Ferrule {
             .ok()
     }
 
+    /// Waits (up to 10 s) until no worker of an earlier configuration is left: NGINX
+    /// renames a worker it told to exit "worker process is shutting down", and such a
+    /// worker still answers what it accepted with the old configuration. Call it once
+    /// the new configuration has answered (or status says it applied): the master
+    /// tells the old workers to exit as soon as the new ones run.
+    pub async fn old_workers_gone(&self) {
+        let draining = || {
+            self.worker_pids().iter().any(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("shutting down"))
+            })
+        };
+        let gone = wait_until(Duration::from_secs(10), || async { !draining() }).await;
+        assert!(
+            gone,
+            "old NGINX workers still running; log:\n{}",
+            self.logs()
+        );
+    }
+
     /// The CPU time the NGINX workers have spent so far, in nanoseconds (the
     /// scheduler's count, `/proc/PID/schedstat`: finer than the clock ticks of `stat`).
     pub fn workers_cpu_ns(&self) -> u64 {

@@ -160,6 +160,7 @@ async fn a_local_endpoint_is_left_out_and_reported() {
         f.resource("Ingress", "evil", "peek").await,
         f.logs()
     );
+    f.old_workers_gone().await;
     let (status, body) = f.get("peek.test", "/status/resources").await;
     assert_eq!(status, 503, "{body}");
     assert_eq!(f.get_status("/readyz").await.0, 200);

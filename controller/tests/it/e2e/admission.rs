@@ -218,6 +218,7 @@ async fn the_admission_webhook_refuses_invalid_ingresses_and_warns_of_conflicts(
     })
     .await;
     assert!(same, "{:?}", f.resource("Ingress", ns, "younger").await);
+    f.old_workers_gone().await;
     assert_eq!(f.backend("adm.e2e", "/").await.0, 200);
 
     // Another class is none of Ferrule's business, however it is annotated.
