@@ -201,22 +201,8 @@ fn the_rewrite_phase_only_where_the_balancer_phase_is_too_late() {
     let check = |annotations: &str, extra: &str, want: usize, want_elsewhere: usize| {
         let m = model(
             &format!(
-                r#"{SERVICES}{extra}
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: app
-  namespace: demo
-  creationTimestamp: "2026-01-01T00:00:00Z"
-  annotations: {{ {annotations} }}
-spec:
-  rules:
-  - host: h.example.com
-    http:
-      paths:
-      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
-"#
+                "{SERVICES}{extra}\n---\n{}",
+                one_path_ingress("app", "h.example.com", "/", annotations)
             ),
             Settings {
                 allow_snippet_annotations: true,
@@ -1755,23 +1741,24 @@ async fn the_tls_router_takes_the_https_port() {
     passes_nginx_t_with_both_balancers(&m, true).await;
 }
 
-/// An Ingress on a.example.com whose `/buffered` path has `annotations`.
-fn buffered_ingress(annotations: &str) -> String {
+/// Ingress `demo/NAME` of one Prefix `path` on `host` to Service `app`, with
+/// `annotations` (YAML flow-mapping entries).
+fn one_path_ingress(name: &str, host: &str, path: &str, annotations: &str) -> String {
     format!(
         r#"
 apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata:
-  name: web
+  name: {name}
   namespace: demo
   creationTimestamp: "2026-01-01T00:00:00Z"
   annotations: {{ {annotations} }}
 spec:
   rules:
-  - host: a.example.com
+  - host: {host}
     http:
       paths:
-      - {{ path: /buffered, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+      - {{ path: {path}, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
 "#
     )
 }
@@ -1799,11 +1786,8 @@ async fn a_thread_pool_only_where_answers_are_buffered() {
         ("on", buffering, 1, 0),
     ];
     for (global, annotations, in_http, in_server) in cases {
-        let yaml = format!(
-            "{}\n---\n{}",
-            configmap(global),
-            buffered_ingress(annotations)
-        );
+        let ingress = one_path_ingress("web", "a.example.com", "/buffered", annotations);
+        let yaml = format!("{}\n---\n{ingress}", configmap(global));
         let m = model(&yaml, Settings::default());
         let files = Renderer::new(opts("/ferrule")).render(&m).unwrap();
         let conf = &files["conf/nginx.conf"].text;
