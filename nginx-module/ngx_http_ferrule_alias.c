@@ -29,18 +29,20 @@ static ngx_int_t ngx_http_ferrule_alias_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
 
-/* "$name" without its "$", or an empty string */
-static ngx_str_t
-ngx_http_ferrule_variable_name(ngx_str_t *arg)
+/* the variable an argument names, logged where it names none */
+static ngx_int_t
+ngx_http_ferrule_variable_name(ngx_conf_t *cf, ngx_str_t *arg, ngx_str_t *name)
 {
-    ngx_str_t  name = ngx_null_string;
-
-    if (arg->len > 1 && arg->data[0] == '$') {
-        name.len = arg->len - 1;
-        name.data = arg->data + 1;
+    if (arg->len < 2 || arg->data[0] != '$') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "ferrule_alias takes variables, not \"%V\"", arg);
+        return NGX_ERROR;
     }
 
-    return name;
+    name->len = arg->len - 1;
+    name->data = arg->data + 1;
+
+    return NGX_OK;
 }
 
 
@@ -54,6 +56,10 @@ ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     value = cf->args->elts;
 
+    if (ngx_http_ferrule_variable_name(cf, &value[1], &name) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     alias = ngx_palloc(cf->pool, sizeof(ngx_http_ferrule_alias_t));
     if (alias == NULL) {
         return NGX_CONF_ERROR;
@@ -65,35 +71,25 @@ ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    for (i = 1; i < cf->args->nelts; i++) {
-        target = ngx_http_ferrule_variable_name(&value[i]);
-
-        if (target.len == 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "ferrule_alias takes variables, not \"%V\"",
-                               &value[i]);
+    for (i = 0; i < alias->n; i++) {
+        if (ngx_http_ferrule_variable_name(cf, &value[i + 2], &target)
+            != NGX_OK)
+        {
             return NGX_CONF_ERROR;
         }
 
-        if (i == 1) {
-            continue;
-        }
-
-        if (target.len == value[1].len - 1
-            && ngx_strncasecmp(target.data, value[1].data + 1, target.len)
-               == 0)
+        if (target.len == name.len
+            && ngx_strncasecmp(target.data, name.data, name.len) == 0)
         {
             return "names the variable it defines";
         }
 
         /* a variable defined further down will do: NGINX checks it exists */
-        alias->index[i - 2] = ngx_http_get_variable_index(cf, &target);
-        if (alias->index[i - 2] == NGX_ERROR) {
+        alias->index[i] = ngx_http_get_variable_index(cf, &target);
+        if (alias->index[i] == NGX_ERROR) {
             return NGX_CONF_ERROR;
         }
     }
-
-    name = ngx_http_ferrule_variable_name(&value[1]);
 
     v = ngx_http_add_variable(cf, &name, NGX_HTTP_VAR_CHANGEABLE);
     if (v == NULL) {

@@ -33,8 +33,9 @@
  * script engine, and the map that decides whether a request has a body a
  * complex value of three variables (two of them a scan of the request's
  * headers): together about 4 % of a small proxied request
- * (test/bench/RESULTS.md). ferrule_location keeps
- * them in the location's configuration instead, read only when asked for. The
+ * (test/bench/RESULTS.md). ferrule_location keeps the three values in the
+ * location's configuration instead, read only when asked for, and
+ * ferrule_if_body decides about the body from the parsed headers. The
  * variables stay changeable: a location that sets one with `set` (an error
  * page's, njs's) reads what it set.
  *
