@@ -48,8 +48,8 @@ async fn reload_is_verified_and_replaces_workers() {
     })
     .await;
     assert!(applied, "change applied; log:\n{}", f.logs());
-    let gone = past_the_old(|| f.get("web.test", "/a"), |a| a.0 == 200).await;
-    assert_eq!(gone.0, 404);
+    f.old_workers_gone().await;
+    assert_eq!(f.get("web.test", "/a").await.0, 404);
     // The counter is bumped once the reload is verified.
     let counted = wait_until(Duration::from_secs(5), || async {
         reloads(&f).await == before + 1.0
@@ -718,10 +718,9 @@ async fn a_controller_restarted_on_changed_manifests_reloads_the_adopted_nginx()
     m.write("ing.yaml", &web(&[("/new", "Prefix", "echo")]));
     f.restart_controller();
     f.wait_ready(Duration::from_secs(20)).await;
-    let new = past_the_old(|| f.get("web.test", "/new"), |a| a.0 == 404).await;
-    assert_eq!(new.0, 200, "log:\n{}", f.logs());
-    let root = past_the_old(|| f.get("web.test", "/"), |a| a.0 == 200).await;
-    assert_eq!(root.0, 404);
+    f.old_workers_gone().await;
+    assert_eq!(f.get("web.test", "/new").await.0, 200, "log:\n{}", f.logs());
+    assert_eq!(f.get("web.test", "/").await.0, 404);
     assert_eq!(f.master_pid(), Some(master), "reloaded, not restarted");
     assert_eq!(reloads(&f).await, 1.0, "one reload");
     assert_eq!(f.metric("ferrule_nginx_restarts_total", "").await, 0.0);

@@ -644,27 +644,6 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
-/// The first answer of `ask` that `is_old` does not take for the configuration
-/// before a reload, or the last one after 5 s. An old NGINX worker keeps accepting
-/// until it begins its graceful exit and answers what it accepted with the old
-/// configuration, so right after a reload (even once a new worker has answered) a
-/// request may still meet the old one: a test asserts on what this returns, so a
-/// wrong new answer still fails.
-pub async fn past_the_old<T, F, Fut>(mut ask: F, is_old: impl Fn(&T) -> bool) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = T>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let answer = ask().await;
-        if !is_old(&answer) || tokio::time::Instant::now() >= deadline {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Polls `f` until it returns true or `timeout` passes.
 pub async fn wait_until<F, Fut>(timeout: Duration, mut f: F) -> bool
 where

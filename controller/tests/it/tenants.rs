@@ -218,8 +218,8 @@ async fn status_resources_answer_only_on_loopback() {
     })
     .await;
     assert!(proxied, "{}", f.logs());
-    let peek = past_the_old(|| f.get("peek.test", "/status/resources"), |a| a.0 == 404).await;
-    assert_eq!(peek.0, 403);
+    f.old_workers_gone().await;
+    assert_eq!(f.get("peek.test", "/status/resources").await.0, 403);
     drop(f);
 
     let f = Ferrule::start(
