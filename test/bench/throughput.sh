@@ -9,8 +9,8 @@
 # phase into shared memory, a Lua log phase without the module); `ferrule-nometrics`
 # is `ferrule` with --enable-metrics=false, and the summary gives ferrule against it
 # (the cost of the request metrics, goal >= 0.98). `ferrule-quiet` also turns the
-# access log off (ConfigMap disable-access-log): what observability costs as a whole. `ferrule-cors` is the same
-# Ferrule on a host with enable-cors (requests with an allowed Origin), `ferrule-allow`
+# access log off (ConfigMap disable-access-log): what observability costs as a whole.
+# `ferrule-cors` is the same Ferrule on a host with enable-cors (requests with an allowed Origin), `ferrule-allow`
 # one with whitelist-source-range (loopback allowed), `ferrule-basic` one with basic
 # auth (a {SHA} password, sent with every request), and
 # `ferrule-gzip` a Ferrule whose ConfigMap turns use-gzip on (requests that accept

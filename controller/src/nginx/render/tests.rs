@@ -150,24 +150,12 @@ spec:
 
 #[test]
 fn the_log_phase_only_where_ewma_is_used() {
+    // Each to the Service of its own name.
     let ingress = |name: &str, host: &str, lb: &str| {
+        let annotations = format!("nginx.ingress.kubernetes.io/load-balance: {lb}");
         format!(
-            r#"
----
-apiVersion: networking.k8s.io/v1
-kind: Ingress
-metadata:
-  name: {name}
-  namespace: demo
-  creationTimestamp: "2026-01-01T00:00:00Z"
-  annotations: {{ nginx.ingress.kubernetes.io/load-balance: {lb} }}
-spec:
-  rules:
-  - host: {host}
-    http:
-      paths:
-      - {{ path: /, pathType: Prefix, backend: {{ service: {{ name: {name}, port: {{ number: 80 }} }} }} }}
-"#
+            "\n---\n{}",
+            one_path_ingress(name, host, "/", name, &annotations)
         )
     };
     let m = model(
@@ -202,7 +190,7 @@ fn the_rewrite_phase_only_where_the_balancer_phase_is_too_late() {
         let m = model(
             &format!(
                 "{SERVICES}{extra}\n---\n{}",
-                one_path_ingress("app", "h.example.com", "/", annotations)
+                one_path_ingress("app", "h.example.com", "/", "app", annotations)
             ),
             Settings {
                 allow_snippet_annotations: true,
@@ -1741,9 +1729,15 @@ async fn the_tls_router_takes_the_https_port() {
     passes_nginx_t_with_both_balancers(&m, true).await;
 }
 
-/// Ingress `demo/NAME` of one Prefix `path` on `host` to Service `app`, with
+/// Ingress `demo/NAME` of one Prefix `path` on `host` to port 80 of `service`, with
 /// `annotations` (YAML flow-mapping entries).
-fn one_path_ingress(name: &str, host: &str, path: &str, annotations: &str) -> String {
+fn one_path_ingress(
+    name: &str,
+    host: &str,
+    path: &str,
+    service: &str,
+    annotations: &str,
+) -> String {
     format!(
         r#"
 apiVersion: networking.k8s.io/v1
@@ -1758,7 +1752,7 @@ spec:
   - host: {host}
     http:
       paths:
-      - {{ path: {path}, pathType: Prefix, backend: {{ service: {{ name: app, port: {{ number: 80 }} }} }} }}
+      - {{ path: {path}, pathType: Prefix, backend: {{ service: {{ name: {service}, port: {{ number: 80 }} }} }} }}
 "#
     )
 }
@@ -1786,7 +1780,7 @@ async fn a_thread_pool_only_where_answers_are_buffered() {
         ("on", buffering, 1, 0),
     ];
     for (global, annotations, in_http, in_server) in cases {
-        let ingress = one_path_ingress("web", "a.example.com", "/buffered", annotations);
+        let ingress = one_path_ingress("web", "a.example.com", "/buffered", "app", annotations);
         let yaml = format!("{}\n---\n{ingress}", configmap(global));
         let m = model(&yaml, Settings::default());
         let files = Renderer::new(opts("/ferrule")).render(&m).unwrap();
