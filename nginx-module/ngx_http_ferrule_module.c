@@ -24,6 +24,10 @@
  *                             http: $NAME reads as the first of the variables
  *                             that is not empty, without a map's work
  *                             (ngx_http_ferrule_alias.c)
+ *   ferrule_upstreaminfo $NAME $BACKEND $REQUEST_ID;
+ *                             http: $NAME reads as ingress-nginx's upstreaminfo
+ *                             access log line, without the log module's work
+ *                             (ngx_http_ferrule_upstreaminfo.c)
  *
  * Loaded, the module also draws $request_id from the kernel, a page at a time
  * (ngx_http_ferrule_request_id.c).
@@ -242,6 +246,13 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
     { ngx_string("ferrule_alias"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
       ngx_http_ferrule_alias,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("ferrule_upstreaminfo"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE3,
+      ngx_http_ferrule_upstreaminfo,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },

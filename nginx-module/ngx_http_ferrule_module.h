@@ -4,7 +4,7 @@
  * its variables and the fast path; ngx_http_ferrule_metrics.c: the request
  * metrics; ngx_http_ferrule_request_id.c: $request_id;
  * ngx_http_ferrule_if_body.c: ferrule_if_body; ngx_http_ferrule_alias.c:
- * ferrule_alias).
+ * ferrule_alias; ngx_http_ferrule_upstreaminfo.c: ferrule_upstreaminfo).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -101,6 +101,10 @@ long ngx_http_ferrule_metrics_dump(u_char *buf, size_t size);
 
 /* ngx_http_ferrule_alias.c */
 char *ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+
+/* ngx_http_ferrule_upstreaminfo.c */
+char *ngx_http_ferrule_upstreaminfo(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* ngx_http_ferrule_if_body.c */
 char *ngx_http_ferrule_if_body(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
