@@ -16,6 +16,7 @@ pub mod route;
 pub mod snapshot;
 
 pub use build::header_lists::Header;
+pub use build::tuning::UPSTREAMINFO;
 pub use build::{build, build_endpoint_change, build_with, owned_ingresses};
 pub use diff::{Diff, diff};
 pub use fallbacks::Fallbacks;

@@ -23,7 +23,8 @@
 #
 # Two baselines, same NGINX binary, same worker count, `upstream { server ..; keepalive 64; }`,
 # Ferrule's defaults of ingress-nginx's keys where they apply (proxy_buffering off,
-# multi_accept on) and Ferrule's module loaded where it is installed (its $request_id):
+# multi_accept on) and Ferrule's module loaded where it is installed (its $request_id, aliases
+# and access log line):
 #   static        the same directives as Ferrule's locations (proxy-http.conf without the
 #                 Lua lines, same maps, access log to a file, the server's HSTS header):
 #                 isolates the balancer's cost;
@@ -95,6 +96,11 @@ grep -v '_by_lua' "$ROOT/rootfs/etc/nginx/proxy-http.conf" |
 # the headers' variables that are the first non-empty of others are its aliases, not
 # maps (as nginx.conf.tera without use-forwarded-headers, the defaults).
 FERRULE_MODULE=
+# as Ferrule by default: ingress-nginx's upstreaminfo format ([$proxy_host] for the backend)
+LOG_FORMAT=$(cat <<'NGX'
+log_format upstreaminfo '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_length $request_time [$proxy_host] [] $upstream_addr $upstream_response_length $upstream_response_time $upstream_status $ferrule_request_id';
+NGX
+)
 FORWARDED='map $http_host $ferrule_host { "" $host; default $http_host; }
     map $http_x_request_id $ferrule_request_id { "" $request_id; default $http_x_request_id; }
     map $ferrule_host $ferrule_upstream_host { default $ferrule_host; }
@@ -111,6 +117,9 @@ if [ -f "$MODULES/ngx_http_ferrule_module.so" ]; then
     ferrule_alias $ferrule_forwarded_host $ferrule_host;
     ferrule_alias $ferrule_forwarded_port $server_port;
     ferrule_alias $ferrule_forwarded_for $remote_addr;'
+    # and its line of the access log, as Ferrule's
+    LOG_FORMAT='ferrule_upstreaminfo $ferrule_upstreaminfo $proxy_host $ferrule_request_id;
+    log_format upstreaminfo escape=none $ferrule_upstreaminfo;'
 fi
 # write_baseline NAME PORT LOCATION_BODY: an NGINX in $WORK/NAME proxying to the backend.
 write_baseline() {
@@ -131,7 +140,7 @@ http {
     include /etc/nginx/mime.types;
     default_type application/octet-stream;
     # as Ferrule by default: ingress-nginx's upstreaminfo format, buffered
-    log_format upstreaminfo '\$remote_addr - \$remote_user [\$time_local] "\$request" \$status \$body_bytes_sent "\$http_referer" "\$http_user_agent" \$request_length \$request_time [\$proxy_host] [] \$upstream_addr \$upstream_response_length \$upstream_response_time \$upstream_status \$request_id';
+    $LOG_FORMAT
     access_log $d/logs/access.log upstreaminfo buffer=32k flush=1s;
     client_body_temp_path $d/tmp/cb; proxy_temp_path $d/tmp/px;
     fastcgi_temp_path $d/tmp/fc; uwsgi_temp_path $d/tmp/uw; scgi_temp_path $d/tmp/sc;

@@ -419,3 +419,92 @@ async fn the_access_log_format_is_upstreaminfo_or_the_configmap_s() {
     assert_eq!(line["uri"], "/json");
     assert_eq!(line["status"], 200);
 }
+
+/// The default access log line comes from the C module (`ferrule_upstreaminfo`):
+/// it is the line NGINX's log module writes for the same request, escapes, retries
+/// and refused requests included. An `http-snippet` logs every request a second
+/// time in the same format through NGINX's `log_format`; the two files must be the
+/// same, line for line and byte for byte (one log phase: the same clock). Lua only: with njs the log
+/// module writes the default format itself.
+#[tokio::test]
+async fn the_module_s_access_log_line_is_the_one_nginx_writes() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    // One endpoint refuses connections: a request that tries it first is retried on
+    // the other, and its line names both.
+    let port = echo.addr.port();
+    m.write(
+        "svc.yaml",
+        &service_endpoints(
+            "demo",
+            "echo",
+            port,
+            &[("127.0.0.2", true), ("127.0.0.71", true)],
+        ),
+    );
+    m.write("ing.yaml", &demo_ingress("logged", "logged.test", &[]));
+    let snippet = format!(
+        "log_format native {};\naccess_log logs/native.log native;",
+        serde_json::to_string(ferrule_model::UPSTREAMINFO).unwrap()
+    );
+    m.write("cm.yaml", &configmap(&[("http-snippet", &snippet)]));
+    let f = Ferrule::start(
+        m.path(),
+        &[LUA_ONLY, &["--configmap", "demo/ferrule"]].concat(),
+    )
+    .await;
+    let conf = std::fs::read_to_string(f.prefix.path().join("nginx/conf/nginx.conf")).unwrap();
+    assert!(
+        conf.contains("log_format upstreaminfo escape=none $ferrule_upstreaminfo;"),
+        "the module does not write the line:\n{conf}"
+    );
+
+    let requests = [
+        "GET /plain HTTP/1.1\r\nHost: logged.test\r\nConnection: close\r\n\r\n",
+        "GET /odd?q=\"x HTTP/1.1\r\nHost: logged.test\r\nUser-Agent: evil\"\\ua\u{1}é\r\n\
+         Referer: http://r/\"x\r\nX-Request-ID: id\"2\r\n\
+         Authorization: Basic dXMiZXI6cHc=\r\nConnection: close\r\n\r\n",
+        "POST /body HTTP/1.1\r\nHost: logged.test\r\nContent-Length: 5\r\n\
+         Connection: close\r\n\r\nhello",
+        "GET /refused HTTP/1.1\r\nHost: logged.test\r\nContent-Length: x\r\n\r\n",
+    ];
+    let mut sent = 0;
+    for r in requests.iter().chain([&requests[0]; 4].into_iter()) {
+        raw_http(f.http, r).await;
+        sent += 1;
+    }
+    let read = |name: &str| {
+        std::fs::read_to_string(f.prefix.path().join("nginx/logs").join(name)).unwrap_or_default()
+    };
+    let all_written = wait_until(Duration::from_secs(5), || async {
+        read("access.log").lines().count() >= sent && read("native.log").lines().count() >= sent
+    })
+    .await;
+    let (module, nginx) = (read("access.log"), read("native.log"));
+    assert!(all_written, "{module}\n{nginx}\n{}", f.logs());
+    // Each worker buffers each file: the files interleave the workers' lines
+    // differently. Every line ends with its own request id.
+    let sorted = |text: &str| {
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.sort();
+        lines.join("\n")
+    };
+    assert_eq!(sorted(&module), sorted(&nginx));
+
+    // What the lines hold: escapes, the backend, NGINX's own refusal, a retry.
+    for part in [
+        r#""GET /odd?q=\x22x HTTP/1.1""#,
+        r#""http://r/\x22x" "evil\x22\x5Cua\x01\xC3\xA9""#,
+        r#" - us\x22er "#,
+        " [demo_echo_80] [] ",
+        " id\\x222\n",
+        "\"GET /refused HTTP/1.1\" 400 ",
+    ] {
+        assert!(module.contains(part), "{part} not in\n{module}");
+    }
+    let retried = format!("127.0.0.71:{port}, {}", echo.addr);
+    assert!(
+        module.contains(&retried),
+        "no line with {retried}:\n{module}"
+    );
+}

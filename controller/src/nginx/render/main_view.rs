@@ -30,6 +30,9 @@ impl Renderer {
             backends_dict: "128m".to_owned(),
             fast_path: self.opts.fast_path,
             location_directive: self.opts.location_directive,
+            upstreaminfo_line: self.opts.location_directive
+                && model.global.tuning.log_format == ferrule_model::UPSTREAMINFO
+                && model.global.tuning.log_escape.is_none(),
             input_header: self.opts.input_header,
             certificates_dict: format!("{}m", self.opts.certificate_store_mib),
             token_file_lua: lua_quote(&self.path("conf/balancer.token")),
@@ -137,6 +140,10 @@ pub(super) struct MainView {
     backends_dict: String,
     fast_path: bool,
     location_directive: bool,
+    /// The access log's format is ingress-nginx's `upstreaminfo` (the default,
+    /// escaped as NGINX escapes) and the C module writes it: its
+    /// `ferrule_upstreaminfo` variable, not the log module's op-by-op format.
+    upstreaminfo_line: bool,
     input_header: bool,
     certificates_dict: String,
     token_file_lua: String,

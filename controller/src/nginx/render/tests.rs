@@ -1032,6 +1032,11 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
         assert!(conf.contains(alias), "{alias} missing from\n{conf}");
     }
     assert!(!conf.contains("map \"\" $ferrule_scheme"), "{conf}");
+    // The access log's line too (it::dataplane checks it is NGINX's).
+    assert!(
+        conf.contains("log_format upstreaminfo escape=none $ferrule_upstreaminfo;"),
+        "{conf}"
+    );
     assert!(!conf.contains("$ferrule_host {"), "{conf}");
 
     if which_nginx().is_none() || !Path::new(MODULE_SO).exists() {
@@ -1801,5 +1806,40 @@ async fn a_thread_pool_only_where_answers_are_buffered() {
         if in_http + in_server > 0 {
             passes_nginx_t_with_both_balancers(&m, false).await;
         }
+    }
+}
+
+/// The C module writes the access log's line only for the default format with
+/// NGINX's default escaping (it writes exactly that line); another format, JSON or
+/// no escaping, or no module, and NGINX's `log_format` writes it.
+#[test]
+fn the_module_writes_only_the_default_access_log_line() {
+    let cases = [
+        ("", true),
+        (r#"log-format-escape-json: "true""#, false),
+        (r#"log-format-escape-none: "true""#, false),
+        (r#"log-format-upstream: "$remote_addr $status""#, false),
+    ];
+    let module_line = "\n    log_format upstreaminfo escape=none $ferrule_upstreaminfo;\n";
+    let module_var =
+        "\n    ferrule_upstreaminfo $ferrule_upstreaminfo $ferrule_backend $ferrule_request_id;\n";
+    for (data, by_module) in cases {
+        let yaml = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ namespace: {}, name: {} }}\n\
+             data: {{ {data} }}\n---\n{}",
+            CONFIGMAP.0,
+            CONFIGMAP.1,
+            one_path_ingress("web", "a.example.com", "/", "app", "")
+        );
+        let m = model(&yaml, Settings::default());
+        let dir = tempfile::tempdir().unwrap();
+        let files = Renderer::new(module_opts(dir.path())).render(&m).unwrap();
+        let conf = &files["conf/nginx.conf"].text;
+        assert_eq!(conf.contains(module_line), by_module, "{data}:\n{conf}");
+        assert_eq!(conf.contains(module_var), by_module, "{data}:\n{conf}");
+        assert_eq!(conf.matches("log_format upstreaminfo").count(), 1, "{data}");
+        let files = Renderer::new(opts("/ferrule")).render(&m).unwrap();
+        let conf = &files["conf/nginx.conf"].text;
+        assert!(!conf.contains("ferrule_upstreaminfo"), "{data}:\n{conf}");
     }
 }
