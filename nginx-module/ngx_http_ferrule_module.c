@@ -28,6 +28,11 @@
  *                             http: $NAME reads as ingress-nginx's upstreaminfo
  *                             access log line, without the log module's work
  *                             (ngx_http_ferrule_upstreaminfo.c)
+ *   ferrule_header_lines $NAME $FIRST [HEADER $VARIABLE]...;
+ *                             http: $NAME reads as $FIRST, then a header line
+ *                             for each HEADER whose variable is not empty: one
+ *                             proxy_set_header carries them all
+ *                             (ngx_http_ferrule_header_lines.c)
  *
  * Loaded, the module also draws $request_id from the kernel, a page at a time
  * (ngx_http_ferrule_request_id.c).
@@ -253,6 +258,13 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
     { ngx_string("ferrule_upstreaminfo"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE3,
       ngx_http_ferrule_upstreaminfo,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("ferrule_header_lines"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_2MORE,
+      ngx_http_ferrule_header_lines,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },

@@ -4,7 +4,8 @@
  * its variables and the fast path; ngx_http_ferrule_metrics.c: the request
  * metrics; ngx_http_ferrule_request_id.c: $request_id;
  * ngx_http_ferrule_if_body.c: ferrule_if_body; ngx_http_ferrule_alias.c:
- * ferrule_alias; ngx_http_ferrule_upstreaminfo.c: ferrule_upstreaminfo).
+ * ferrule_alias; ngx_http_ferrule_upstreaminfo.c: ferrule_upstreaminfo;
+ * ngx_http_ferrule_header_lines.c: ferrule_header_lines).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -104,6 +105,10 @@ char *ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 /* ngx_http_ferrule_upstreaminfo.c */
 char *ngx_http_ferrule_upstreaminfo(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* ngx_http_ferrule_header_lines.c */
+char *ngx_http_ferrule_header_lines(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 /* ngx_http_ferrule_if_body.c */
