@@ -23,8 +23,8 @@
 #
 # Two baselines, same NGINX binary, same worker count, `upstream { server ..; keepalive 64; }`,
 # Ferrule's defaults of ingress-nginx's keys where they apply (proxy_buffering off,
-# multi_accept on) and Ferrule's module loaded where it is installed (its $request_id, aliases
-# and access log line):
+# multi_accept on) and Ferrule's module loaded where it is installed (its $request_id, aliases,
+# access log line and header lines):
 #   static        the same directives as Ferrule's locations (proxy-http.conf without the
 #                 Lua lines, same maps, access log to a file, the server's HSTS header):
 #                 isolates the balancer's cost;
@@ -96,6 +96,7 @@ grep -v '_by_lua' "$ROOT/rootfs/etc/nginx/proxy-http.conf" |
 # the headers' variables that are the first non-empty of others are its aliases, not
 # maps (as nginx.conf.tera without use-forwarded-headers, the defaults).
 FERRULE_MODULE=
+PROXY_HEADERS=proxy-headers.conf
 # as Ferrule by default: ingress-nginx's upstreaminfo format ([$proxy_host] for the backend)
 LOG_FORMAT=$(cat <<'NGX'
 log_format upstreaminfo '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" "$http_user_agent" $request_length $request_time [$proxy_host] [] $upstream_addr $upstream_response_length $upstream_response_time $upstream_status $ferrule_request_id';
@@ -117,6 +118,12 @@ if [ -f "$MODULES/ngx_http_ferrule_module.so" ]; then
     ferrule_alias $ferrule_forwarded_host $ferrule_host;
     ferrule_alias $ferrule_forwarded_port $server_port;
     ferrule_alias $ferrule_forwarded_for $remote_addr;'
+    FORWARDED+='
+    ferrule_header_lines $ferrule_proxy_headers $remote_addr X-Request-ID $ferrule_request_id
+        X-Original-URI $ferrule_original_uri X-Forwarded-For $ferrule_forwarded_for
+        X-Forwarded-Host $ferrule_forwarded_host X-Forwarded-Port $ferrule_forwarded_port
+        X-Forwarded-Proto $ferrule_scheme X-Forwarded-Scheme $ferrule_scheme X-Scheme $ferrule_scheme;'
+    PROXY_HEADERS=proxy-headers-module.conf
     # and its line of the access log, as Ferrule's
     LOG_FORMAT='ferrule_upstreaminfo $ferrule_upstreaminfo $proxy_host $ferrule_request_id;
     log_format upstreaminfo escape=none $ferrule_upstreaminfo;'
@@ -125,7 +132,8 @@ fi
 write_baseline() {
     local d=$WORK/$1 port=$2 body=$3
     mkdir -p "$d/conf" "$d/logs"
-    cp "$ROOT/rootfs/etc/nginx/proxy-headers.conf" "$WORK/proxy.conf" "$d/conf/"
+    cp "$ROOT/rootfs/etc/nginx/$PROXY_HEADERS" "$d/conf/proxy-headers.conf"
+    cp "$WORK/proxy.conf" "$d/conf/"
     sed 's|proxy_pass http://backend;|proxy_pass http://floor;|' "$WORK/proxy.conf" > "$d/conf/proxy-floor.conf"
     cat > "$d/conf/nginx.conf" <<NGX
 load_module $MODULES/ndk_http_module.so;

@@ -23,10 +23,11 @@ const FAST_PATH: &str = "ferrule_fast_zone 1m; upstream u { server 0.0.0.1:1; ba
 /// The request metrics' directives, in `http`.
 const METRICS: &str =
     "ferrule_metrics_zone 1m 1 1 1; server { location / { ferrule_metrics a b c d e; } }";
-/// A location's values in its configuration, an alias and the access log's line,
-/// in `http`.
+/// A location's values in its configuration, an alias, the access log's line and
+/// the headers' lines, in `http`.
 const LOCATION: &str = r#"ferrule_alias $ferrule_probe $scheme;
     ferrule_upstreaminfo $ferrule_probe_line $scheme $scheme;
+    ferrule_header_lines $ferrule_probe_headers $scheme X-A $scheme;
     server { location / { ferrule_location a "" ""; ferrule_if_body { } } }"#;
 /// A request header set before the realip module reads it, in `http`.
 const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr;";
@@ -118,8 +119,8 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
             Ok(()) => (opts.location_directive, opts.input_header) = (true, true),
             Err(why) => tracing::warn!(
                 "the C module has no ferrule_location, ferrule_if_body, ferrule_alias, \
-                 ferrule_upstreaminfo or ferrule_input_header (rebuild it: make deps); \
-                 locations set their values: {why}"
+                 ferrule_upstreaminfo, ferrule_header_lines or ferrule_input_header \
+                 (rebuild it: make deps); locations set their values: {why}"
             ),
         }
     }

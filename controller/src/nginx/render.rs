@@ -185,7 +185,13 @@ impl Renderer {
             out.insert(server_file(&s.host), with_sources(text));
         }
         for (path, text) in STATIC_FILES {
-            out.insert((*path).to_owned(), with_sources((*text).to_owned()));
+            let text = match *path {
+                "conf/proxy-headers.conf" if self.opts.location_directive => {
+                    static_files::PROXY_HEADERS_MODULE
+                }
+                _ => text,
+            };
+            out.insert((*path).to_owned(), with_sources(text.to_owned()));
         }
         let render_main = |ctx: &tera::Context| {
             self.tera

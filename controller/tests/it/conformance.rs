@@ -84,12 +84,30 @@ async fn default_backend_gets_every_method_with_path_query_and_headers() {
     assert_eq!(h["x-echo-backend"], a.addr.to_string().as_str());
 
     // Forwarded headers, Host with its port, a generated request id; a client's
-    // Proxy header (httpoxy) and X-Scheme do not reach the backend as sent.
-    let spoof = [("Proxy", "http://evil.test:3128"), ("X-Scheme", "https")];
+    // Proxy header (httpoxy), X-Scheme, forwarded headers and X-Original-URI do not
+    // reach the backend as sent (without use-forwarded-headers), nor twice.
+    let spoof = [
+        ("Proxy", "http://evil.test:3128"),
+        ("X-Scheme", "https"),
+        ("X-Real-IP", "10.6.6.6"),
+        ("X-Forwarded-For", "10.6.6.6"),
+        ("X-Forwarded-Host", "evil.test"),
+        ("X-Forwarded-Port", "6666"),
+        ("X-Forwarded-Proto", "https"),
+        ("X-Forwarded-Scheme", "https"),
+        ("X-Original-URI", "/evil"),
+    ];
     let (s, _, v) = send(&f, "GET", "Anything.test:8080", "/h", &spoof, None).await;
     assert_eq!(s, 200);
     let h = &v["headers"];
+    assert_eq!(v["repeated"], serde_json::json!([]), "{v}");
     assert!(h.get("proxy").is_none(), "Proxy header passed: {h}");
+    assert!(
+        h.get("x-original-uri").is_none(),
+        "X-Original-URI passed: {h}"
+    );
+    assert_eq!(h["x-real-ip"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-scheme"], "http");
     assert_eq!(h["x-scheme"], "http");
     assert_eq!(h["host"], "Anything.test:8080", "Host preserved as sent");
     assert_eq!(h["x-forwarded-for"], "127.0.0.1");

@@ -71,6 +71,11 @@ impl Echo {
                     )
                 })
                 .collect();
+            // Names sent more than once (a header the proxy should have replaced).
+            let repeated: Vec<String> = (req.headers().keys())
+                .filter(|k| req.headers().get_all(*k).iter().count() > 1)
+                .map(|k| k.as_str().to_owned())
+                .collect();
             // `x-echo-delay-ms: N` makes the backend slow (timeouts tests).
             if let Some(ms) = headers
                 .get("x-echo-delay-ms")
@@ -117,6 +122,7 @@ impl Echo {
                     "path": path,
                     "version": version,
                     "headers": headers,
+                    "repeated": repeated,
                     "body_bytes": body,
                 })),
             )

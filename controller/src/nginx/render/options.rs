@@ -98,13 +98,15 @@ pub struct RenderOptions {
     /// Whether `modules` holds Ferrule's C fast path (Lua only, [`super::fast_path`]):
     /// plain backends are then balanced without entering Lua.
     pub fast_path: bool,
-    /// Whether the module in `modules` has `ferrule_location`, `ferrule_if_body` and
-    /// `ferrule_alias` (Lua with `fast_path`): a proxying location then names its
-    /// backend, ssl-redirect host and affinity scope in its configuration instead of
-    /// with three `set`s, the module, not a map and an `if`, decides whether a
-    /// request may have a body, and the forwarded headers' variables that are
-    /// another variable as it is are aliases, not maps: every request is spared the
-    /// rewrite module's and the maps' work for them.
+    /// Whether the module in `modules` has `ferrule_location`, `ferrule_if_body`,
+    /// `ferrule_alias`, `ferrule_upstreaminfo` and `ferrule_header_lines` (Lua with
+    /// `fast_path`): a proxying location then names its backend, ssl-redirect host
+    /// and affinity scope in its configuration instead of with three `set`s, the
+    /// module, not a map and an `if`, decides whether a request may have a body, the
+    /// forwarded headers' variables that are another variable as it is are aliases,
+    /// not maps, the module writes the default access log line and one header line
+    /// that carries the others: every request is spared the rewrite module's, the
+    /// maps', the log module's and the proxy module's script work for them.
     pub location_directive: bool,
     /// Whether `modules` holds Ferrule's stream module ([`super::fast_path`]): TCP/UDP
     /// services and passthrough hosts then get every endpoint in an upstream, and a

@@ -71,3 +71,9 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
         include_str!("../../../../rootfs/etc/nginx/njs-grpcs.conf"),
     ),
 ];
+
+/// `conf/proxy-headers.conf` where Ferrule's module has `ferrule_header_lines`
+/// ([`super::RenderOptions::location_directive`]): one header line carries the
+/// others.
+pub const PROXY_HEADERS_MODULE: &str =
+    include_str!("../../../../rootfs/etc/nginx/proxy-headers-module.conf");

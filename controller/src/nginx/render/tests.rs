@@ -1032,6 +1032,28 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
         assert!(conf.contains(alias), "{alias} missing from\n{conf}");
     }
     assert!(!conf.contains("map \"\" $ferrule_scheme"), "{conf}");
+    // One header line carries ingress-nginx's others; the client's copies are
+    // dropped (it::conformance checks what the backend receives).
+    assert!(
+        conf.contains("ferrule_header_lines $ferrule_proxy_headers $remote_addr"),
+        "{conf}"
+    );
+    let headers = &h["conf/proxy-headers.conf"];
+    assert!(
+        headers.contains("proxy_set_header X-Real-IP $ferrule_proxy_headers;"),
+        "{headers}"
+    );
+    for name in [
+        "X-Request-ID",
+        "X-Forwarded-For",
+        "X-Scheme",
+        "X-Original-URI",
+    ] {
+        assert!(
+            headers.contains(&format!("proxy_set_header {name} \"\";")),
+            "{name}: {headers}"
+        );
+    }
     // The access log's line too (it::dataplane checks it is NGINX's).
     assert!(
         conf.contains("log_format upstreaminfo escape=none $ferrule_upstreaminfo;"),
