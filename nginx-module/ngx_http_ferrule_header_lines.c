@@ -177,9 +177,23 @@ ngx_http_ferrule_header_lines(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static ngx_inline ngx_uint_t
 ngx_http_ferrule_header_value_ok(ngx_http_variable_value_t *v)
 {
-    u_char  *p, *end;
+    u_char    *p, *end;
+    uint64_t   w;
 
-    for (p = v->data, end = p + v->len; p < end; p++) {
+    p = v->data;
+    end = p + v->len;
+
+    for ( /* void */ ; end - p >= 8; p += 8) {
+        ngx_memcpy(&w, p, 8);
+
+        if (ngx_http_ferrule_has_zero(w) | ngx_http_ferrule_has_byte(w, CR)
+            | ngx_http_ferrule_has_byte(w, LF))
+        {
+            return 0;
+        }
+    }
+
+    for ( /* void */ ; p < end; p++) {
         if (*p == CR || *p == LF || *p == '\0') {
             return 0;
         }

@@ -37,6 +37,23 @@
 #define NGX_HTTP_FERRULE_LOCK_WAIT   1000
 
 
+/*
+ * Eight bytes at a time (the access log's escapes, the header lines' checks):
+ * whether some byte of a 64-bit word is zero, is below n (n <= 128), or is c.
+ * Each is exact about whether there is one, not about which.
+ */
+#define NGX_HTTP_FERRULE_ONES      0x0101010101010101ULL
+#define NGX_HTTP_FERRULE_HIGHS     0x8080808080808080ULL
+#define ngx_http_ferrule_has_less(w, n)                                       \
+    (((w) - NGX_HTTP_FERRULE_ONES * (n)) & ~(w) & NGX_HTTP_FERRULE_HIGHS)
+#define ngx_http_ferrule_has_zero(w)  ngx_http_ferrule_has_less(w, 1)
+#define ngx_http_ferrule_has_byte(w, c)                                       \
+    ngx_http_ferrule_has_zero((w) ^ (NGX_HTTP_FERRULE_ONES * (c)))
+/* whether some byte is 0x7f or above */
+#define ngx_http_ferrule_has_high(w)                                          \
+    (((w) | ((w) + NGX_HTTP_FERRULE_ONES)) & NGX_HTTP_FERRULE_HIGHS)
+
+
 /* the per-request metrics' layout: bucket bounds (le) of the three kinds */
 typedef struct {
     ngx_str_t                        text;     /* as configured: "0.005,0.01" */

@@ -160,9 +160,24 @@ ngx_http_ferrule_upstreaminfo(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 static size_t
 ngx_http_ferrule_ui_escapes(u_char *src, size_t size)
 {
-    size_t  n;
+    size_t    n;
+    uint64_t  w;
 
-    for (n = 0; size; size--, src++) {
+    n = 0;
+
+    /* a word of printable ASCII without " or \ (almost every one) at once */
+    for ( /* void */ ; size >= 8; size -= 8, src += 8) {
+        ngx_memcpy(&w, src, 8);
+
+        if (ngx_http_ferrule_has_less(w, 0x20) | ngx_http_ferrule_has_high(w)
+            | ngx_http_ferrule_has_byte(w, '"')
+            | ngx_http_ferrule_has_byte(w, '\\'))
+        {
+            break;
+        }
+    }
+
+    for ( /* void */ ; size; size--, src++) {
         if (ngx_http_ferrule_ui_escaped(*src)) {
             n++;
         }

@@ -462,7 +462,7 @@ async fn the_module_s_access_log_line_is_the_one_nginx_writes() {
     let requests = [
         "GET /plain HTTP/1.1\r\nHost: logged.test\r\nConnection: close\r\n\r\n",
         "GET /odd?q=\"x HTTP/1.1\r\nHost: logged.test\r\nUser-Agent: evil\"\\ua\u{1}é\r\n\
-         Referer: http://r/\"x\r\nX-Request-ID: id\"2\r\n\
+         Referer: http://r/a-path-longer-than-a-word/\"x\r\nX-Request-ID: id\"2\r\n\
          Authorization: Basic dXMiZXI6cHc=\r\nConnection: close\r\n\r\n",
         "POST /body HTTP/1.1\r\nHost: logged.test\r\nContent-Length: 5\r\n\
          Connection: close\r\n\r\nhello",
@@ -494,7 +494,7 @@ async fn the_module_s_access_log_line_is_the_one_nginx_writes() {
     // What the lines hold: escapes, the backend, NGINX's own refusal, a retry.
     for part in [
         r#""GET /odd?q=\x22x HTTP/1.1""#,
-        r#""http://r/\x22x" "evil\x22\x5Cua\x01\xC3\xA9""#,
+        r#""http://r/a-path-longer-than-a-word/\x22x" "evil\x22\x5Cua\x01\xC3\xA9""#,
         r#" - us\x22er "#,
         " [demo_echo_80] [] ",
         " id\\x222\n",
