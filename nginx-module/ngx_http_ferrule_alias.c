@@ -29,34 +29,17 @@ static ngx_int_t ngx_http_ferrule_alias_variable(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 
 
-/* the variable an argument names, logged where it names none */
-static ngx_int_t
-ngx_http_ferrule_variable_name(ngx_conf_t *cf, ngx_str_t *arg, ngx_str_t *name)
-{
-    if (arg->len < 2 || arg->data[0] != '$') {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ferrule_alias takes variables, not \"%V\"", arg);
-        return NGX_ERROR;
-    }
-
-    name->len = arg->len - 1;
-    name->data = arg->data + 1;
-
-    return NGX_OK;
-}
-
-
 char *
 ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_str_t                 *value, name, target;
+    ngx_str_t                 *value, name;
     ngx_uint_t                 i;
     ngx_http_variable_t       *v;
     ngx_http_ferrule_alias_t  *alias;
 
     value = cf->args->elts;
 
-    if (ngx_http_ferrule_variable_name(cf, &value[1], &name) != NGX_OK) {
+    if (ngx_http_ferrule_variable_name(cf, cmd, &value[1], &name) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -72,20 +55,8 @@ ngx_http_ferrule_alias(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     for (i = 0; i < alias->n; i++) {
-        if (ngx_http_ferrule_variable_name(cf, &value[i + 2], &target)
-            != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
-
-        if (target.len == name.len
-            && ngx_strncasecmp(target.data, name.data, name.len) == 0)
-        {
-            return "names the variable it defines";
-        }
-
-        /* a variable defined further down will do: NGINX checks it exists */
-        alias->index[i] = ngx_http_get_variable_index(cf, &target);
+        alias->index[i] = ngx_http_ferrule_variable_arg(cf, cmd, &value[i + 2],
+                                                        &name);
         if (alias->index[i] == NGX_ERROR) {
             return NGX_CONF_ERROR;
         }

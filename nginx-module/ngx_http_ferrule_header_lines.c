@@ -75,28 +75,10 @@ ngx_http_ferrule_header_name(ngx_str_t *name)
 }
 
 
-static ngx_int_t
-ngx_http_ferrule_header_variable(ngx_conf_t *cf, ngx_str_t *arg,
-    ngx_str_t *name)
-{
-    if (arg->len < 2 || arg->data[0] != '$') {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ferrule_header_lines takes variables, not \"%V\"",
-                           arg);
-        return NGX_ERROR;
-    }
-
-    name->len = arg->len - 1;
-    name->data = arg->data + 1;
-
-    return NGX_OK;
-}
-
-
 char *
 ngx_http_ferrule_header_lines(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
-    ngx_str_t                        *value, name, target;
+    ngx_str_t                        *value, name;
     ngx_uint_t                        i;
     ngx_http_variable_t              *v;
     ngx_http_ferrule_header_line_t   *line;
@@ -109,7 +91,7 @@ ngx_http_ferrule_header_lines(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return "takes a header name and a variable for each header";
     }
 
-    if (ngx_http_ferrule_header_variable(cf, &value[1], &name) != NGX_OK) {
+    if (ngx_http_ferrule_variable_name(cf, cmd, &value[1], &name) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -142,20 +124,8 @@ ngx_http_ferrule_header_lines(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             }
         }
 
-        if (ngx_http_ferrule_header_variable(cf, &value[2 * i + 2], &target)
-            != NGX_OK)
-        {
-            return NGX_CONF_ERROR;
-        }
-
-        if (target.len == name.len
-            && ngx_strncasecmp(target.data, name.data, name.len) == 0)
-        {
-            return "names the variable it defines";
-        }
-
-        /* a variable defined further down will do: NGINX checks it exists */
-        line->index = ngx_http_get_variable_index(cf, &target);
+        line->index = ngx_http_ferrule_variable_arg(cf, cmd, &value[2 * i + 2],
+                                                    &name);
         if (line->index == NGX_ERROR) {
             return NGX_CONF_ERROR;
         }

@@ -734,6 +734,52 @@ ngx_http_ferrule_index(ngx_conf_t *cf, ngx_str_t *name)
 }
 
 
+/* the variable a directive's argument names ("$name"), logged where it names none */
+ngx_int_t
+ngx_http_ferrule_variable_name(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg, ngx_str_t *name)
+{
+    if (arg->len < 2 || arg->data[0] != '$') {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V takes variables, not \"%V\"", &cmd->name, arg);
+        return NGX_ERROR;
+    }
+
+    name->len = arg->len - 1;
+    name->data = arg->data + 1;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The index of the variable `arg` names, for a directive that defines
+ * `defines` from it: NGX_ERROR (logged) if it names none, or that one. A
+ * variable defined further down will do: NGINX checks that it exists.
+ */
+ngx_int_t
+ngx_http_ferrule_variable_arg(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg, ngx_str_t *defines)
+{
+    ngx_str_t  name;
+
+    if (ngx_http_ferrule_variable_name(cf, cmd, arg, &name) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (name.len == defines->len
+        && ngx_strncasecmp(name.data, defines->data, name.len) == 0)
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "%V: \"%V\" names the variable it defines",
+                           &cmd->name, arg);
+        return NGX_ERROR;
+    }
+
+    return ngx_http_get_variable_index(cf, &name);
+}
+
+
 static char *
 ngx_http_ferrule_fast(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {

@@ -104,6 +104,10 @@ extern ngx_module_t  ngx_http_ferrule_module;
 void ngx_http_ferrule_variable(ngx_http_request_t *r, ngx_int_t index,
     ngx_str_t *out);
 ngx_int_t ngx_http_ferrule_index(ngx_conf_t *cf, ngx_str_t *name);
+ngx_int_t ngx_http_ferrule_variable_name(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg, ngx_str_t *name);
+ngx_int_t ngx_http_ferrule_variable_arg(ngx_conf_t *cf, ngx_command_t *cmd,
+    ngx_str_t *arg, ngx_str_t *defines);
 
 /* ngx_http_ferrule_metrics.c */
 ngx_int_t ngx_http_ferrule_metrics_init(ngx_conf_t *cf);

@@ -43,7 +43,7 @@ enum {
 };
 
 
-/* NGINX's own variables among them (the others are the directive's) */
+/* NGINX's own variables among them (the empty ones are the directive's) */
 static ngx_str_t  ngx_http_ferrule_ui_names[] = {
     ngx_string("remote_addr"),
     ngx_string("remote_user"),
@@ -83,45 +83,17 @@ static uint32_t  ngx_http_ferrule_ui_escape[] = {
     (ngx_http_ferrule_ui_escape[(c) >> 5] & (1U << ((c) & 0x1f)))
 
 
-static ngx_int_t
-ngx_http_ferrule_ui_variable_name(ngx_conf_t *cf, ngx_str_t *arg,
-    ngx_str_t *name)
-{
-    if (arg->len < 2 || arg->data[0] != '$') {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "ferrule_upstreaminfo takes variables, not \"%V\"",
-                           arg);
-        return NGX_ERROR;
-    }
-
-    name->len = arg->len - 1;
-    name->data = arg->data + 1;
-
-    return NGX_OK;
-}
-
-
 char *
 ngx_http_ferrule_upstreaminfo(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_str_t                        *value, name;
-    ngx_str_t                         names[ngx_http_ferrule_ui_n];
     ngx_uint_t                        i;
     ngx_http_variable_t              *v;
     ngx_http_ferrule_upstreaminfo_t  *info;
 
     value = cf->args->elts;
 
-    ngx_memcpy(names, ngx_http_ferrule_ui_names, sizeof(names));
-
-    if (ngx_http_ferrule_ui_variable_name(cf, &value[1], &name) != NGX_OK
-        || ngx_http_ferrule_ui_variable_name(cf, &value[2],
-                                         &names[ngx_http_ferrule_ui_backend])
-           != NGX_OK
-        || ngx_http_ferrule_ui_variable_name(cf, &value[3],
-                                      &names[ngx_http_ferrule_ui_request_id])
-           != NGX_OK)
-    {
+    if (ngx_http_ferrule_variable_name(cf, cmd, &value[1], &name) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -131,14 +103,19 @@ ngx_http_ferrule_upstreaminfo(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     for (i = 0; i < ngx_http_ferrule_ui_n; i++) {
-        if (names[i].len == name.len
-            && ngx_strncasecmp(names[i].data, name.data, name.len) == 0)
-        {
-            return "names the variable it defines";
+        if (i == ngx_http_ferrule_ui_backend) {
+            info->index[i] = ngx_http_ferrule_variable_arg(cf, cmd, &value[2],
+                                                           &name);
+
+        } else if (i == ngx_http_ferrule_ui_request_id) {
+            info->index[i] = ngx_http_ferrule_variable_arg(cf, cmd, &value[3],
+                                                           &name);
+
+        } else {
+            info->index[i] = ngx_http_get_variable_index(cf,
+                                                 &ngx_http_ferrule_ui_names[i]);
         }
 
-        /* a variable defined further down will do: NGINX checks it exists */
-        info->index[i] = ngx_http_get_variable_index(cf, &names[i]);
         if (info->index[i] == NGX_ERROR) {
             return NGX_CONF_ERROR;
         }
