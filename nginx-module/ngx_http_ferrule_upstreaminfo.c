@@ -14,11 +14,11 @@
  *
  * The log module writes a format op by op, twice over (every op's length, then
  * every op's bytes), each variable looked up twice and scanned twice for bytes
- * to escape, each number through ngx_sprintf. For this format that was 4-5 %
- * of a small proxied request's CPU, where a constant line costs about 1 %
- * (test/bench/RESULTS.md): most of what the access log cost Ferrule's defaults
- * against a bare proxy. Here the line is one function: the same values, read
- * once, escaped as the log module escapes them, numbers written by hand.
+ * to escape, each number through ngx_sprintf. This format's line cost 3-4 %
+ * of a small proxied request's CPU, a constant line next to nothing
+ * (test/bench/RESULTS.md). Here the line is one function: the same values,
+ * read once, escaped as the log module escapes them, numbers written by hand,
+ * about 1 % of a request less. What is left is the values and the bytes.
  *
  * Only the log phase should read $NAME (it is the request's line as it ends).
  */
