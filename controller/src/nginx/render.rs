@@ -14,7 +14,6 @@ pub use options::{
     NJS_DIR, NJS_STATE_DIR, NJS_TOKEN_FILE, OPTIONAL_MODULES, PASSTHROUGH_SOCKET, RenderOptions,
     STREAM_MODULES, STREAM_PEERS_DIR, system_resolvers,
 };
-pub use static_files::STATIC_FILES;
 
 const MAIN_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/nginx.conf.tera");
 const SERVER_TEMPLATE: &str = include_str!("../../../rootfs/etc/nginx/server.conf.tera");
@@ -184,14 +183,8 @@ impl Renderer {
                 })?;
             out.insert(server_file(&s.host), with_sources(text));
         }
-        for (path, text) in STATIC_FILES {
-            let text = match *path {
-                "conf/proxy-headers.conf" if self.opts.location_directive => {
-                    static_files::PROXY_HEADERS_MODULE
-                }
-                _ => text,
-            };
-            out.insert((*path).to_owned(), with_sources(text.to_owned()));
+        for (path, text) in static_files::static_files(self.opts.location_directive) {
+            out.insert(path.to_owned(), with_sources(text.to_owned()));
         }
         let render_main = |ctx: &tera::Context| {
             self.tera

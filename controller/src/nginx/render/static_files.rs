@@ -72,8 +72,17 @@ pub const STATIC_FILES: &[(&str, &str)] = &[
     ),
 ];
 
-/// `conf/proxy-headers.conf` where Ferrule's module has `ferrule_header_lines`
-/// ([`super::RenderOptions::location_directive`]): one header line carries the
-/// others.
-pub const PROXY_HEADERS_MODULE: &str =
+/// `conf/proxy-headers.conf` where Ferrule's module has `ferrule_header_lines`: one
+/// header line carries the others.
+const PROXY_HEADERS_MODULE: &str =
     include_str!("../../../../rootfs/etc/nginx/proxy-headers-module.conf");
+
+/// The static files to write: [`STATIC_FILES`], with the module's
+/// `conf/proxy-headers.conf` where it writes the headers' lines (`module_headers`:
+/// [`super::RenderOptions::location_directive`]).
+pub fn static_files(module_headers: bool) -> impl Iterator<Item = (&'static str, &'static str)> {
+    STATIC_FILES.iter().map(move |&(path, text)| match path {
+        "conf/proxy-headers.conf" if module_headers => (path, PROXY_HEADERS_MODULE),
+        _ => (path, text),
+    })
+}

@@ -1046,7 +1046,7 @@ async fn hostile_values_stay_in_their_token_in_ferrule_location() {
     // The same headers as proxy-headers.conf without the module: each line that
     // file sets is either one of ferrule_header_lines' (empty here, so the
     // client's copy is dropped) or the same here.
-    let classic = (STATIC_FILES.iter())
+    let classic = (static_files::static_files(false))
         .find(|(p, _)| *p == "conf/proxy-headers.conf")
         .unwrap()
         .1;
