@@ -1809,6 +1809,15 @@ spec:
     )
 }
 
+/// Ferrule's ConfigMap ([`CONFIGMAP`]) with `data` (YAML flow-mapping entries).
+fn ferrule_configmap(data: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ namespace: {}, name: {} }}\n\
+         data: {{ {data} }}\n",
+        CONFIGMAP.0, CONFIGMAP.1
+    )
+}
+
 /// A thread pool (`aio threads`) makes every worker multi-threaded, which costs each
 /// system call: it starts only where answers are buffered (the ConfigMap's
 /// `proxy-buffering` for all, else the locations whose annotation asks), and nowhere
@@ -1816,13 +1825,6 @@ spec:
 #[tokio::test]
 async fn a_thread_pool_only_where_answers_are_buffered() {
     let buffering = r#"nginx.ingress.kubernetes.io/proxy-buffering: "on""#;
-    let configmap = |value: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ namespace: {}, name: {} }}\n\
-             data: {{ proxy-buffering: \"{value}\" }}\n",
-            CONFIGMAP.0, CONFIGMAP.1
-        )
-    };
     // (the ConfigMap's value, the annotations) -> pools in http, in the server file
     // (a Prefix path has two locations)
     let cases = [
@@ -1833,7 +1835,8 @@ async fn a_thread_pool_only_where_answers_are_buffered() {
     ];
     for (global, annotations, in_http, in_server) in cases {
         let ingress = one_path_ingress("web", "a.example.com", "/buffered", "app", annotations);
-        let yaml = format!("{}\n---\n{ingress}", configmap(global));
+        let configmap = ferrule_configmap(&format!("proxy-buffering: \"{global}\""));
+        let yaml = format!("{configmap}\n---\n{ingress}");
         let m = model(&yaml, Settings::default());
         let files = Renderer::new(opts("/ferrule")).render(&m).unwrap();
         let conf = &files["conf/nginx.conf"].text;
@@ -1872,10 +1875,8 @@ fn the_module_writes_only_the_default_access_log_line() {
         "\n    ferrule_upstreaminfo $ferrule_upstreaminfo $ferrule_backend $ferrule_request_id;\n";
     for (data, by_module) in cases {
         let yaml = format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{ namespace: {}, name: {} }}\n\
-             data: {{ {data} }}\n---\n{}",
-            CONFIGMAP.0,
-            CONFIGMAP.1,
+            "{}\n---\n{}",
+            ferrule_configmap(data),
             one_path_ingress("web", "a.example.com", "/", "app", "")
         );
         let m = model(&yaml, Settings::default());
