@@ -14,6 +14,7 @@ pub mod model;
 pub mod objects;
 pub mod route;
 pub mod snapshot;
+pub mod snippet;
 
 pub use build::header_lists::Header;
 pub use build::tuning::UPSTREAMINFO;

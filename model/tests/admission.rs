@@ -396,9 +396,7 @@ fn snippets_are_admitted_when_allowed_and_never_tested() {
         &allowed,
         &Options::default(),
         vec![
-            // Not checked by NGINX: config safety isolates a snippet that breaks
-            // `nginx -t`.
-            ("not nginx", snippet(cs, "this is not nginx;"), Clean),
+            // What ingress-nginx users write, read as NGINX reads it.
             (
                 "blocks, quotes, variables, comments",
                 snippet(
@@ -407,6 +405,30 @@ fn snippets_are_admitted_when_allowed_and_never_tested() {
                      # a } in a comment\naccess_log off;\nerror_log stderr warn;",
                 ),
                 Clean,
+            ),
+            (
+                "headers",
+                snippet(
+                    cs,
+                    "more_set_headers \"X-A: b\";\n# a comment ; with { and }\n\
+                     more_set_headers \"X-Host: $host\";",
+                ),
+                Clean,
+            ),
+            (
+                "a location of the server's own",
+                snippet(
+                    "server-snippet",
+                    "location = /ping { return 200 ok; }\n\
+                     location /api { proxy_pass http://api.default.svc.cluster.local:8080; }",
+                ),
+                Clean,
+            ),
+            // Not on the allowlist: refused whatever it is.
+            (
+                "not nginx",
+                snippet(cs, "this is not nginx;"),
+                Denied("configuration-snippet: the directive this is not allowed"),
             ),
             // What no tenant's text reaches NGINX with: `nginx -t` would run it with
             // the controller's privileges (CVE-2025-1974, CVE-2021-25742).
@@ -421,17 +443,17 @@ fn snippets_are_admitted_when_allowed_and_never_tested() {
             (
                 "opens a block it does not close",
                 snippet("server-snippet", "location /x {"),
-                Denied("server-snippet: a { opens a block"),
+                Denied("server-snippet: NGINX would not read it: unexpected end of file"),
             ),
             (
                 "an open quote",
                 snippet(cs, "add_header X \"}; load_module /x.so;"),
-                Denied("a quote is left open"),
+                Denied("configuration-snippet: NGINX would not read it"),
             ),
             (
                 "ssl_engine",
                 snippet(cs, "ssl_engine /tmp/x.so;"),
-                Denied("the directive ssl_engine loads code or reads files"),
+                Denied("the directive ssl_engine is not allowed in a location snippet"),
             ),
             (
                 "include",
@@ -468,6 +490,151 @@ fn snippets_are_admitted_when_allowed_and_never_tested() {
             ),
         ],
     );
+}
+
+/// N1 and N2 of the security review: texts that a tokenizer unlike NGINX's, or a
+/// denylist, let through. Each is refused naming its key.
+#[test]
+fn hostile_snippets_are_refused_naming_the_key() {
+    let allowed = cluster() + &docs![config_map(&[("allow-snippet-annotations", "true")])];
+    let snippet =
+        |key: &str, text: &str| web(Ing::new("default/snippet", 20), "new.test").ann(key, text);
+    let (cs, ss) = ("configuration-snippet", "server-snippet");
+    let lua = "header_filter_by_lua_block { io.open('/var/run/secrets/kubernetes.io/serviceaccount/token'); }";
+    let rows: Vec<(&str, Ing, Want)> = vec![
+        (
+            "${ swallowing ; and a Lua block",
+            snippet(cs, &format!("default_type ${{ ;\n{lua}")),
+            Denied("configuration-snippet: the directive header_filter_by_lua_block"),
+        ),
+        (
+            "${ closing the location",
+            snippet(
+                cs,
+                "default_type ${ ;\n}\nlocation /evil { return 200 x; }\nlocation /y {",
+            ),
+            Denied("configuration-snippet: a } closes a block the snippet did not open"),
+        ),
+        (
+            "a vertical tab before #",
+            snippet(cs, &format!("add_header A b;a\x0b# ;\n{lua}")),
+            Denied("configuration-snippet: the character U+000B"),
+        ),
+        (
+            "a no-break space",
+            snippet(cs, "add_header\u{a0}A b;"),
+            Denied("configuration-snippet: the character U+00A0"),
+        ),
+        (
+            "a line separator",
+            snippet(cs, "add_header A b;\u{2028}listen 81;"),
+            Denied("configuration-snippet: the character U+2028"),
+        ),
+        (
+            "} inside a word",
+            snippet(cs, &format!("return 200 a}};\n{lua}")),
+            Denied("configuration-snippet: the directive header_filter_by_lua_block"),
+        ),
+        (
+            "a quote after a word's first byte",
+            snippet(cs, &format!("add_header A b\"c;\n{lua}")),
+            Denied("configuration-snippet: the directive header_filter_by_lua_block"),
+        ),
+        (
+            "a backslash before a line break",
+            snippet(cs, "add_header A b\\\n;listen 8081;"),
+            Denied("configuration-snippet: the directive listen"),
+        ),
+        (
+            "listen in a shared server",
+            snippet(ss, "listen 8081;"),
+            Denied("server-snippet: the directive listen"),
+        ),
+        (
+            "the backend client key through a conf command",
+            snippet(
+                cs,
+                "proxy_ssl_conf_command PrivateKey conf/certs/backend-client-0.pem;",
+            ),
+            Denied("configuration-snippet: the directive proxy_ssl_conf_command"),
+        ),
+        (
+            "ssl_conf_command",
+            snippet(ss, "ssl_conf_command Certificate /etc/passwd;"),
+            Denied("server-snippet: the directive ssl_conf_command"),
+        ),
+        (
+            "grpc_ssl_crl",
+            snippet(
+                cs,
+                "grpc_ssl_crl /var/run/secrets/kubernetes.io/serviceaccount/token;",
+            ),
+            Denied("configuration-snippet: the directive grpc_ssl_crl"),
+        ),
+        (
+            "a password file",
+            snippet(cs, "proxy_ssl_password_file /etc/shadow;"),
+            Denied("configuration-snippet: the directive proxy_ssl_password_file"),
+        ),
+        (
+            "a key log",
+            snippet(cs, "proxy_ssl_key_log /tmp/keys;"),
+            Denied("configuration-snippet: the directive proxy_ssl_key_log"),
+        ),
+        (
+            "the auth cache zone",
+            snippet(cs, "proxy_cache ferrule_auth_cache;"),
+            Denied("configuration-snippet: the directive proxy_cache"),
+        ),
+        (
+            "a nested location proxying to the status port",
+            snippet(
+                ss,
+                "location /s { proxy_set_header X-Forwarded-For \"\"; \
+                 proxy_pass http://127.0.0.1:10254/status/resources; }",
+            ),
+            Denied("server-snippet: proxy_pass http://127.0.0.1:10254/status/resources"),
+        ),
+        (
+            "link-local metadata",
+            snippet(cs, "proxy_pass http://169.254.169.254/latest/;"),
+            Denied("configuration-snippet: proxy_pass http://169.254.169.254/latest/"),
+        ),
+        (
+            "the balancer's socket",
+            snippet(cs, "grpc_pass unix:/var/lib/ferrule/nginx/balancer.sock;"),
+            Denied("configuration-snippet: grpc_pass unix:"),
+        ),
+        (
+            "a variable target",
+            snippet(cs, "proxy_pass http://$arg_to;"),
+            Denied("a variable in the address"),
+        ),
+        (
+            "choosing another backend",
+            snippet(cs, "set $ferrule_backend other-namespace-secret-80;"),
+            Denied("configuration-snippet: set $ferrule_backend"),
+        ),
+        (
+            "a file test",
+            snippet(
+                cs,
+                "if (-f /var/run/secrets/kubernetes.io/serviceaccount/token) { return 200; }",
+            ),
+            Denied("configuration-snippet: if with a file test"),
+        ),
+        (
+            "try_files",
+            snippet(cs, "try_files /../conf/nginx.conf =404;"),
+            Denied("configuration-snippet: the directive try_files"),
+        ),
+        (
+            "stub_status",
+            snippet(ss, "location /s { stub_status; }"),
+            Denied("server-snippet: the directive stub_status"),
+        ),
+    ];
+    table(&allowed, &Options::default(), rows);
 }
 
 #[test]

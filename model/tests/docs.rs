@@ -45,3 +45,22 @@ fn the_configmap_table_is_the_registry_s() {
         "docs/configmap.md is not the registry's table: run FERRULE_BLESS=1 cargo test -p ferrule-model --test docs"
     );
 }
+
+const SNIPPETS_BEGIN: &str = "<!-- generated from model/src/snippet/allowlist.rs: begin -->\n";
+
+#[test]
+fn the_snippet_allowlist_is_the_model_s() {
+    let text = std::fs::read_to_string(DOC).unwrap_or_else(|e| panic!("{DOC}: {e}"));
+    let (head, rest) = text.split_once(SNIPPETS_BEGIN).expect("begin marker");
+    let (_, tail) = rest.split_once(END).expect("end marker");
+    let list = ferrule_model::snippet::allowlist::markdown();
+    let want = format!("{head}{SNIPPETS_BEGIN}{list}{END}{tail}");
+    if std::env::var_os("FERRULE_BLESS").is_some() {
+        std::fs::write(DOC, &want).unwrap();
+        return;
+    }
+    assert!(
+        text == want,
+        "docs/annotations.md is not the snippet allowlist: run FERRULE_BLESS=1 cargo test -p ferrule-model --test docs"
+    );
+}

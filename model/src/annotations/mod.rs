@@ -49,7 +49,7 @@ pub use rate_limits::RateLimits;
 pub use redirect::Redirect;
 pub use satisfy::Satisfy;
 pub use server_tls::ServerCiphers;
-pub use snippets::{Snippet, refusal as snippet_refusal};
+pub use snippets::{Snippet, block_lines, refusal as snippet_refusal};
 pub use source_ranges::{Cidr, GlobalSourceRanges, IngressSourceRanges, SourceRanges};
 
 /// The default prefix of every annotation Ferrule reads (`--annotations-prefix`

@@ -268,17 +268,26 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
             if b.global.allow_snippet_annotations {
                 // Allowed snippets still never load code or read files: `nginx -t`
                 // would do it with the controller's privileges.
+                use crate::snippet::Kind;
                 let snippets = [
-                    ("configuration-snippet", a.configuration_snippet.as_ref()),
-                    ("server-snippet", a.server_snippet.as_ref()),
-                    ("stream-snippet", a.stream_snippet.as_ref()),
+                    (
+                        "configuration-snippet",
+                        Kind::Location,
+                        a.configuration_snippet.as_ref(),
+                    ),
+                    ("server-snippet", Kind::Server, a.server_snippet.as_ref()),
+                    ("stream-snippet", Kind::Stream, a.stream_snippet.as_ref()),
                     (
                         "auth-snippet",
+                        Kind::Location,
                         a.external_auth.as_ref().and_then(|e| e.snippet.as_ref()),
                     ),
                 ];
-                for (key, snippet) in snippets {
-                    if let Some(why) = snippet.and_then(|s| annotations::snippet_refusal(&s.0)) {
+                let reserved = &b.snap.settings.reserved_ports;
+                for (key, kind, snippet) in snippets {
+                    let refused =
+                        snippet.and_then(|s| annotations::snippet_refusal(kind, &s.0, reserved));
+                    if let Some(why) = refused {
                         return Err(format!("annotation {prefix}{key}: {why}"));
                     }
                 }

@@ -254,7 +254,7 @@ pub fn view(a: &ExternalAuth) -> ExternalAuthView {
     ExternalAuthView {
         cache,
         always_set_cookie: a.always_set_cookie,
-        snippet: a.snippet.as_ref().map(|s| s.0.clone()),
+        snippet: a.snippet.as_ref().map(|s| s.lines()),
         location,
         url: a.url.clone(),
         method: a.method.clone(),

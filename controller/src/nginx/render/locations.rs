@@ -89,7 +89,7 @@ pub(super) fn location_view(
             _ => format!("^{}", regex_escape(&l.path)),
         },
         rewrite: st.rewrite_target.clone(),
-        snippet: st.configuration_snippet.as_ref().map(|s| s.0.clone()),
+        snippet: st.configuration_snippet.as_ref().map(|s| s.lines()),
         source_ranges: st.source_ranges.clone(),
         basic_auth: st.basic_auth.as_ref().map(|b| BasicAuthView {
             // `auth_basic` expands variables: a `$` in the realm is literal (a realm

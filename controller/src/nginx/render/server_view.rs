@@ -189,7 +189,7 @@ impl Renderer {
             listen_http: self.listen(model, self.opts.http_port),
             listen_https: self.listen(model, self.opts.https_port),
             cert,
-            server_snippet: s.server_snippet.as_ref().map(|s| s.0.clone()),
+            server_snippet: s.server_snippet.as_ref().map(|s| s.lines()),
             auth_locations,
             mirror_locations,
             error_locations,

@@ -119,7 +119,7 @@ pub(super) fn view(r: &Renderer, model: &Model) -> Option<StreamsView> {
         snippets: (model.stream_snippets.iter())
             .map(|s| StreamSnippetView {
                 source: source(&s.owner),
-                text: s.text.clone(),
+                text: ferrule_model::annotations::block_lines(&s.text),
             })
             .collect(),
     })
