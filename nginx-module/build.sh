@@ -17,11 +17,13 @@ SRC=/usr/share/nginx/src
 NGINX=${NGINX:-nginx}
 SO=ngx_http_ferrule_module.so
 STREAM_SO=ngx_stream_ferrule_module.so
+# Test-only (nginx-module/test/): never loaded by Ferrule, not in the image.
+ECHO_SO=ngx_ferrule_token_echo_module.so
 
 [ -f "$SRC/conf_flags" ] || { echo "no $SRC/conf_flags: install nginx-dev" >&2; exit 1; }
 # What the installed module was built from: the source and the NGINX it is for.
-stamp=$( { cat "$HERE/config" "$HERE"/*.[ch]; "$NGINX" -V 2>&1; } | sha256sum | cut -d' ' -f1)
-if [ -f "$DEST/$SO" ] && [ -f "$DEST/$STREAM_SO" ] && [ "$(cat "$DEST/$SO.stamp" 2>/dev/null)" = "$stamp" ]; then
+stamp=$( { cat "$HERE/config" "$HERE"/*.[ch] "$HERE"/test/config "$HERE"/test/*.c; "$NGINX" -V 2>&1; } | sha256sum | cut -d' ' -f1)
+if [ -f "$DEST/$SO" ] && [ -f "$DEST/$STREAM_SO" ] && [ -f "$DEST/$ECHO_SO" ] && [ "$(cat "$DEST/$SO.stamp" 2>/dev/null)" = "$stamp" ]; then
     exit 0
 fi
 
@@ -37,14 +39,14 @@ echo "building $SO for $("$NGINX" -v 2>&1)" >&2
     # package (libnginx-mod-stream) with these flags (nginx -V)
     ./configure "${NGX_CONF_FLAGS[@]}" --with-stream=dynamic --with-stream_ssl_module \
         --with-stream_ssl_preread_module --with-stream_realip_module \
-        --add-dynamic-module="$HERE" > configure.log 2>&1 ||
+        --add-dynamic-module="$HERE" --add-dynamic-module="$HERE/test" > configure.log 2>&1 ||
         { cat configure.log >&2; exit 1; }
     # only these: nginx-dev has the stream module's headers, not its sources
-    make -f objs/Makefile "objs/$SO" "objs/$STREAM_SO" > make.log 2>&1 || { cat make.log >&2; exit 1; }
+    make -f objs/Makefile "objs/$SO" "objs/$STREAM_SO" "objs/$ECHO_SO" > make.log 2>&1 || { cat make.log >&2; exit 1; }
 )
 mkdir -p "$DEST"
 # The stream module first: the HTTP one's stamp says both are installed.
-for so in "$STREAM_SO" "$SO"; do
+for so in "$ECHO_SO" "$STREAM_SO" "$SO"; do
     install -m 0644 "$work/objs/$so" "$DEST/$so.tmp"
     mv "$DEST/$so.tmp" "$DEST/$so"
     echo "installed $DEST/$so" >&2

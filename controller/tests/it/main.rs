@@ -27,6 +27,7 @@ mod protocols;
 mod request_metrics;
 mod routing;
 mod safety;
+mod snippet_tokens;
 mod streams;
 mod tenants;
 mod traffic;
