@@ -533,6 +533,65 @@ fn validate_reports_every_annotation_and_rejects_unimplemented_restrictions() {
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
 }
 
+/// Issue 35, N1: with snippets allowed, `ferrule validate` refuses each hostile
+/// snippet, naming its Ingress and key, exits non-zero, and passes the benign one.
+#[test]
+fn validate_names_each_refused_snippet() {
+    let lua = "header_filter_by_lua_block { io.open('/var/run/secrets/token'); }";
+    let mut docs = documents();
+    docs.push(annotated(
+        "dollar-brace",
+        "dollar-brace.example.com",
+        &[(
+            "nginx.ingress.kubernetes.io/configuration-snippet",
+            &format!("default_type ${{ ;\n{lua}"),
+        )],
+    ));
+    docs.push(annotated(
+        "vertical-tab",
+        "vertical-tab.example.com",
+        &[(
+            "nginx.ingress.kubernetes.io/server-snippet",
+            &format!("add_header A b;a\x0b# ;\n{lua}"),
+        )],
+    ));
+    docs.push(annotated(
+        "status-port",
+        "status-port.example.com",
+        &[(
+            "nginx.ingress.kubernetes.io/server-snippet",
+            "location /s { proxy_set_header X-Forwarded-For \"\"; \
+             proxy_pass http://127.0.0.1:10254/status/resources; }",
+        )],
+    ));
+    docs.push(annotated(
+        "benign",
+        "benign.example.com",
+        &[(
+            "nginx.ingress.kubernetes.io/configuration-snippet",
+            "more_set_headers \"X-A: b\";\n# a comment ; with { and }\n\
+             more_set_headers \"X-Host: $host\";",
+        )],
+    ));
+    let dir = plain(&docs);
+    let o = ferrule(&[
+        "validate",
+        "--allow-snippet-annotations",
+        "--manifests",
+        dir.path().to_str().unwrap(),
+    ]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    for line in [
+        "Ingress web/dollar-brace: error: annotation nginx.ingress.kubernetes.io/configuration-snippet: the directive header_filter_by_lua_block is not allowed",
+        "Ingress web/vertical-tab: error: annotation nginx.ingress.kubernetes.io/server-snippet: the character U+000B",
+        "Ingress web/status-port: error: annotation nginx.ingress.kubernetes.io/server-snippet: proxy_pass http://127.0.0.1:10254/status/resources",
+    ] {
+        assert!(out.contains(line), "missing {line:?} in:\n{out}");
+    }
+    assert!(!out.contains("Ingress web/benign: error"), "{out}");
+}
+
 /// `--annotations-prefix` as in ingress-nginx: the other prefix is read, the
 /// default one is then another controller's.
 #[test]

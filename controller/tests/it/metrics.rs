@@ -443,7 +443,7 @@ async fn dashboards_and_alerts_read_real_data_from_prometheus() {
             T1,
             "broken.test",
             &[("/", "Prefix", "web")],
-            &[("configuration-snippet", "bogus_directive on;")],
+            &[("configuration-snippet", "return bogus_directive;")],
         ),
     );
     let excluded = wait_until(Duration::from_secs(15), || async {

@@ -88,6 +88,12 @@ async fn ingress_nightmare_payloads_are_refused_and_never_reach_nginx() {
     let secret_file = work.path().join("token");
     std::fs::write(&secret_file, "the controller's token").unwrap();
     let secret_file = secret_file.to_str().unwrap();
+    // What a Lua block would write, had a snippet smuggled one into NGINX.
+    let lua_marker = work.path().join("lua-ran");
+    let lua = format!(
+        "header_filter_by_lua_block {{ io.open('{}', 'w'):write('ran'); }}",
+        lua_marker.display()
+    );
 
     let echo = Echo::start("127.0.0.2").await;
     let m = Manifests::new();
@@ -182,6 +188,42 @@ async fn ingress_nightmare_payloads_are_refused_and_never_reach_nginx() {
             )],
             "server-snippet",
         ),
+        // Read unlike NGINX before issue 35: `${` swallowed the `;` and the Lua
+        // block, a vertical tab made a comment of the next directive.
+        (
+            "snippet-dollar-brace",
+            vec![(
+                "configuration-snippet".into(),
+                format!("default_type ${{ ;\n{lua}"),
+            )],
+            "configuration-snippet",
+        ),
+        (
+            "snippet-vertical-tab",
+            vec![(
+                "server-snippet".into(),
+                format!("add_header A b;a\x0b# ;\n{lua}"),
+            )],
+            "server-snippet",
+        ),
+        (
+            "snippet-status-port",
+            vec![(
+                "server-snippet".into(),
+                "location /s { proxy_set_header X-Forwarded-For \"\"; \
+                 proxy_pass http://127.0.0.1:10254/status/resources; }"
+                    .into(),
+            )],
+            "server-snippet",
+        ),
+        (
+            "snippet-conf-command",
+            vec![(
+                "configuration-snippet".into(),
+                "proxy_ssl_conf_command PrivateKey conf/certs/backend-client-0.pem;".into(),
+            )],
+            "configuration-snippet",
+        ),
     ];
     let yaml_of = |name: &str, annotations: &[(String, String)]| {
         let a: Vec<(&str, &str)> = annotations
@@ -241,6 +283,7 @@ async fn ingress_nightmare_payloads_are_refused_and_never_reach_nginx() {
 
     // Nothing ran, and nothing of the payloads is in NGINX's files.
     assert!(!marker.exists(), "the shared object was loaded");
+    assert!(!lua_marker.exists(), "a snippet's Lua ran");
     for entry in walkdir::WalkDir::new(f.prefix.path().join("nginx"))
         .into_iter()
         .flatten()
@@ -251,7 +294,9 @@ async fn ingress_nightmare_payloads_are_refused_and_never_reach_nginx() {
         let text = std::fs::read(entry.path()).unwrap_or_default();
         let text = String::from_utf8_lossy(&text);
         assert!(
-            !text.contains(so) && !text.contains(secret_file),
+            !text.contains(so)
+                && !text.contains(secret_file)
+                && !text.contains(lua_marker.to_str().unwrap()),
             "{} names a payload's file",
             entry.path().display()
         );

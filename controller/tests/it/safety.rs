@@ -133,11 +133,11 @@ async fn a_broken_new_ingress_is_rejected_and_the_rest_keeps_serving() {
     let tests = config_tests(&f).await;
     let traffic = Traffic::start(&f, "good.test", "/");
 
-    let bad = [("configuration-snippet", "bogus_directive on;")];
+    let bad = [("configuration-snippet", "return bogus_directive;")];
     m.write("bad.yaml", &ing("bad", T1, "bad.test", &bad));
     let message = wait_state(&f, "Ingress", "bad", "rejected").await;
     assert!(
-        message.contains("unknown directive \"bogus_directive\""),
+        message.contains("invalid return code \"bogus_directive\""),
         "the NGINX error is reported: {message}"
     );
     assert_eq!(f.get("bad.test", "/").await.0, 404, "bad host not served");
@@ -153,7 +153,7 @@ async fn a_broken_new_ingress_is_rejected_and_the_rest_keeps_serving() {
     );
 
     // Edited but still broken: retried, and the new error is reported.
-    let other = [("configuration-snippet", "other_bogus on;")];
+    let other = [("configuration-snippet", "return other_bogus;")];
     m.write("bad.yaml", &ing("bad", T1, "bad.test", &other));
     let ok = wait_until(WAIT, || async {
         state(&f, "Ingress", "bad").await.1.contains("other_bogus")
@@ -480,11 +480,11 @@ async fn startup_maps_one_error_to_its_ingress() {
             &ing(&format!("good{i}"), T0, &format!("good{i}.test"), &[]),
         );
     }
-    let bad = [("configuration-snippet", "bogus_directive on;")];
+    let bad = [("configuration-snippet", "return bogus_directive;")];
     m.write("bad.yaml", &ing("bad", T0, "bad.test", &bad));
     let f = Ferrule::start(m.path(), &[SNIPPETS]).await;
     let message = wait_state(&f, "Ingress", "bad", "rejected").await;
-    assert!(message.contains("unknown directive"), "{message}");
+    assert!(message.contains("invalid return code"), "{message}");
     for i in 0..3 {
         assert_eq!(f.get(&format!("good{i}.test"), "/").await.0, 200);
         assert_eq!(state(&f, "Ingress", &format!("good{i}")).await.0, "applied");
@@ -507,7 +507,7 @@ async fn startup_bisects_errors_that_name_no_usable_line() {
     let no_line = [("server-snippet", "limit_req zone=nosuch_limit burst=1;")];
     m.write("noline.yaml", &ing("noline", T0, "noline.test", &no_line));
     // ...and this at the end of the http block in nginx.conf, naming nothing.
-    let wrong_line = [("configuration-snippet", "proxy_cache nosuch_cache;")];
+    let wrong_line = [("configuration-snippet", "proxy_busy_buffers_size 100m;")];
     m.write(
         "wrongline.yaml",
         &ing("wrongline", T0, "wrongline.test", &wrong_line),
@@ -525,7 +525,7 @@ async fn startup_bisects_errors_that_name_no_usable_line() {
     );
     let message = wait_state(&f, "Ingress", "wrongline", "rejected").await;
     assert!(
-        message.contains("\"proxy_cache\" zone \"nosuch_cache\" is unknown"),
+        message.contains("\"proxy_busy_buffers_size\" must be less than"),
         "{message}"
     );
     for i in 0..6 {
@@ -619,7 +619,7 @@ async fn startup_with_an_invalid_configmap_value_is_not_ready_until_fixed() {
 async fn not_ready_while_everything_is_excluded_and_ready_again_by_itself() {
     let echo = Echo::start("127.0.0.1").await;
     let m = manifests(&echo);
-    let bad = [("configuration-snippet", "bogus_directive on;")];
+    let bad = [("configuration-snippet", "return bogus_directive;")];
     m.write("one.yaml", &ing("one", T0, "one.test", &bad));
     m.write("two.yaml", &ing("two", T0, "two.test", &bad));
     let f = Ferrule::spawn(m.path(), &[SNIPPETS]);
@@ -650,7 +650,7 @@ async fn not_ready_while_everything_is_excluded_and_ready_again_by_itself() {
 async fn deleting_every_excluded_ingress_makes_it_ready() {
     let echo = Echo::start("127.0.0.1").await;
     let m = manifests(&echo);
-    let bad = [("configuration-snippet", "bogus_directive on;")];
+    let bad = [("configuration-snippet", "return bogus_directive;")];
     m.write("one.yaml", &ing("one", T0, "one.test", &bad));
     let f = Ferrule::spawn(m.path(), &[SNIPPETS]);
     wait_state(&f, "Ingress", "one", "rejected").await;
