@@ -215,7 +215,14 @@ async fn gzip_compresses_the_listed_types_when_on() {
     assert!(on, "{}", f.logs());
     f.old_workers_gone().await;
     let r = get_as(&f, "127.0.0.1", "plain.test", &gzip).await;
-    assert_eq!(r.headers()["vary"], "Accept-Encoding");
+    assert_eq!(
+        r.headers().get("vary").map(|v| v.to_str().unwrap()),
+        Some("Accept-Encoding"),
+        "{} {:?}; log:\n{}",
+        r.status(),
+        r.headers(),
+        f.logs()
+    );
     let body = r.bytes().await.unwrap();
     assert_eq!(&body[..2], &[0x1f, 0x8b], "a gzip stream");
     // Without Accept-Encoding, plain JSON.
