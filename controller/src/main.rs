@@ -81,6 +81,11 @@ struct ModelFlags {
     /// Honour configuration-snippet / server-snippet annotations.
     #[arg(long)]
     allow_snippet_annotations: bool,
+    /// Reject an Ingress for any invalid annotation value. By default, as in
+    /// ingress-nginx, an invalid value of a key that does not restrict access is a
+    /// Warning on the Ingress and the key is ignored; the webhook then warns too.
+    #[arg(long)]
+    strict_annotations: bool,
     /// Proxy to endpoints whose address is loopback (127.0.0.0/8, ::1), link-local
     /// (169.254.0.0/16, fe80::/10) or unspecified. By default they are left out, with a
     /// warning on the Ingresses that route to them: whoever writes an EndpointSlice
@@ -187,6 +192,7 @@ impl ModelFlags {
             default_backend_service: self.default_backend_service.clone(),
             default_certificate: self.default_ssl_certificate.clone(),
             allow_snippet_annotations: self.allow_snippet_annotations,
+            strict_annotations: self.strict_annotations,
             annotations_prefix: self.annotations_prefix.clone(),
             allow_local_endpoints: self.allow_local_endpoints,
             limits: ferrule_model::Limits {

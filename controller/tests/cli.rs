@@ -592,6 +592,39 @@ fn validate_names_each_refused_snippet() {
     assert!(!out.contains("Ingress web/benign: error"), "{out}");
 }
 
+/// Issue 36: an invalid value of a key that does not restrict access is listed with
+/// its effect and does not fail validation; `--strict-annotations` makes it fail.
+#[test]
+fn validate_lists_ignored_invalid_values_and_strict_rejects_them() {
+    let mut docs = documents();
+    docs.push(annotated(
+        "sloppy",
+        "sloppy.example.com",
+        &[("nginx.ingress.kubernetes.io/proxy-body-size", "not a size")],
+    ));
+    let dir = plain(&docs);
+    let manifests = dir.path().to_str().unwrap();
+    let o = ferrule(&["validate", "--manifests", manifests]);
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    assert!(
+        out.contains(
+            "Ingress web/sloppy: warning: annotation nginx.ingress.kubernetes.io/proxy-body-size: \
+             invalid value \"not a size\""
+        ) && out.contains("the key is ignored and the Ingress served without it"),
+        "{out}"
+    );
+    let o = ferrule(&["validate", "--strict-annotations", "--manifests", manifests]);
+    let out = stdout(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(
+        out.contains(
+            "Ingress web/sloppy: error: annotation nginx.ingress.kubernetes.io/proxy-body-size"
+        ),
+        "{out}"
+    );
+}
+
 /// `--annotations-prefix` as in ingress-nginx: the other prefix is read, the
 /// default one is then another controller's.
 #[test]
@@ -602,7 +635,7 @@ fn annotations_prefix_selects_the_annotations_read() {
         "custom.example.com",
         &[
             ("custom.example/global-rate-limit", "10"),
-            ("nginx.ingress.kubernetes.io/proxy-body-size", "not a size"),
+            ("nginx.ingress.kubernetes.io/limit-rps", "many"),
         ],
     ));
     let dir = plain(&docs);
@@ -610,7 +643,7 @@ fn annotations_prefix_selects_the_annotations_read() {
     let o = ferrule(&["validate", "--manifests", manifests]);
     assert!(!o.status.success());
     assert!(
-        stdout(&o).contains("proxy-body-size: invalid value"),
+        stdout(&o).contains("limit-rps: invalid value"),
         "{}",
         stdout(&o)
     );
@@ -629,7 +662,7 @@ fn annotations_prefix_selects_the_annotations_read() {
         ),
         "{out}"
     );
-    assert!(!out.contains("proxy-body-size"), "{out}");
+    assert!(!out.contains("limit-rps"), "{out}");
     let o = ferrule(&[
         "validate",
         "--manifests",

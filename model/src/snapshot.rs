@@ -27,6 +27,9 @@ pub struct Settings {
     pub default_certificate: Option<String>,
     /// Honour `configuration-snippet` / `server-snippet` annotations.
     pub allow_snippet_annotations: bool,
+    /// `--strict-annotations`: any invalid annotation value rejects its Ingress
+    /// (by default only those of keys that restrict access do).
+    pub strict_annotations: bool,
     /// The prefix of the annotations Ferrule reads, without its `/`
     /// (`--annotations-prefix`, default `nginx.ingress.kubernetes.io`).
     pub annotations_prefix: String,
@@ -70,6 +73,7 @@ impl Default for Settings {
             default_backend_service: None,
             default_certificate: None,
             allow_snippet_annotations: false,
+            strict_annotations: false,
             annotations_prefix: DEFAULT_ANNOTATIONS_PREFIX.to_owned(),
             allow_local_endpoints: false,
             limits: Limits::default(),

@@ -96,10 +96,19 @@ fn invalid_content_is_denied_naming_the_field_and_the_value() {
         &Options::default(),
         vec![
             ("valid", web(new("valid"), "new.test"), Clean),
+            // As ingress-nginx: ignored, and `kubectl apply` prints why.
             (
                 "annotation value",
                 web(new("timeout"), "new.test").ann("proxy-read-timeout", "soon"),
-                Denied("annotation nginx.ingress.kubernetes.io/proxy-read-timeout|\"soon\""),
+                Warned(
+                    "annotation nginx.ingress.kubernetes.io/proxy-read-timeout|\"soon\"|ignored",
+                ),
+            ),
+            // A key that restricts access, invalid: denied.
+            (
+                "access annotation value",
+                web(new("allow"), "new.test").ann("whitelist-source-range", "10.0.0.0/33"),
+                Denied("annotation nginx.ingress.kubernetes.io/whitelist-source-range|10.0.0.0/33"),
             ),
             (
                 "security annotation",
@@ -381,7 +390,18 @@ fn other_classes_are_not_looked_at() {
             web(Ing::new("default/none", 20), "x.test")
                 .class(None)
                 .ann("proxy-read-timeout", "soon"),
-            Denied("proxy-read-timeout"),
+            Warned("proxy-read-timeout"),
+        )],
+    );
+    // `--strict-annotations`: the webhook denies what the controller would refuse.
+    let strict = cluster() + &docs![test_settings(json!({ "strictAnnotations": true }))];
+    table(
+        &strict,
+        &Options::default(),
+        vec![(
+            "annotation value, strict",
+            web(Ing::new("default/timeout", 20), "new.test").ann("proxy-read-timeout", "soon"),
+            Denied("annotation nginx.ingress.kubernetes.io/proxy-read-timeout|\"soon\""),
         )],
     );
 }

@@ -318,7 +318,7 @@ fn problems_only_change_is_unchanged_for_nginx_but_changes_the_hash() {
     // a rejected Ingress serves nothing, but its problem is part of the model
     objs.push(
         Ing::new("default/broken", 9)
-            .ann("proxy-read-timeout", "never")
+            .ann("whitelist-source-range", "10.0.0.0/33")
             .rule("broken.test", &[("/", "Prefix", "a", "80")])
             .0,
     );

@@ -256,7 +256,8 @@ fn objects_of(w: &World) -> Vec<Value> {
             Class::None => b.class(None),
         };
         if ing.invalid {
-            b = b.ann("proxy-read-timeout", "soon");
+            // An access restriction Ferrule cannot honour: the Ingress is rejected.
+            b = b.ann("whitelist-source-range", "10.0.0.0/33");
         }
         if ing.canary {
             b = b.ann("canary", "true").ann("canary-weight", "30");

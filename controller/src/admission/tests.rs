@@ -94,7 +94,7 @@ fn an_invalid_ingress_is_denied_with_the_models_message() {
         "bad",
         "2024-02-01T00:00:00Z",
         "new.test",
-        json!({ "nginx.ingress.kubernetes.io/proxy-read-timeout": "soon" }),
+        json!({ "nginx.ingress.kubernetes.io/limit-rps": "many" }),
     );
     let (r, outcome) = response(&w, &review("CREATE", bad));
     assert_eq!(outcome, Outcome::Denied);
@@ -102,8 +102,8 @@ fn an_invalid_ingress_is_denied_with_the_models_message() {
     assert_eq!(r["status"]["code"], 400);
     let msg = r["status"]["message"].as_str().unwrap();
     assert!(
-        msg.contains("annotation nginx.ingress.kubernetes.io/proxy-read-timeout")
-            && msg.contains("\"soon\""),
+        msg.contains("annotation nginx.ingress.kubernetes.io/limit-rps")
+            && msg.contains("\"many\""),
         "{msg}"
     );
     let metrics = shared.metrics.encode();

@@ -338,7 +338,7 @@ async fn status_and_events_are_written() {
         "bad",
         "bad.e2e",
         &[("/", "Prefix", "echo")],
-        &[("proxy-read-timeout", "soon")],
+        &[("limit-rps", "many")],
     ));
     let f = start_ferrule(
         c,
@@ -360,10 +360,7 @@ async fn status_and_events_are_written() {
         events["items"].as_array().into_iter().flatten().any(|e| {
             e["type"] == "Warning"
                 && e["regarding"]["name"] == "bad"
-                && e["note"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .contains("proxy-read-timeout")
+                && e["note"].as_str().unwrap_or_default().contains("limit-rps")
         })
     })
     .await;

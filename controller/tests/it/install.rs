@@ -375,7 +375,7 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     let bad = web_ingress(
         "bad",
         "bad.helm.e2e",
-        r#"nginx.ingress.kubernetes.io/proxy-read-timeout: "soon""#,
+        r#"nginx.ingress.kubernetes.io/limit-rps: "many""#,
     );
     // 90 s: on a loaded machine (the rest of the integration suite runs beside this
     // test) the controller-manager was seen to take over 30 s.
@@ -390,7 +390,7 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
         std::thread::sleep(Duration::from_millis(250));
     };
     assert!(
-        !ok && text.contains("proxy-read-timeout"),
+        !ok && text.contains("limit-rps"),
         "refused by the webhook: {text}\nEndpointSlices: {}\nPods: {:?}",
         c.kubectl(&["get", "endpointslices", "-n", NS, "-o", "wide"], None)
             .1,

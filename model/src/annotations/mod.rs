@@ -175,6 +175,10 @@ pub struct IngressAnnotations {
 pub(crate) struct Reader<'a> {
     /// The prefix with its `/`, for the messages.
     prefix: &'a str,
+    /// `--strict-annotations`: every invalid value rejects the Ingress.
+    strict: bool,
+    /// The Warnings of invalid values ignored (keys that do not restrict access).
+    lenient: std::cell::RefCell<Vec<String>>,
     /// `(name without the prefix, value)` of the annotations with our prefix: a
     /// lookup is a short scan, with no key to build (model building must not
     /// allocate per key).
@@ -182,7 +186,7 @@ pub(crate) struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(annotations: &'a BTreeMap<String, String>, prefix: &'a str) -> Self {
+    fn new(annotations: &'a BTreeMap<String, String>, prefix: &'a str, strict: bool) -> Self {
         let ours = annotations
             .range::<str, _>((
                 std::ops::Bound::Included(prefix),
@@ -190,7 +194,12 @@ impl<'a> Reader<'a> {
             ))
             .map_while(|(k, v)| k.strip_prefix(prefix).map(|k| (k, v.as_str())))
             .collect();
-        Self { prefix, ours }
+        Self {
+            prefix,
+            strict,
+            lenient: Default::default(),
+            ours,
+        }
     }
 
     fn get(&self, key: &str) -> Option<&'a str> {
@@ -201,20 +210,37 @@ impl<'a> Reader<'a> {
     }
 
     /// Parses `key` with `parse` when present; errors name the annotation and value.
+    ///
+    /// The leniency rule, stated once: an invalid value of a key that restricts
+    /// access ([`registry::fails_closed`]) rejects the Ingress, as does any invalid
+    /// value with `--strict-annotations`; any other invalid value is a Warning, the
+    /// key is ignored (its default applies) and the Ingress is served, as
+    /// ingress-nginx does.
     fn parse<T>(
         &self,
         key: &str,
         parse: impl FnOnce(&str) -> Result<T, String>,
     ) -> Result<Option<T>, AnnotationError> {
-        match self.get(key) {
-            None => Ok(None),
-            Some(value) => parse(value)
-                .map(Some)
-                .map_err(|reason| AnnotationError::Invalid {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        match parse(value) {
+            Ok(v) => Ok(Some(v)),
+            Err(reason) => {
+                let error = AnnotationError::Invalid {
                     key: format!("{}{key}", self.prefix),
                     value: value.to_owned(),
                     reason,
-                }),
+                };
+                if self.strict || registry::fails_closed(key) {
+                    return Err(error);
+                }
+                self.lenient.borrow_mut().push(format!(
+                    "{error}; the key is ignored and the Ingress served without it \
+                     (--strict-annotations rejects the Ingress instead)"
+                ));
+                Ok(None)
+            }
         }
     }
 
@@ -245,12 +271,23 @@ impl<'a> Reader<'a> {
 
 /// Parses the annotations under `prefix` (with its `/`, e.g. [`PREFIX`]): every key
 /// Ferrule implements into its typed value, and the fail-closed check for the
-/// others. The first error rejects the whole Ingress.
+/// others. An invalid value of a key that restricts access rejects the whole
+/// Ingress; any other is ignored with a Warning ([`Reader::parse`]).
 pub fn parse(
     annotations: &BTreeMap<String, String>,
     prefix: &str,
 ) -> Result<Parsed, AnnotationError> {
-    let r = Reader::new(annotations, prefix);
+    parse_with(annotations, prefix, false)
+}
+
+/// [`parse`], with `strict` (`--strict-annotations`): any invalid value rejects
+/// the Ingress, not only those of keys that restrict access.
+pub fn parse_with(
+    annotations: &BTreeMap<String, String>,
+    prefix: &str,
+    strict: bool,
+) -> Result<Parsed, AnnotationError> {
+    let r = Reader::new(annotations, prefix, strict);
     let mut ignored = r.check_keys()?;
     let mut out = IngressAnnotations::default();
     redirect::parse(&r, &mut out)?;
@@ -275,6 +312,7 @@ pub fn parse(
     passthrough::parse(&r, &mut out)?;
     custom_headers::parse(&r, &mut out)?;
     client_certificates::parse(&r, &mut out)?;
+    ignored.extend(r.lenient.take());
     Ok(Parsed {
         values: out,
         ignored,

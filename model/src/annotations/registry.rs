@@ -122,6 +122,34 @@ pub fn looks_like_security(name: &str) -> bool {
         || matches!(name, "satisfy" | "enable-global-auth" | "ssl-passthrough")
 }
 
+/// The families whose keys decide who may reach a backend, or hold raw NGINX
+/// text: an invalid value of theirs rejects the Ingress (served without it, the
+/// location could be open), where any other invalid value is ignored with a
+/// Warning. `custom-headers` and `canary` are here too: ingress-nginx denies a
+/// location whose custom headers it cannot read, and a canary read as a plain
+/// Ingress would take the primary's traffic.
+const FAIL_CLOSED_FAMILIES: &[&str] = &[
+    "allow and deny lists",
+    "basic auth",
+    "external auth",
+    "client certificates",
+    "rate limits",
+    "global rate limits",
+    "satisfy",
+    "ModSecurity",
+    "snippets",
+    "custom headers",
+    "canary",
+];
+
+/// Whether an invalid value of `name` (without the prefix) rejects its Ingress.
+pub fn fails_closed(name: &str) -> bool {
+    match lookup(name) {
+        Some((f, k)) => k.security || FAIL_CLOSED_FAMILIES.contains(&f.name),
+        None => looks_like_security(name),
+    }
+}
+
 /// What Ferrule does with one annotation of an Ingress.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

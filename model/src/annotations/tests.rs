@@ -2,13 +2,14 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-/// Parses `pairs` (keys without the prefix) and renders the outcome as a short string.
+/// Parses `pairs` (keys without the prefix) strictly, so that every parser's
+/// judgement shows as an error, and renders the outcome as a short string.
 fn check(pairs: &[(&str, &str)], expected: &str) {
     let map: BTreeMap<String, String> = pairs
         .iter()
         .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
         .collect();
-    let got = match parse(&map, PREFIX) {
+    let got = match parse_with(&map, PREFIX, true) {
         Ok(a) => format!("{:?} ignored: {:?}", a.values, a.ignored),
         Err(e) => format!("error: {e}"),
     };
@@ -359,9 +360,10 @@ fn another_prefix_is_read_and_the_default_one_is_then_not_ours() {
         got.ignored[0].contains("custom.io/enable-opentelemetry"),
         "{got:?}"
     );
-    let err = parse(
+    let err = parse_with(
         &[("custom.io/proxy-body-size".to_owned(), "x".to_owned())].into(),
         "custom.io/",
+        true,
     )
     .unwrap_err();
     assert!(
@@ -620,4 +622,62 @@ fn server_ciphers() {
         &[("ssl-prefer-server-ciphers", "sometimes")],
         "error: annotation nginx.ingress.kubernetes.io/ssl-prefer-server-ciphers",
     );
+}
+
+/// Issue 36: ingress-nginx's leniency. An invalid value of a key that does not
+/// restrict access is ignored with a Warning naming key and value (the default
+/// applies, the Ingress is served); one of a key that restricts access still
+/// rejects the Ingress; `--strict-annotations` rejects both.
+#[test]
+fn invalid_values_are_ignored_unless_they_restrict_access() {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        (pairs.iter())
+            .map(|(k, v)| (format!("{PREFIX}{k}"), v.to_string()))
+            .collect()
+    };
+    let lenient = [
+        ("proxy-read-timeout", "soon"),
+        ("client-body-buffer-size", "1b!"),
+        ("ssl-redirect", "yes"),
+        ("load-balance", "least_conn"),
+        ("proxy-body-size", "8m;evil"),
+    ];
+    for (key, value) in lenient {
+        let m = map(&[(key, value), ("proxy-send-timeout", "30")]);
+        let got = parse(&m, PREFIX).unwrap_or_else(|e| panic!("{key}: {e}"));
+        assert_eq!(
+            got.values.proxy_send_timeout,
+            Some(30),
+            "{key}: the rest is read"
+        );
+        assert_eq!(got.ignored.len(), 1, "{key}: {got:?}");
+        let warning = &got.ignored[0];
+        assert!(
+            warning.contains(&format!(
+                "annotation {PREFIX}{key}: invalid value {value:?}"
+            )) && warning.contains("ignored"),
+            "{warning}"
+        );
+        assert!(
+            parse_with(&m, PREFIX, true).is_err(),
+            "{key}: strict rejects"
+        );
+    }
+    let closed = [
+        ("whitelist-source-range", "10.0.0.0/33"),
+        ("auth-url", "ftp://auth"),
+        ("limit-rps", "many"),
+        ("satisfy", "some"),
+        ("auth-tls-verify-client", "perhaps"),
+    ];
+    for (key, value) in closed {
+        let err = parse(&map(&[(key, value)]), PREFIX)
+            .map(|p| format!("{p:?}"))
+            .expect_err(key);
+        assert!(
+            err.to_string()
+                .contains(&format!("annotation {PREFIX}{key}")),
+            "{err}"
+        );
+    }
 }

@@ -199,7 +199,8 @@ pub fn build_with(snap: &Snapshot, fallbacks: &Fallbacks) -> Model {
         let empty = BTreeMap::new();
         // Bounded before anything of it is read further.
         let parsed = limits::check(ing, &snap.settings.limits, &prefix).and_then(|()| {
-            annotations::parse(ing.metadata.annotations.as_ref().unwrap_or(&empty), &prefix)
+            let annotations = ing.metadata.annotations.as_ref().unwrap_or(&empty);
+            annotations::parse_with(annotations, &prefix, snap.settings.strict_annotations)
                 .map_err(|e| e.to_string())
         });
         let mut a = match parsed {

@@ -391,6 +391,9 @@ pub fn snapshot(manifests: &str) -> Snapshot {
             if let Some(b) = spec["sslPassthrough"].as_bool() {
                 s.ssl_passthrough = b;
             }
+            if let Some(b) = spec["strictAnnotations"].as_bool() {
+                s.strict_annotations = b;
+            }
             if let Some(ports) = spec["reservedPorts"].as_array() {
                 s.reserved_ports = ports
                     .iter()

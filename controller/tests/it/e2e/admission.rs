@@ -135,7 +135,7 @@ async fn the_admission_webhook_refuses_invalid_ingresses_and_warns_of_conflicts(
         "bad",
         "bad.e2e",
         &[("/", "Prefix", "echo")],
-        &[("proxy-read-timeout", "soon")],
+        &[("limit-rps", "many")],
     );
     let mut refused = (false, String::new());
     for _ in 0..60 {
@@ -154,6 +154,24 @@ async fn the_admission_webhook_refuses_invalid_ingresses_and_warns_of_conflicts(
     );
     assert!(
         text.contains("denied the request")
+            && text.contains("annotation nginx.ingress.kubernetes.io/limit-rps")
+            && text.contains(r#""many""#),
+        "{text}"
+    );
+
+    // An invalid value of a key that does not restrict access: admitted, as
+    // ingress-nginx admits it, and `kubectl apply` prints the webhook's warning
+    // naming the key and the value (issue 36).
+    let sloppy = k8s_ingress(
+        ns,
+        "sloppy",
+        "sloppy.e2e",
+        &[("/", "Prefix", "echo")],
+        &[("proxy-read-timeout", "soon")],
+    );
+    let (ok, text) = apply(sloppy);
+    assert!(
+        ok && text.contains("Warning:")
             && text.contains("annotation nginx.ingress.kubernetes.io/proxy-read-timeout")
             && text.contains(r#""soon""#),
         "{text}"
@@ -329,7 +347,7 @@ async fn the_controller_keeps_the_webhook_certificate_and_renews_it_in_time() {
         "bad",
         "bad.e2e",
         &[("/", "Prefix", "echo")],
-        &[("proxy-read-timeout", "soon")],
+        &[("limit-rps", "many")],
     );
 
     // What a year-old install left: a certificate issued 300 days ago for a year,
@@ -383,7 +401,7 @@ async fn the_controller_keeps_the_webhook_certificate_and_renews_it_in_time() {
     let set = wait_until(Duration::from_secs(10), || async { ca_bundle(c) == bundle }).await;
     assert!(set, "caBundle {:?}, Secret {bundle:?}", ca_bundle(c));
     let text = refused(c, &bad).unwrap_or_else(|| panic!("never refused; log:\n{}", f.logs()));
-    assert!(text.contains("proxy-read-timeout"), "{text}");
+    assert!(text.contains("limit-rps"), "{text}");
 
     // A restart keeps the certificate.
     let kept = field(c, &secret, tls_crt);
