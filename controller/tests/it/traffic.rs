@@ -55,6 +55,15 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
         ),
     );
     m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    // A path on the same host, as ingress-nginx takes it (issue 36).
+    m.write(
+        "relative.yaml",
+        &demo_ingress(
+            "relative",
+            "relative.test",
+            &[("permanent-redirect", "/new-location")],
+        ),
+    );
     let f = Ferrule::start(m.path(), &[]).await;
 
     assert_eq!(
@@ -78,14 +87,21 @@ async fn permanent_and_temporal_redirects_answer_with_their_code_and_url() {
     );
     assert_eq!(location_of(&f, "plain.test", "/").await.0, 200);
 
+    assert_eq!(
+        location_of(&f, "relative.test", "/old").await,
+        (301, "http://relative.test/new-location".to_owned())
+    );
+
+    // As ingress-nginx: the invalid redirect is ignored with a Warning naming the
+    // annotation and the value, and the Ingress is served without it.
     let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
-    assert_eq!(bad["state"], "rejected", "{bad}");
-    let message = bad["message"].as_str().unwrap_or_default();
+    assert_eq!(bad["state"], "applied", "{bad}");
+    let message = bad.to_string();
     assert!(
         message.contains("permanent-redirect") && message.contains("$http_x"),
         "names the annotation and the value: {bad}"
     );
-    assert_eq!(location_of(&f, "bad.test", "/").await.0, 404);
+    assert_eq!(location_of(&f, "bad.test", "/").await.0, 200);
     let perm = f.resource("Ingress", "demo", "perm").await.unwrap();
     assert_eq!(perm["state"], "applied", "{perm}");
 }
@@ -113,15 +129,11 @@ async fn app_root_redirects_only_a_request_for_the_root() {
     );
     assert_eq!(location_of(&f, "app.test", "/app1").await.0, 200);
     assert_eq!(location_of(&f, "app.test", "/other").await.0, 200);
+    // Ignored with a Warning, as ingress-nginx does: served, no redirect.
     let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
-    assert_eq!(bad["state"], "rejected", "{bad}");
-    assert!(
-        bad["message"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("app-root"),
-        "{bad}"
-    );
+    assert_eq!(bad["state"], "applied", "{bad}");
+    assert!(bad.to_string().contains("app-root"), "{bad}");
+    assert_eq!(location_of(&f, "bad.test", "/").await.0, 200);
 }
 
 /// A request with an `Origin` (and any method): (status, the answer's headers).
@@ -282,10 +294,15 @@ async fn cors_answers_preflights_and_allows_only_listed_origins() {
         ["max-age=31536000; includeSubDomains"]
     );
 
+    // As ingress-nginx: the invalid value is ignored with a Warning naming it, and
+    // the Ingress is served without it (issue 36).
     let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
-    assert_eq!(bad["state"], "rejected", "{bad}");
+    assert_eq!(bad["state"], "applied", "{bad}");
     let message = bad["message"].as_str().unwrap_or_default();
-    assert!(message.contains("cors-allow-origin"), "{bad}");
+    assert!(
+        message.contains("cors-allow-origin") && message.contains("ignored"),
+        "{bad}"
+    );
 }
 
 /// A GET with extra request headers: (status, answer headers, echo JSON).
@@ -600,10 +617,15 @@ async fn mirror_copies_each_request_and_the_client_gets_the_backend() {
     assert_eq!(s, 404, "no Ingress for plain.test");
     assert_eq!(copies.seen().len(), 2, "other hosts are not mirrored");
 
+    // As ingress-nginx: the invalid value is ignored with a Warning naming it, and
+    // the Ingress is served without it (issue 36).
     let bad = f.resource("Ingress", "demo", "bad").await.unwrap();
-    assert_eq!(bad["state"], "rejected", "{bad}");
+    assert_eq!(bad["state"], "applied", "{bad}");
     let message = bad["message"].as_str().unwrap_or_default();
-    assert!(message.contains("mirror-target"), "{bad}");
+    assert!(
+        message.contains("mirror-target") && message.contains("ignored"),
+        "{bad}"
+    );
 }
 
 /// `from-to-www-redirect`: the `www.` twin of a host (or the host without `www.`)

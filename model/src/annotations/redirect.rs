@@ -32,7 +32,7 @@ pub(super) const FAMILY: Family = Family {
             "permanent-redirect",
             Location,
             Medium,
-            "redirect every request to this absolute URL (default code 301)",
+            "redirect every request to this URL, absolute or a path on the host (default code 301)",
         ),
         key(
             "permanent-redirect-code",
@@ -44,7 +44,7 @@ pub(super) const FAMILY: Family = Family {
             "temporal-redirect",
             Location,
             Medium,
-            "temporary redirect to this absolute URL (default code 302; wins over permanent-redirect)",
+            "temporary redirect to this URL, absolute or a path on the host (default code 302; wins over permanent-redirect)",
         ),
         key(
             "temporal-redirect-code",
@@ -77,11 +77,20 @@ const URL_VARIABLES: &[&str] = &["request_uri", "uri", "is_args", "args", "schem
 pub struct Redirect {
     /// The status (300 to 308).
     pub code: u16,
-    /// An absolute http(s) URL; `$` only before [`URL_VARIABLES`].
+    /// An absolute http(s) URL (`$` only before [`URL_VARIABLES`]) or a path.
     pub url: String,
 }
 
+/// An absolute http(s) URL, or a path on the same host (`/new-location`, as
+/// ingress-nginx takes it: NGINX makes it absolute with the request's host).
 fn url(v: &str) -> Result<String, String> {
+    if v.starts_with('/') {
+        return app_root(v).map_err(|_| {
+            "expected an absolute http(s) URL, or a path such as /new-location without \
+             variables, quotes or spaces"
+                .to_owned()
+        });
+    }
     external_auth::url(v, URL_VARIABLES)
 }
 
@@ -141,9 +150,14 @@ mod tests {
             "https://new.example.com$request_uri"
         );
         assert!(url("https://a.b/x?$http_cookie").is_err());
+        // A path on the same host, as ingress-nginx takes it; never a variable, a
+        // scheme-relative URL or a metacharacter.
+        assert_eq!(url("/new-location").unwrap(), "/new-location");
+        assert!(url("//evil.example/x").is_err());
+        assert!(url("/x$http_cookie").is_err());
+        assert!(url("/x;return 200").is_err());
         assert!(url("https://a.b/;return 200").is_err());
         assert!(url("javascript:alert(1)").is_err());
-        assert!(url("/relative").is_err());
         assert_eq!(app_root("/app/").unwrap(), "/app/");
         assert!(app_root("app").is_err());
         assert!(app_root("//evil.example").is_err());
