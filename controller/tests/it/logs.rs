@@ -29,7 +29,7 @@ fn manifests(echo: &Echo) -> Manifests {
             "2026-01-01T00:00:00Z",
             "bad.test",
             &[("/", "Prefix", "echo")],
-            &[("proxy-body-size", "huge")],
+            &[("limit-rps", "huge")],
         ),
     );
     m
@@ -72,5 +72,5 @@ async fn log_format_json_writes_one_object_per_line() {
     assert_eq!(rejected["namespace"], "demo");
     assert_eq!(rejected["name"], "bad");
     let problems = rejected["problems"].as_str().unwrap_or_default();
-    assert!(problems.contains("proxy-body-size"), "{rejected}");
+    assert!(problems.contains("limit-rps"), "{rejected}");
 }

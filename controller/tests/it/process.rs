@@ -485,7 +485,7 @@ async fn status_port_health_readiness_and_metrics() {
     m.write(
         "bad.yaml",
         &Ing::new("demo", "bad", T0)
-            .nginx("proxy-body-size", "lots")
+            .nginx("limit-rps", "lots")
             .rule("bad.test", &[("/", "Prefix", "echo")])
             .yaml(),
     );
@@ -553,7 +553,7 @@ async fn status_port_health_readiness_and_metrics() {
         bad["message"]
             .as_str()
             .unwrap_or_default()
-            .contains("proxy-body-size"),
+            .contains("limit-rps"),
         "{bad}"
     );
 }

@@ -847,7 +847,7 @@ fn world(v: &Values) -> String {
 }
 
 #[test]
-fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
+fn hostile_annotations_and_hosts_never_reach_nginx() {
     let cases: &[(&str, &str)] = &[
         ("proxy-body-size", "1m; return 200 \"x\""),
         ("proxy-read-timeout", "5;}"),
@@ -886,14 +886,25 @@ fn hostile_annotations_and_hosts_are_rejected_at_parse_time() {
             ] } }] },
         });
         let m = model_with(&format!("{SERVICES}\n---\n{ing}"), Settings::default());
+        // Refused at parse time, never rendered: the Ingress is served without the
+        // key (as ingress-nginx serves it) with a problem naming the key.
         assert!(
-            m.problems
-                .iter()
-                .any(|p| p.severity == Severity::Error && p.message.contains(key)),
-            "{key}: {value:?} accepted: {:#?}",
+            m.problems.iter().any(|p| p.message.contains(key)),
+            "{key}: {value:?} accepted silently: {:#?}",
             m.problems
         );
-        assert!(m.server("bad.example.com").is_none(), "{key}: {value:?}");
+        // Rejected whole, or NGINX gets exactly what it gets without the annotation.
+        if m.server("bad.example.com").is_none() {
+            continue;
+        }
+        let mut clean = ing.clone();
+        clean["metadata"]["annotations"] = json!({});
+        let without = model_with(&format!("{SERVICES}\n---\n{clean}"), Settings::default());
+        assert_eq!(
+            servers(&m),
+            servers(&without),
+            "{key}: {value:?} reached NGINX"
+        );
     }
     for host in [
         "a.test;", "a.test}", "a\".test", "a test", "a.test\n", "#a.test",
@@ -1423,15 +1434,11 @@ spec:
 #[test]
 fn the_render_is_linear_in_the_paths_of_a_host() {
     let renderer = Renderer::new(opts("/ferrule"));
+    // Thread CPU time (growth::best): a wall clock counts other tests' turns.
     let fastest = |m: &Model, runs: usize| {
-        (0..runs)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                std::hint::black_box(renderer.render(m).unwrap());
-                start.elapsed()
-            })
-            .min()
-            .unwrap()
+        growth::best(runs, || {
+            std::hint::black_box(renderer.render(m).unwrap());
+        })
     };
     let (small, large) = (exact_and_regex_paths(25), exact_and_regex_paths(200));
     let twins = |m: &Model| {

@@ -22,7 +22,7 @@ const MAX_RATIO: f64 = 32.0;
 /// thread, not wall time: the other tests of this binary (and anything else on
 /// the machine) take the cores in turn, and a wall clock counts their turns too,
 /// which once made a linear shape look ×40 on a loaded 2-core machine.
-fn best(runs: usize, mut f: impl FnMut()) -> Duration {
+pub(super) fn best(runs: usize, mut f: impl FnMut()) -> Duration {
     let now = || -> Duration {
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
             .expect("thread CPU clock")
