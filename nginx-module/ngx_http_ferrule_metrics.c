@@ -4,13 +4,36 @@
  * controller reads through the configuration API (GET /configuration/metrics,
  * lua/ferrule/metrics.lua): no per-request IPC, no Lua on the request path.
  *
- * An entry is one (location labels, canary, method, status); the zone never frees
- * one, so that a worker can keep pointers to entries in a table of its own and
- * count a request with atomic additions alone. Its counters are split into
- * NGX_HTTP_FERRULE_SLOTS slots, a worker adding to slot ngx_worker % SLOTS, so
- * that workers do not fight over cache lines; a reader sums them. The zone's name
- * carries its layout (bucket bounds, slots): a new layout is a new zone, while a
+ * An entry is one (location labels, canary, method, status). Its counters are
+ * split into NGX_HTTP_FERRULE_SLOTS slots, a worker adding to slot
+ * ngx_worker % SLOTS, so that workers do not fight over cache lines; a reader
+ * sums them. The zone's name carries its layout (bucket bounds, slots, the
+ * format of this file's structures): a new layout is a new zone, while a
  * reload with the same one keeps it, and its counts, whatever else changed.
+ *
+ * The status comes from the backend, so that no location can make series at
+ * will: a status IANA registers (or NGINX's own 444, 494-497, 499) is its
+ * own, any other is folded into its class ("4xx"; "xxx" from 600 on), which
+ * keeps what dashboards read (status=~"5..", status!~"[4-5].*"). Methods are
+ * NGINX's or OTHER. Each location (its labels) may then hold entries up to its
+ * budget, counted in bytes as the slab allocator takes them (an entry of the
+ * default buckets is a whole 4 KiB page): at most a sixteenth of the zone, at
+ * most NGX_HTTP_FERRULE_LOC_ENTRIES entries. A series a location has no
+ * budget left for is counted in its overflow entry of that status class
+ * (canary empty, method OTHER), so that no location can fill the zone and stop
+ * the others' new series being counted, and its own totals stay exact.
+ *
+ * A worker keeps pointers to entries in a table of its own and counts a
+ * request with atomic additions alone; so an entry lives as long as some
+ * worker may count into it. Each location of a configuration has a record in
+ * the zone (its labels, its entries, what they take): every worker holds a
+ * reference to the records of its configuration's locations, taken when it
+ * starts and given back when it exits, and the master marks the records of the
+ * configuration it loads with that configuration's generation. A record no
+ * worker holds and the newest configuration does not have (its location left
+ * the configuration, and the last old worker is gone) is freed with its
+ * entries. A worker that dies without exiting keeps its references: its
+ * records stay until NGINX restarts.
  *
  * One slot, in counters (ngx_atomic_t), the histograms in this order, each with
  * its sum (milliseconds, or bytes) then its buckets (non-cumulative, +Inf last):
@@ -34,24 +57,48 @@
 #define NGX_HTTP_FERRULE_MAX_BUCKETS    64
 /* entries a worker remembers; beyond, it looks them up in the zone */
 #define NGX_HTTP_FERRULE_CACHE_MAX      65536
+/* a location's budget: at most this many entries, at most 1/SHARE of the zone */
+#define NGX_HTTP_FERRULE_LOC_ENTRIES    128
+#define NGX_HTTP_FERRULE_LOC_SHARE      16
+/* the key bytes a budget is reckoned with beside the counters */
+#define NGX_HTTP_FERRULE_KEY_RESERVE    128
+/* a folded status: a class ("4xx") is this plus its digit, "xxx" is CLASS + 6 */
+#define NGX_HTTP_FERRULE_CLASS          1000
+
+
+typedef struct ngx_http_ferrule_metrics_loc_s  ngx_http_ferrule_metrics_loc_t;
 
 
 typedef struct {
     ngx_str_node_t                   sn;       /* the key, as the dump prints it */
+    ngx_queue_t                      queue;    /* in its location's entries */
     ngx_atomic_t                    *counters; /* SLOTS slots of slot_len */
 } ngx_http_ferrule_metrics_node_t;
 
 
+/* a location (its labels) in the zone: its entries and who may count into them */
+struct ngx_http_ferrule_metrics_loc_s {
+    ngx_str_node_t                   sn;       /* the labels */
+    ngx_queue_t                      entries;
+    ngx_uint_t                       refs;     /* workers holding it */
+    ngx_uint_t                       generation; /* the newest config with it */
+    size_t                           bytes;    /* its entries, as the slab took them */
+};
+
+
 typedef struct {
-    ngx_rbtree_t                     rbtree;
+    ngx_rbtree_t                     rbtree;   /* entries by key */
     ngx_rbtree_node_t                sentinel;
+    ngx_rbtree_t                     locs;     /* locations by labels */
+    ngx_rbtree_node_t                locs_sentinel;
     ngx_atomic_t                     entries;
     ngx_atomic_t                     dropped;  /* requests no entry had room for */
     ngx_atomic_t                     bound;    /* bytes a dump may need */
+    ngx_uint_t                       generation; /* of the newest configuration */
 } ngx_http_ferrule_metrics_shctx_t;
 
 
-/* a worker's pointer to an entry (counters NULL: the zone had no room) */
+/* a worker's pointer to an entry (`status` folded) */
 typedef struct {
     void                            *loc;      /* the location's configuration */
     ngx_uint_t                       method;
@@ -172,38 +219,188 @@ invalid:
 }
 
 
+/* what the slab allocator takes for `size` bytes (ngx_slab.c's rounding) */
+static size_t
+ngx_http_ferrule_slab_size(size_t size)
+{
+    size_t  s;
+
+    if (size > ngx_pagesize / 2) {
+        return ngx_align(size, ngx_pagesize);
+    }
+
+    for (s = 8; s < size; s <<= 1) { /* void */ }
+
+    return s;
+}
+
+
+static ngx_http_ferrule_metrics_loc_t *
+ngx_http_ferrule_metrics_loc_find(ngx_http_ferrule_metrics_shctx_t *sh,
+    ngx_str_t *labels)
+{
+    return (ngx_http_ferrule_metrics_loc_t *) ngx_str_rbtree_lookup(
+               &sh->locs, labels, ngx_crc32_short(labels->data, labels->len));
+}
+
+
+/* the record of `labels`, added if missing (NULL: no room); the lock held */
+static ngx_http_ferrule_metrics_loc_t *
+ngx_http_ferrule_metrics_loc_get(ngx_slab_pool_t *shpool,
+    ngx_http_ferrule_metrics_shctx_t *sh, ngx_str_t *labels,
+    ngx_uint_t generation)
+{
+    ngx_http_ferrule_metrics_loc_t  *loc;
+
+    loc = ngx_http_ferrule_metrics_loc_find(sh, labels);
+    if (loc) {
+        return loc;
+    }
+
+    loc = ngx_slab_calloc_locked(shpool, sizeof(*loc) + labels->len);
+    if (loc == NULL) {
+        return NULL;
+    }
+
+    loc->sn.str.len = labels->len;
+    loc->sn.str.data = (u_char *) (loc + 1);
+    ngx_memcpy(loc->sn.str.data, labels->data, labels->len);
+    loc->sn.node.key = ngx_crc32_short(labels->data, labels->len);
+    ngx_queue_init(&loc->entries);
+    loc->generation = generation;
+    ngx_rbtree_insert(&sh->locs, &loc->sn.node);
+
+    return loc;
+}
+
+
+/* frees a record nobody counts into, and its entries; the lock held */
+static void
+ngx_http_ferrule_metrics_loc_free(ngx_http_ferrule_main_conf_t *fmcf,
+    ngx_slab_pool_t *shpool, ngx_http_ferrule_metrics_shctx_t *sh,
+    ngx_http_ferrule_metrics_loc_t *loc)
+{
+    ngx_queue_t                      *q;
+    ngx_http_ferrule_metrics_node_t  *node;
+
+    while (!ngx_queue_empty(&loc->entries)) {
+        q = ngx_queue_head(&loc->entries);
+        ngx_queue_remove(q);
+        node = ngx_queue_data(q, ngx_http_ferrule_metrics_node_t, queue);
+        ngx_rbtree_delete(&sh->rbtree, &node->sn.node);
+        sh->entries--;
+        sh->bound -= node->sn.str.len + 2 + fmcf->slot_len * 21;
+        /* the allocation starts with the counters */
+        ngx_slab_free_locked(shpool, (void *) node->counters);
+    }
+
+    ngx_rbtree_delete(&sh->locs, &loc->sn.node);
+    ngx_slab_free_locked(shpool, loc);
+}
+
+
+/*
+ * In the master, as a configuration is loaded: its locations' records are
+ * marked with its generation (added if missing), and those no worker holds
+ * and it does not have are freed (a failed reload's, locations whose workers
+ * are all gone).
+ */
+static void
+ngx_http_ferrule_metrics_mark(ngx_http_ferrule_main_conf_t *fmcf,
+    ngx_slab_pool_t *shpool, ngx_http_ferrule_metrics_shctx_t *sh)
+{
+    ngx_uint_t                        i;
+    ngx_rbtree_node_t                *node, *next;
+    ngx_http_ferrule_loc_conf_t     **flcfs;
+    ngx_http_ferrule_metrics_loc_t   *loc;
+
+    /*
+     * Workers hold the lock for a lookup: a wait this long means a holder
+     * died, which the master frees only once it reaps it. Unmarked, the
+     * records are still those of the old generation, freed only when no
+     * worker holds them: at worst a location's counts start again.
+     */
+    for (i = 0; !ngx_shmtx_trylock(&shpool->mutex); i++) {
+        if (i == NGX_HTTP_FERRULE_LOCK_WAIT) {
+            ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                          "ferrule: the metrics zone is locked, its "
+                          "locations are not marked");
+            fmcf->metrics_generation = sh->generation;
+            return;
+        }
+        ngx_msleep(1);
+    }
+
+    fmcf->metrics_generation = ++sh->generation;
+
+    if (fmcf->metrics_locs) {
+        flcfs = fmcf->metrics_locs->elts;
+        for (i = 0; i < fmcf->metrics_locs->nelts; i++) {
+            loc = ngx_http_ferrule_metrics_loc_get(shpool, sh,
+                                                   &flcfs[i]->metrics_labels,
+                                                   sh->generation);
+            if (loc) {
+                loc->generation = sh->generation;
+            }
+        }
+    }
+
+    if (sh->locs.root != sh->locs.sentinel) {
+        for (node = ngx_rbtree_min(sh->locs.root, sh->locs.sentinel);
+             node;
+             node = next)
+        {
+            next = ngx_rbtree_next(&sh->locs, node);
+            loc = (ngx_http_ferrule_metrics_loc_t *) node;
+            if (loc->refs == 0 && loc->generation != sh->generation) {
+                ngx_http_ferrule_metrics_loc_free(fmcf, shpool, sh, loc);
+            }
+        }
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+}
+
+
 static ngx_int_t
 ngx_http_ferrule_init_metrics_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_ferrule_metrics_shctx_t  *octx = data;
 
     ngx_slab_pool_t                   *shpool;
+    ngx_http_ferrule_main_conf_t      *fmcf;
     ngx_http_ferrule_metrics_shctx_t  *sh;
+
+    /* the configuration being loaded (ngx_http_ferrule_metrics_zone) */
+    fmcf = shm_zone->data;
+    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
 
     if (octx) {
         /* a reload with the same name (layout) and size keeps every count */
-        shm_zone->data = octx;
-        return NGX_OK;
+        sh = octx;
+
+    } else if (shm_zone->shm.exists) {
+        sh = shpool->data;
+
+    } else {
+        sh = ngx_slab_calloc(shpool, sizeof(ngx_http_ferrule_metrics_shctx_t));
+        if (sh == NULL) {
+            return NGX_ERROR;
+        }
+
+        ngx_rbtree_init(&sh->rbtree, &sh->sentinel,
+                        ngx_str_rbtree_insert_value);
+        ngx_rbtree_init(&sh->locs, &sh->locs_sentinel,
+                        ngx_str_rbtree_insert_value);
+
+        shpool->data = sh;
+        /* a full zone is counted (dropped), not logged per request */
+        shpool->log_nomem = 0;
     }
 
-    shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
-
-    if (shm_zone->shm.exists) {
-        shm_zone->data = shpool->data;
-        return NGX_OK;
-    }
-
-    sh = ngx_slab_calloc(shpool, sizeof(ngx_http_ferrule_metrics_shctx_t));
-    if (sh == NULL) {
-        return NGX_ERROR;
-    }
-
-    ngx_rbtree_init(&sh->rbtree, &sh->sentinel, ngx_str_rbtree_insert_value);
-
-    shpool->data = sh;
-    /* a full zone is counted (dropped), not logged per request */
-    shpool->log_nomem = 0;
     shm_zone->data = sh;
+
+    ngx_http_ferrule_metrics_mark(fmcf, shpool, sh);
 
     return NGX_OK;
 }
@@ -253,12 +450,13 @@ ngx_http_ferrule_metrics_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_crc32_update(&layout, value[4].data, value[4].len);
     ngx_crc32_final(layout);
 
-    name.data = ngx_pnalloc(cf->pool, sizeof("ferrule_metrics_ffffffff_99"));
+    /* "2": the structures of this file (entries with their location's record) */
+    name.data = ngx_pnalloc(cf->pool, sizeof("ferrule_metrics_2_ffffffff_99"));
     if (name.data == NULL) {
         return NGX_CONF_ERROR;
     }
 
-    p = ngx_sprintf(name.data, "ferrule_metrics_%08xD_%ui", layout,
+    p = ngx_sprintf(name.data, "ferrule_metrics_2_%08xD_%ui", layout,
                     (ngx_uint_t) NGX_HTTP_FERRULE_SLOTS);
     name.len = p - name.data;
 
@@ -269,6 +467,16 @@ ngx_http_ferrule_metrics_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     fmcf->metrics_zone->init = ngx_http_ferrule_init_metrics_zone;
+    /* the init sees the configuration it is loaded with (then the context) */
+    fmcf->metrics_zone->data = fmcf;
+
+    /* a location's share: in bytes as the slab takes them, of a typical entry */
+    fmcf->metrics_budget = ngx_min(
+        (size_t) size / NGX_HTTP_FERRULE_LOC_SHARE,
+        NGX_HTTP_FERRULE_LOC_ENTRIES * ngx_http_ferrule_slab_size(
+            NGX_HTTP_FERRULE_SLOTS * fmcf->slot_len * sizeof(ngx_atomic_t)
+            + sizeof(ngx_http_ferrule_metrics_node_t)
+            + NGX_HTTP_FERRULE_KEY_RESERVE));
 
     /* set by the Lua balancer when it sends a request to a canary backend */
     ngx_str_set(&name, "ferrule_canary");
@@ -358,14 +566,150 @@ ngx_http_ferrule_observe(ngx_atomic_t *h, ngx_http_ferrule_buckets_t *b,
 }
 
 
-/* The zone's entry for `key`, added if missing; NULL when it has no room. */
+/*
+ * The status as counted: IANA's registered codes (RFC 9110 and the others
+ * the registry names) and NGINX's own as they are, any other as its class.
+ */
+static ngx_uint_t
+ngx_http_ferrule_fold_status(ngx_uint_t status)
+{
+    ngx_uint_t  i;
+
+    static const struct {
+        uint16_t  first;
+        uint16_t  last;
+    } known[] = {
+        { 0, 0 },           /* none (NGINX's $status "000") */
+        { 100, 103 },
+        { 200, 208 },
+        { 226, 226 },
+        { 300, 308 },
+        { 400, 418 },
+        { 421, 426 },
+        { 428, 429 },
+        { 431, 431 },
+        { 444, 444 },       /* NGINX: connection closed without an answer */
+        { 451, 451 },
+        { 494, 497 },       /* NGINX: header too large, certificate errors */
+        { 499, 499 },       /* NGINX: the client closed the connection */
+        { 500, 508 },
+        { 510, 511 }
+    };
+
+    for (i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+        if (status < known[i].first) {
+            break;
+        }
+        if (status <= known[i].last) {
+            return status;
+        }
+    }
+
+    return NGX_HTTP_FERRULE_CLASS + (status < 600 ? status / 100 : 6);
+}
+
+
+/* the status a location's overflow counts `folded` under: its class */
+static ngx_uint_t
+ngx_http_ferrule_status_class(ngx_uint_t folded)
+{
+    if (folded == 0 || folded >= NGX_HTTP_FERRULE_CLASS) {
+        return folded;
+    }
+
+    return NGX_HTTP_FERRULE_CLASS + folded / 100;
+}
+
+
+/* "\t404", "\t4xx", "\txxx" */
+static u_char *
+ngx_http_ferrule_print_status(u_char *p, ngx_uint_t folded)
+{
+    if (folded < NGX_HTTP_FERRULE_CLASS) {
+        return ngx_sprintf(p, "\t%03ui", folded);
+    }
+
+    if (folded == NGX_HTTP_FERRULE_CLASS + 6) {
+        return ngx_cpymem(p, "\txxx", 4);
+    }
+
+    return ngx_sprintf(p, "\t%uixx", folded - NGX_HTTP_FERRULE_CLASS);
+}
+
+
+/*
+ * The record of a worker's location, which it holds from then on; NULL when
+ * the zone has no room for it. The lock held.
+ */
+static ngx_http_ferrule_metrics_loc_t *
+ngx_http_ferrule_metrics_hold(ngx_http_ferrule_main_conf_t *fmcf,
+    ngx_http_ferrule_loc_conf_t *flcf, ngx_slab_pool_t *shpool,
+    ngx_http_ferrule_metrics_shctx_t *sh)
+{
+    ngx_http_ferrule_metrics_loc_t  *loc;
+
+    if (flcf->metrics_loc == NULL) {
+        loc = ngx_http_ferrule_metrics_loc_get(shpool, sh, &flcf->metrics_labels,
+                                               fmcf->metrics_generation);
+        if (loc) {
+            loc->refs++;
+            flcf->metrics_loc = loc;
+        }
+    }
+
+    return flcf->metrics_loc;
+}
+
+
+/* a new entry for `key` in `loc`, NULL when the zone has no room; the lock held */
+static ngx_http_ferrule_metrics_node_t *
+ngx_http_ferrule_metrics_add(ngx_http_ferrule_main_conf_t *fmcf,
+    ngx_slab_pool_t *shpool, ngx_http_ferrule_metrics_shctx_t *sh,
+    ngx_http_ferrule_metrics_loc_t *loc, ngx_str_t *key, uint32_t hash,
+    size_t size)
+{
+    size_t                            counters;
+    ngx_atomic_t                     *c;
+    ngx_http_ferrule_metrics_node_t  *node;
+
+    counters = NGX_HTTP_FERRULE_SLOTS * fmcf->slot_len * sizeof(ngx_atomic_t);
+
+    /* the counters first: aligned as the slab aligns an allocation */
+    c = ngx_slab_calloc_locked(shpool, counters + sizeof(*node) + key->len);
+    if (c == NULL) {
+        return NULL;
+    }
+
+    node = (ngx_http_ferrule_metrics_node_t *) ((u_char *) c + counters);
+    node->counters = c;
+    node->sn.str.len = key->len;
+    node->sn.str.data = (u_char *) (node + 1);
+    ngx_memcpy(node->sn.str.data, key->data, key->len);
+    node->sn.node.key = hash;
+    ngx_rbtree_insert(&sh->rbtree, &node->sn.node);
+    ngx_queue_insert_tail(&loc->entries, &node->queue);
+    loc->bytes += size;
+    sh->entries++;
+    /* the key, then each counter: up to 20 digits and a separator */
+    sh->bound += key->len + 2 + fmcf->slot_len * 21;
+
+    return node;
+}
+
+
+/*
+ * The counters of `key` (labels \t canary \t method \t status), added if
+ * missing while the location has budget left, else those of `overflow`; NULL
+ * when the zone has no room.
+ */
 static ngx_atomic_t *
 ngx_http_ferrule_metrics_entry(ngx_http_ferrule_main_conf_t *fmcf,
-    ngx_str_t *key)
+    ngx_http_ferrule_loc_conf_t *flcf, ngx_str_t *key, ngx_str_t *overflow)
 {
-    size_t                             counters;
+    size_t                             size;
     uint32_t                           hash;
     ngx_slab_pool_t                   *shpool;
+    ngx_http_ferrule_metrics_loc_t    *loc;
     ngx_http_ferrule_metrics_node_t   *node;
     ngx_http_ferrule_metrics_shctx_t  *sh;
 
@@ -379,30 +723,128 @@ ngx_http_ferrule_metrics_entry(ngx_http_ferrule_main_conf_t *fmcf,
            ngx_str_rbtree_lookup(&sh->rbtree, key, hash);
 
     if (node == NULL) {
-        counters = NGX_HTTP_FERRULE_SLOTS * fmcf->slot_len
-                   * sizeof(ngx_atomic_t);
-        /* the counters first: aligned as the slab aligns an allocation */
-        node = ngx_slab_calloc_locked(shpool, counters + sizeof(*node) + key->len);
+        loc = ngx_http_ferrule_metrics_hold(fmcf, flcf, shpool, sh);
+        if (loc == NULL) {
+            goto done;
+        }
 
-        if (node) {
-            ngx_atomic_t *c = (ngx_atomic_t *) node;
+        size = ngx_http_ferrule_slab_size(
+                   NGX_HTTP_FERRULE_SLOTS * fmcf->slot_len * sizeof(ngx_atomic_t)
+                   + sizeof(ngx_http_ferrule_metrics_node_t) + key->len);
 
-            node = (ngx_http_ferrule_metrics_node_t *) ((u_char *) c + counters);
-            node->counters = c;
-            node->sn.str.len = key->len;
-            node->sn.str.data = (u_char *) (node + 1);
-            ngx_memcpy(node->sn.str.data, key->data, key->len);
-            node->sn.node.key = hash;
-            ngx_rbtree_insert(&sh->rbtree, &node->sn.node);
-            sh->entries++;
-            /* the key, then each counter: up to 20 digits and a separator */
-            sh->bound += key->len + 2 + fmcf->slot_len * 21;
+        if (loc->bytes + size <= fmcf->metrics_budget) {
+            node = ngx_http_ferrule_metrics_add(fmcf, shpool, sh, loc, key,
+                                                hash, size);
+            goto done;
+        }
+
+        /* no budget left: the overflow of the status class, past the budget
+         * (one per class) */
+        hash = ngx_crc32_short(overflow->data, overflow->len);
+        node = (ngx_http_ferrule_metrics_node_t *)
+               ngx_str_rbtree_lookup(&sh->rbtree, overflow, hash);
+
+        if (node == NULL) {
+            size = ngx_http_ferrule_slab_size(
+                       NGX_HTTP_FERRULE_SLOTS * fmcf->slot_len
+                       * sizeof(ngx_atomic_t)
+                       + sizeof(ngx_http_ferrule_metrics_node_t)
+                       + overflow->len);
+            node = ngx_http_ferrule_metrics_add(fmcf, shpool, sh, loc,
+                                                overflow, hash, size);
         }
     }
+
+done:
 
     ngx_shmtx_unlock(&shpool->mutex);
 
     return node ? node->counters : NULL;
+}
+
+
+/* A worker takes its locations' records as it starts (so that none is freed
+ * between the old workers' exit and its first request). */
+ngx_int_t
+ngx_http_ferrule_metrics_init_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                         i;
+    ngx_slab_pool_t                   *shpool;
+    ngx_http_ferrule_loc_conf_t      **flcfs;
+    ngx_http_ferrule_main_conf_t      *fmcf;
+    ngx_http_ferrule_metrics_shctx_t  *sh;
+
+    if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) {
+        return NGX_OK;
+    }
+
+    fmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ferrule_module);
+    if (fmcf == NULL || fmcf->metrics_zone == NULL
+        || fmcf->metrics_zone->data == NULL || fmcf->metrics_locs == NULL)
+    {
+        return NGX_OK;
+    }
+
+    shpool = (ngx_slab_pool_t *) fmcf->metrics_zone->shm.addr;
+    sh = fmcf->metrics_zone->data;
+    flcfs = fmcf->metrics_locs->elts;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    for (i = 0; i < fmcf->metrics_locs->nelts; i++) {
+        /* one without room is taken at its first request, if there is then */
+        (void) ngx_http_ferrule_metrics_hold(fmcf, flcfs[i], shpool, sh);
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
+
+    return NGX_OK;
+}
+
+
+/* A worker that exits gives its records back; those of locations that left
+ * the configuration go once nobody holds them. */
+void
+ngx_http_ferrule_metrics_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                         i;
+    ngx_slab_pool_t                   *shpool;
+    ngx_http_ferrule_loc_conf_t      **flcfs;
+    ngx_http_ferrule_main_conf_t      *fmcf;
+    ngx_http_ferrule_metrics_loc_t    *loc;
+    ngx_http_ferrule_metrics_shctx_t  *sh;
+
+    if (ngx_process != NGX_PROCESS_WORKER && ngx_process != NGX_PROCESS_SINGLE) {
+        return;
+    }
+
+    fmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_ferrule_module);
+    if (fmcf == NULL || fmcf->metrics_zone == NULL
+        || fmcf->metrics_zone->data == NULL || fmcf->metrics_locs == NULL)
+    {
+        return;
+    }
+
+    shpool = (ngx_slab_pool_t *) fmcf->metrics_zone->shm.addr;
+    sh = fmcf->metrics_zone->data;
+    flcfs = fmcf->metrics_locs->elts;
+
+    ngx_shmtx_lock(&shpool->mutex);
+
+    for (i = 0; i < fmcf->metrics_locs->nelts; i++) {
+        loc = flcfs[i]->metrics_loc;
+        if (loc == NULL) {
+            continue;
+        }
+
+        flcfs[i]->metrics_loc = NULL;
+
+        if (--loc->refs == 0 && loc->generation != sh->generation) {
+            ngx_http_ferrule_metrics_loc_free(fmcf, shpool, sh, loc);
+        }
+    }
+
+    ngx_shmtx_unlock(&shpool->mutex);
 }
 
 
@@ -494,7 +936,7 @@ ngx_http_ferrule_log_handler(ngx_http_request_t *r)
 {
     u_char                        *p;
     double                         scale;
-    ngx_str_t                      canary, key, *method;
+    ngx_str_t                      canary, key, overflow, *method;
     ngx_uint_t                     status, hash, found, i, has_upstream;
     ngx_msec_int_t                 ms;
     ngx_time_t                    *tp;
@@ -520,9 +962,7 @@ ngx_http_ferrule_log_handler(ngx_http_request_t *r)
     } else {
         status = r->headers_out.status;
     }
-    if (status > 999) {
-        status = 0;
-    }
+    status = ngx_http_ferrule_fold_status(status);
 
     canary.len = 0;
     canary.data = NULL;
@@ -540,11 +980,13 @@ ngx_http_ferrule_log_handler(ngx_http_request_t *r)
         counters = cached->counters;
 
     } else {
-        /* labels \t canary \t method \t status */
+        /* labels \t canary \t method \t status, and the overflow's
+         * (labels \t \t OTHER \t class) */
         method = ngx_http_ferrule_method_name(r->method);
         key.len = flcf->metrics_labels.len + canary.len + method->len
                   + sizeof("\t\t\t999") - 1;
-        key.data = ngx_pnalloc(r->pool, key.len);
+        overflow.len = flcf->metrics_labels.len + sizeof("\t\tOTHER\t999") - 1;
+        key.data = ngx_pnalloc(r->pool, key.len + overflow.len);
         if (key.data == NULL) {
             return NGX_OK;
         }
@@ -555,12 +997,20 @@ ngx_http_ferrule_log_handler(ngx_http_request_t *r)
         p = ngx_cpymem(p, canary.data, canary.len);
         *p++ = '\t';
         p = ngx_cpymem(p, method->data, method->len);
-        p = ngx_sprintf(p, "\t%03ui", status);
+        p = ngx_http_ferrule_print_status(p, status);
         key.len = p - key.data;
 
-        counters = ngx_http_ferrule_metrics_entry(fmcf, &key);
+        overflow.data = p;
+        p = ngx_cpymem(p, flcf->metrics_labels.data, flcf->metrics_labels.len);
+        p = ngx_cpymem(p, "\t\tOTHER", sizeof("\t\tOTHER") - 1);
+        p = ngx_http_ferrule_print_status(p,
+                                          ngx_http_ferrule_status_class(status));
+        overflow.len = p - overflow.data;
 
-        if (cached) {
+        counters = ngx_http_ferrule_metrics_entry(fmcf, flcf, &key, &overflow);
+
+        /* a series without room now may find some later (a location left) */
+        if (cached && counters) {
             cached->canary.data = NULL;
             if (canary.len) {
                 cached->canary.data = ngx_alloc(canary.len, ngx_cycle->log);
@@ -684,7 +1134,7 @@ ngx_http_ferrule_running_metrics(ngx_http_ferrule_main_conf_t **out)
 }
 
 
-/* the size of buffer a dump needs now (it only grows), or NO_ZONE */
+/* the size of buffer a dump needs now, or NO_ZONE */
 long
 ngx_http_ferrule_metrics_bound(void)
 {
@@ -840,7 +1290,7 @@ ngx_http_ferrule_metrics_dump_handler(ngx_http_request_t *r)
 
     /*
      * Entries added between sizing the buffer and dumping make it too small:
-     * size it again (the bound only grows), a few times, as metrics.lua does.
+     * size it again, a few times, as metrics.lua does.
      */
     buf = NULL;
     n = NGX_HTTP_FERRULE_TOO_SMALL;

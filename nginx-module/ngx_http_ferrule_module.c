@@ -325,10 +325,10 @@ ngx_module_t  ngx_http_ferrule_module = {
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
     NULL,                                  /* init module */
-    NULL,                                  /* init process */
+    ngx_http_ferrule_metrics_init_process, /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
-    NULL,                                  /* exit process */
+    ngx_http_ferrule_metrics_exit_process, /* exit process */
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
@@ -364,6 +364,9 @@ ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_ferrule_loc_conf_t  *prev = parent;
     ngx_http_ferrule_loc_conf_t  *conf = child;
 
+    ngx_http_ferrule_loc_conf_t   **flcf;
+    ngx_http_ferrule_main_conf_t   *fmcf;
+
     /*
      * Inherited, so that an "if" block (a location of its own) counts its
      * requests under the labels of the location it is in. Locations are never
@@ -372,6 +375,27 @@ ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
      */
     if (conf->metrics_labels.len == 0) {
         conf->metrics_labels = prev->metrics_labels;
+    }
+
+    /* each configuration that counts, for the records its workers hold */
+    if (conf->metrics_labels.len && !conf->metrics_listed) {
+        fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ferrule_module);
+
+        if (fmcf->metrics_locs == NULL) {
+            fmcf->metrics_locs = ngx_array_create(cf->pool, 64,
+                                      sizeof(ngx_http_ferrule_loc_conf_t *));
+            if (fmcf->metrics_locs == NULL) {
+                return NGX_CONF_ERROR;
+            }
+        }
+
+        flcf = ngx_array_push(fmcf->metrics_locs);
+        if (flcf == NULL) {
+            return NGX_CONF_ERROR;
+        }
+
+        *flcf = conf;
+        conf->metrics_listed = 1;
     }
 
     /* the same for ferrule_location: the Lua rewrite phase runs in an "if" */

@@ -69,6 +69,10 @@ typedef struct {
     ngx_http_ferrule_buckets_t       length;
     ngx_http_ferrule_buckets_t       size;
     ngx_uint_t                       slot_len;  /* counters in one slot */
+    size_t                           metrics_budget; /* a location's bytes */
+    ngx_uint_t                       metrics_generation; /* this config's */
+    /* the locations that count (ngx_http_ferrule_loc_conf_t *), merged */
+    ngx_array_t                     *metrics_locs;
     ngx_int_t                        canary_index;
     /* ferrule_input_header: the name, lowercased, its hash, and the value */
     ngx_str_t                        input_header;
@@ -90,6 +94,9 @@ typedef struct {
 typedef struct {
     /* "namespace\tingress\tservice\tpath\thost" (empty: not counted) */
     ngx_str_t                        metrics_labels;
+    /* a worker's: the labels' record in the metrics zone, which it holds */
+    void                            *metrics_loc;
+    ngx_flag_t                       metrics_listed;
     /* ferrule_location's arguments, if `located` */
     ngx_str_t                        location[NGX_HTTP_FERRULE_LOCATION_VALUES];
     ngx_flag_t                       located;
@@ -117,6 +124,8 @@ char *ngx_http_ferrule_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 char *ngx_http_ferrule_metrics_dump_conf(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+ngx_int_t ngx_http_ferrule_metrics_init_process(ngx_cycle_t *cycle);
+void ngx_http_ferrule_metrics_exit_process(ngx_cycle_t *cycle);
 /* the FFI interface of lua/ferrule/metrics.lua */
 long ngx_http_ferrule_metrics_bound(void);
 long ngx_http_ferrule_metrics_dump(u_char *buf, size_t size);

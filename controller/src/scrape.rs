@@ -25,7 +25,9 @@
 //!
 //! One line per (location, canary, method, status), fields separated by tabs
 //! (the renderer keeps control characters out of labels; the module refuses them).
-//! `STATUS` has three digits, `METHOD` is one NGINX knows or `OTHER`. The
+//! `STATUS` has three digits, or is a class (`4xx`; `xxx` from 600 on) where the
+//! C module folds a status IANA does not register, or counts a location's
+//! overflow (with `METHOD` `OTHER`); `METHOD` is one NGINX knows or `OTHER`. The
 //! counters, decimal, are each histogram's sum (milliseconds for durations, bytes
 //! for sizes) followed by its buckets, non-cumulative, `+Inf` last, in this order:
 //! request duration, upstream response, upstream connect, upstream header

@@ -444,3 +444,191 @@ async fn njs_metrics_dump_needs_the_api_token() {
         .await;
     assert!(status == 401 || status == 403, "{status}");
 }
+
+/// Series of `ingress` in `/metrics`: (method, status, requests).
+async fn series(f: &Ferrule, ingress: &str) -> Vec<(String, String, f64)> {
+    let (_, text) = f.get_status("/metrics").await;
+    let label = |l: &str, name: &str| -> String {
+        let start = format!("{name}=\"");
+        l.split_once(&start)
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(v, _)| v.to_owned())
+            .unwrap_or_default()
+    };
+    text.lines()
+        .filter(|l| l.starts_with("nginx_ingress_controller_requests{"))
+        .filter(|l| l.contains(&format!("ingress=\"{ingress}\"")))
+        .map(|l| {
+            (
+                label(l, "method"),
+                label(l, "status"),
+                l.rsplit(' ').next().unwrap().parse::<f64>().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The requests of [`series`].
+fn total(series: &[(String, String, f64)]) -> f64 {
+    series.iter().fold(0.0, |t, s| t + s.2)
+}
+
+/// Issue N7: one location whose backend answers whatever status it is asked for
+/// (every one from 200 to 999, with several methods) takes a bounded share of a
+/// small store (1 MiB): its requests are all counted, in folded statuses and an
+/// overflow series, and another Ingress's new series are still counted exactly.
+/// Before, each status was a series of its own, the hostile location filled the
+/// store, and the other Ingress's requests were dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn c_module_one_location_cannot_crowd_out_the_others() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "svc", &[echo.addr]));
+    for (name, host) in [("hostile", "hostile.test"), ("victim", "victim.test")] {
+        m.write(
+            &format!("{name}.yaml"),
+            &ingress("demo", name, CREATED, host, &[("/", "Prefix", "svc")], &[]),
+        );
+    }
+    let f = Ferrule::start(
+        m.path(),
+        &[LUA_ONLY, &["--metrics-store-size", "1"]].concat(),
+    )
+    .await;
+
+    // The hostile location: every status from 200 to 999, then a few of them with
+    // other methods (keep-alive: one connection, quick).
+    let c = client();
+    let mut hostile = 0usize;
+    let mut ask = |method: &'static str, status: u16| {
+        hostile += 1;
+        c.request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("http://127.0.0.1:{}/", f.http),
+        )
+        .header("Host", "hostile.test")
+        .header("x-echo-status", status.to_string())
+        .send()
+    };
+    for status in 200..=999u16 {
+        let r = ask("GET", status).await.expect("hostile request");
+        assert_eq!(r.status().as_u16(), status);
+    }
+    for method in ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"] {
+        for status in [200u16, 201, 404, 418, 503, 599, 777] {
+            ask(method, status).await.expect("hostile request");
+        }
+    }
+
+    // The victim's new series, after the flood: counted exactly.
+    let victim = [
+        ("GET", 200u16, 5usize),
+        ("GET", 404, 4),
+        ("POST", 503, 3),
+        ("PUT", 201, 3),
+    ];
+    for (method, status, n) in victim {
+        for _ in 0..n {
+            let r = c
+                .request(
+                    reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                    format!("http://127.0.0.1:{}/", f.http),
+                )
+                .header("Host", "victim.test")
+                .header("x-echo-status", status.to_string())
+                .send()
+                .await
+                .expect("victim request");
+            assert_eq!(r.status().as_u16(), status);
+        }
+    }
+    let sent: usize = victim.iter().map(|v| v.2).sum();
+    let counted = wait_until(Duration::from_secs(10), || async {
+        total(&series(&f, "victim").await) == sent as f64
+    })
+    .await;
+    let got = series(&f, "victim").await;
+    let dropped = f.metric("ferrule_request_metrics_dropped_total", "").await;
+    assert!(
+        counted,
+        "victim: {} of {sent} requests counted, {dropped} dropped: {got:?}",
+        total(&got)
+    );
+    for (method, status, n) in victim {
+        let s = got
+            .iter()
+            .find(|s| s.0 == method && s.1 == status.to_string())
+            .unwrap_or_else(|| panic!("{method} {status} in {got:?}"));
+        assert_eq!(s.2, n as f64, "{method} {status}: {got:?}");
+    }
+    assert_eq!(dropped, 0.0, "nothing dropped");
+
+    // The hostile location's requests are all counted too, in a bounded number of
+    // series (its budget, then one per status class), in statuses the dashboards
+    // read: registered codes kept, any other folded to its class.
+    let h = series(&f, "hostile").await;
+    assert_eq!(
+        total(&h),
+        hostile as f64,
+        "every hostile request counted: {h:?}"
+    );
+    assert!(h.len() <= 16 + 7, "{} hostile series: {h:?}", h.len());
+    for (_, status, _) in &h {
+        let known = status.parse::<u16>().is_ok_and(|s| s < 600);
+        let class = ["1xx", "2xx", "3xx", "4xx", "5xx", "xxx"].contains(&status.as_str());
+        assert!(known || class, "status {status:?} in {h:?}");
+    }
+    assert!(!h.iter().any(|s| s.1 == "777"), "{h:?}");
+    promtool_check(&f).await;
+}
+
+/// Issue N7: the entries of a location that left the configuration are freed
+/// once the old workers are gone (they never were: a store shared by Ingresses
+/// that come and go filled up), while those of the locations that stay keep
+/// their counts across the reload.
+#[tokio::test(flavor = "multi_thread")]
+async fn c_module_frees_the_series_of_a_location_that_left() {
+    let echo = Echo::start("127.0.0.2").await;
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "svc", &[echo.addr]));
+    for (name, host) in [("gone", "gone.test"), ("stays", "stays.test")] {
+        m.write(
+            &format!("{name}.yaml"),
+            &ingress("demo", name, CREATED, host, &[("/", "Prefix", "svc")], &[]),
+        );
+    }
+    let f = Ferrule::start(
+        m.path(),
+        &[LUA_ONLY, &["--metrics-store-size", "1"]].concat(),
+    )
+    .await;
+    for status in [200, 201, 404, 500, 503] {
+        let n = send(
+            &f,
+            "gone.test",
+            "/",
+            &[("x-echo-status", &status.to_string())],
+            2,
+        )
+        .await;
+        assert_eq!(n[&status], 2);
+    }
+    assert_eq!(send(&f, "stays.test", "/", &[], 7).await[&200], 7);
+    expect_requests(&f, "gone", "503", 2).await;
+    expect_requests(&f, "stays", "200", 7).await;
+
+    let reloads = f.reloads().await;
+    m.remove("gone.yaml");
+    let gone = wait_until(Duration::from_secs(20), || async {
+        f.reloads().await > reloads && series(&f, "gone").await.is_empty()
+    })
+    .await;
+    assert!(
+        gone,
+        "series of the removed Ingress: {:?}",
+        series(&f, "gone").await
+    );
+    expect_requests(&f, "stays", "200", 7).await;
+    assert_eq!(send(&f, "stays.test", "/", &[], 3).await[&200], 3);
+    expect_requests(&f, "stays", "200", 10).await;
+}
