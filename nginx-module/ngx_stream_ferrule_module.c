@@ -244,7 +244,7 @@ ngx_stream_ferrule_parse(ngx_stream_ferrule_backend_t *b, ngx_str_t *name,
     u_char *p, u_char *last, ngx_log_t *log)
 {
     u_char      *q, *start;
-    ngx_uint_t   n;
+    ngx_uint_t   n, quoted;
     ngx_addr_t  *peers;
 
     q = ngx_strlcasestrn(p, last, (u_char *) "\"backend\":\"", 11 - 1);
@@ -265,10 +265,15 @@ ngx_stream_ferrule_parse(ngx_stream_ferrule_backend_t *b, ngx_str_t *name,
     }
     q += 9;
 
-    /* at most one peer per quote pair */
+    /* at most one peer per quote pair, up to the array's end: a "]" outside
+     * quotes ("[v6]:port" holds one) */
     n = 0;
-    for (start = q; start < last && *start != ']'; start++) {
-        n += (*start == '"');
+    quoted = 0;
+    for (start = q; start < last && (quoted || *start != ']'); start++) {
+        if (*start == '"') {
+            n++;
+            quoted = !quoted;
+        }
     }
     n /= 2;
 

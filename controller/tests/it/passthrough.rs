@@ -148,3 +148,74 @@ async fn without_the_flag_a_passthrough_ingress_is_refused_by_name() {
     );
     assert_eq!(f.get("pass.example", "/").await.0, 404);
 }
+
+/// Issue N9: an ssl-passthrough host whose Service is dual-stack, then IPv6 only:
+/// every handshake reaches a backend, the IPv6 one (`::1`) among them. The stream
+/// module did not parse a peers file holding `"[::1]:port"`, and refused every
+/// connection of the backend.
+#[tokio::test]
+async fn passthrough_hosts_reach_ipv6_endpoints() {
+    let certs = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let v4 = TlsBackend::start(certs.path(), "127.0.0.2", port, "pass.example");
+    let v6 = TlsBackend::start(certs.path(), "[::1]", port, "pass.example");
+    let slice = |family: &str, ips: &[&str]| {
+        let eps: String = ips
+            .iter()
+            .map(|ip| format!("  - addresses: [\"{ip}\"]\n"))
+            .collect();
+        format!(
+            "apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{ name: tlsapp-{}, namespace: demo, \
+             labels: {{ kubernetes.io/service-name: tlsapp }} }}\n\
+             addressType: {family}\nports: [{{ name: http, port: {port} }}]\n\
+             endpoints:\n{}",
+            family.to_ascii_lowercase(),
+            if eps.is_empty() {
+                "  []\n".to_owned()
+            } else {
+                eps
+            }
+        )
+    };
+    let m = Manifests::new();
+    // service_endpoints' Service and IPv4 slice, and an IPv6 slice beside it
+    let write = |v4_ips: &[&str], v6_ips: &[&str]| {
+        let v4_eps: Vec<(&str, bool)> = v4_ips.iter().map(|ip| (*ip, true)).collect();
+        m.write(
+            "tlsapp.yaml",
+            &format!(
+                "{}---\n{}",
+                service_endpoints("demo", "tlsapp", port, &v4_eps),
+                slice("IPv6", v6_ips)
+            ),
+        );
+    };
+    write(&["127.0.0.2"], &["::1"]);
+    m.write(
+        "pass.yaml",
+        &ingress(
+            "demo",
+            "pass",
+            "2026-01-01T00:00:00Z",
+            "pass.example",
+            &[("/", "Prefix", "tlsapp")],
+            &[("ssl-passthrough", "true")],
+        ),
+    );
+    let f = Ferrule::start(m.path(), &["--enable-ssl-passthrough"]).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        seen.insert(f.served_fingerprint("pass.example"));
+    }
+    let want: std::collections::BTreeSet<String> =
+        [v4.fingerprint.clone(), v6.fingerprint.clone()].into();
+    assert_eq!(seen, want, "dual-stack; log:\n{}", f.logs());
+
+    write(&[], &["::1"]);
+    let moved = wait_until(Duration::from_secs(10), || async {
+        (0..4).all(|_| f.served_fingerprint("pass.example") == v6.fingerprint)
+    })
+    .await;
+    assert!(moved, "IPv6 only; log:\n{}", f.logs());
+}

@@ -141,6 +141,101 @@ data:
     )
 }
 
+/// [`cluster`] with a second EndpointSlice, of IPv6 addresses (`v6`): a dual-stack
+/// Service, or an IPv6-only one when `v4` is empty.
+fn dual_stack(
+    v4: &[&str],
+    v6: &[&str],
+    target: u16,
+    tcp: &[(u16, &str)],
+    udp: &[(u16, &str)],
+) -> String {
+    let eps: String = v6
+        .iter()
+        .map(|ip| format!("- addresses: [\"{ip}\"]\n"))
+        .collect();
+    format!(
+        r#"{}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{ name: echo-6, namespace: demo, labels: {{ kubernetes.io/service-name: echo }} }}
+addressType: IPv6
+ports: [{{ name: tcp, port: {target} }}, {{ name: dns, port: {target}, protocol: UDP }}]
+endpoints:
+{}"#,
+        cluster(v4, target, tcp, udp),
+        if eps.is_empty() {
+            "[]\n".to_owned()
+        } else {
+            eps
+        }
+    )
+}
+
+/// Issue N9: a TCP and a UDP service whose endpoints include an IPv6 address
+/// (`::1`, kept by the tests' --allow-local-endpoints), dual-stack and then IPv6
+/// only: every connection and datagram reaches an endpoint. The stream module
+/// counted a peers file's peers up to the first `]`, that of `"[::1]:port"`, so the
+/// file did not parse and the whole backend refused every connection.
+#[tokio::test]
+async fn tcp_and_udp_services_reach_ipv6_endpoints() {
+    ipv6_endpoints(FLAGS).await;
+}
+
+/// The same where the stream module is not loaded (`njs/stream.js` picks a peer).
+#[tokio::test]
+async fn tcp_and_udp_services_reach_ipv6_endpoints_without_the_module() {
+    ipv6_endpoints(&[FLAGS, &["--no-fast-path"]].concat()).await;
+}
+
+async fn ipv6_endpoints(flags: &[&str]) {
+    let target = free_port();
+    let _v4 = StreamEcho::start("127.0.0.2", target).await;
+    let _v6 = StreamEcho::start("::1", target).await;
+    let (tcp_port, udp_port) = (free_port(), free_port());
+    let m = Manifests::new();
+    let write = |v4: &[&str], v6: &[&str]| {
+        let (tcp, udp) = ([(tcp_port, "demo/echo:9000")], [(udp_port, "demo/echo:53")]);
+        m.write("all.yaml", &dual_stack(v4, v6, target, &tcp, &udp))
+    };
+    write(&["127.0.0.2"], &["::1"]);
+    let f = Ferrule::start(m.path(), flags).await;
+
+    // Dual-stack: round robin over both, nothing refused.
+    let mut answered = std::collections::BTreeSet::new();
+    for i in 0..8 {
+        let a = tcp_ask(tcp_port, b"x").await;
+        assert!(a.is_ok(), "TCP connection {i}: {a:?}; log:\n{}", f.logs());
+        answered.insert(a.unwrap());
+        let d = udp_ask(udp_port, "u").await;
+        assert!(d.is_ok(), "datagram {i}: {d:?}; log:\n{}", f.logs());
+        answered.insert(d.unwrap());
+    }
+    for want in ["127.0.0.2 x", "::1 x", "127.0.0.2 u", "::1 u"] {
+        assert!(answered.contains(want), "{want:?} in {answered:?}");
+    }
+
+    // IPv6 only.
+    write(&[], &["::1"]);
+    let moved = wait_until(Duration::from_secs(10), || async {
+        for _ in 0..4 {
+            if tcp_ask(tcp_port, b"y").await != Ok("::1 y".to_owned())
+                || udp_ask(udp_port, "v").await != Ok("::1 v".to_owned())
+            {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    assert!(
+        moved,
+        "the IPv6-only service is not served; log:\n{}",
+        f.logs()
+    );
+}
+
 #[tokio::test]
 async fn tcp_and_udp_services_follow_endpoints_without_a_reload_or_a_failed_connection() {
     churn(&[]).await;
