@@ -555,9 +555,17 @@ ngx_http_ferrule_location(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
  * (use-proxy-protocol with use-forwarded-headers): real_ip_header takes no
  * variable, so the client address comes from a header this sets. The handler
  * runs in the post-read phase before realip's (modules loaded later register
- * later and run first), and hides every copy the client sent: otherwise the
+ * later and run first), and removes every copy the client sent: otherwise the
  * client's would be read first (ingress-nginx set it with headers-more in the
- * rewrite phase, after realip had read the client's own).
+ * rewrite phase, after realip had read the client's own), or passed on to the
+ * backend beside this one.
+ *
+ * NGINX reads some headers through pointers it set while parsing them
+ * (r->headers_in.x_real_ip, .x_forwarded_for), and so does realip for
+ * real_ip_header X-Real-IP and X-Forwarded-For: for those two the pointers are
+ * set to this header (none when it is empty). Any other header NGINX parses
+ * itself (Host, Content-Length, ...) would keep what NGINX derived from the
+ * client's copy: such a name is refused.
  */
 static char *
 ngx_http_ferrule_input_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
@@ -616,14 +624,59 @@ ngx_http_ferrule_input_header(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
+/* which of NGINX's pointers to headers is ferrule_input_header's (postconfiguration,
+ * once NGINX's table of the headers it parses exists) */
+static ngx_int_t
+ngx_http_ferrule_input_header_typed(ngx_conf_t *cf,
+    ngx_http_ferrule_main_conf_t *fmcf)
+{
+    ngx_http_header_t          *hh;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    hh = ngx_hash_find(&cmcf->headers_in_hash, fmcf->input_header_hash,
+                       fmcf->input_header_lowcase, fmcf->input_header.len);
+
+    if (hh == NULL) {
+        /* a header NGINX does not parse: read by name only */
+        fmcf->input_header_typed = NGX_HTTP_FERRULE_UNTYPED;
+        return NGX_OK;
+    }
+
+#if (NGX_HTTP_REALIP)
+    if (hh->offset == offsetof(ngx_http_headers_in_t, x_real_ip)) {
+        fmcf->input_header_typed = NGX_HTTP_FERRULE_X_REAL_IP;
+        return NGX_OK;
+    }
+#endif
+
+#if (NGX_HTTP_X_FORWARDED_FOR)
+    if (hh->offset == offsetof(ngx_http_headers_in_t, x_forwarded_for)) {
+        fmcf->input_header_typed = NGX_HTTP_FERRULE_X_FORWARDED_FOR;
+        return NGX_OK;
+    }
+#endif
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "ferrule_input_header: NGINX parses \"%V\" itself; "
+                       "of those headers only X-Real-IP and X-Forwarded-For "
+                       "can be set", &fmcf->input_header);
+    return NGX_ERROR;
+}
+
+
 static ngx_int_t
 ngx_http_ferrule_input_header_handler(ngx_http_request_t *r)
 {
     ngx_str_t                      value;
-    ngx_uint_t                     i;
-    ngx_list_part_t               *part;
     ngx_table_elt_t               *h;
+    ngx_http_ferrule_cursor_t      c;
     ngx_http_ferrule_main_conf_t  *fmcf;
+#if (NGX_HTTP_X_FORWARDED_FOR && nginx_version < 1023000)
+    ngx_array_t                   *xfwd;
+    ngx_table_elt_t              **ph;
+#endif
 
     fmcf = ngx_http_get_module_main_conf(r, ngx_http_ferrule_module);
 
@@ -631,46 +684,87 @@ ngx_http_ferrule_input_header_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
+    /* before the client's copies go: the value may read them */
     if (ngx_http_complex_value(r, fmcf->input_header_value, &value) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    /* the client's copies: hash 0 is how NGINX marks a header deleted */
-    part = &r->headers_in.headers.part;
-    h = part->elts;
+    ngx_memzero(&c, sizeof(ngx_http_ferrule_cursor_t));
 
-    for (i = 0; /* void */ ; i++) {
+    while ((h = ngx_http_ferrule_header_at(r, &c)) != NULL) {
 
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].key.len == fmcf->input_header.len
-            && ngx_strncasecmp(h[i].key.data, fmcf->input_header.data,
+        if (h->key.len == fmcf->input_header.len
+            && ngx_strncasecmp(h->key.data, fmcf->input_header.data,
                                fmcf->input_header.len) == 0)
         {
-            h[i].hash = 0;
+            if (ngx_http_ferrule_remove_header(r, &c) != NGX_OK) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            continue;
         }
+
+        c.i++;
     }
 
-    if (value.len == 0) {
-        return NGX_DECLINED;
+    h = NULL;
+
+    if (value.len) {
+        h = ngx_list_push(&r->headers_in.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = fmcf->input_header_hash;
+        h->key = fmcf->input_header;
+        h->lowcase_key = fmcf->input_header_lowcase;
+        h->value = value;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
     }
 
-    h = ngx_list_push(&r->headers_in.headers);
-    if (h == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
+    /* NGINX's pointers to the client's copies: this one's now */
+    switch (fmcf->input_header_typed) {
 
-    h->hash = fmcf->input_header_hash;
-    h->key = fmcf->input_header;
-    h->lowcase_key = fmcf->input_header_lowcase;
-    h->value = value;
+#if (NGX_HTTP_REALIP)
+    case NGX_HTTP_FERRULE_X_REAL_IP:
+        r->headers_in.x_real_ip = h;
+        break;
+#endif
+
+#if (NGX_HTTP_X_FORWARDED_FOR)
+    case NGX_HTTP_FERRULE_X_FORWARDED_FOR:
+#if (nginx_version < 1023000)
+        xfwd = &r->headers_in.x_forwarded_for;
+        xfwd->nelts = 0;
+
+        if (h == NULL) {
+            break;
+        }
+
+        if (xfwd->elts == NULL
+            && ngx_array_init(xfwd, r->pool, 1, sizeof(ngx_table_elt_t *))
+               != NGX_OK)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ph = ngx_array_push(xfwd);
+        if (ph == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        *ph = h;
+#else
+        r->headers_in.x_forwarded_for = h;
+#endif
+        break;
+#endif
+
+    default:
+        break;
+    }
 
     return NGX_DECLINED;
 }
@@ -686,6 +780,10 @@ ngx_http_ferrule_postconfiguration(ngx_conf_t *cf)
     fmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_ferrule_module);
 
     if (fmcf->input_header.len) {
+        if (ngx_http_ferrule_input_header_typed(cf, fmcf) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
         cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
 
         h = ngx_array_push(&cmcf->phases[NGX_HTTP_POST_READ_PHASE].handlers);

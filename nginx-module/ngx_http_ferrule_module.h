@@ -5,7 +5,8 @@
  * metrics; ngx_http_ferrule_request_id.c: $request_id;
  * ngx_http_ferrule_if_body.c: ferrule_if_body; ngx_http_ferrule_alias.c:
  * ferrule_alias; ngx_http_ferrule_upstreaminfo.c: ferrule_upstreaminfo;
- * ngx_http_ferrule_header_lines.c: ferrule_header_lines).
+ * ngx_http_ferrule_header_lines.c: ferrule_header_lines;
+ * ngx_http_ferrule_headers_in.c: removing request headers).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -79,9 +80,17 @@ typedef struct {
     u_char                          *input_header_lowcase;
     ngx_uint_t                       input_header_hash;
     ngx_http_complex_value_t        *input_header_value;
+    /* which of NGINX's pointers to headers it is (NGX_HTTP_FERRULE_UNTYPED...) */
+    ngx_uint_t                       input_header_typed;
     /* some location has ferrule_if_body */
     ngx_flag_t                       if_body;
 } ngx_http_ferrule_main_conf_t;
+
+
+/* ferrule_input_header's header among those NGINX keeps pointers to */
+#define NGX_HTTP_FERRULE_UNTYPED          0
+#define NGX_HTTP_FERRULE_X_REAL_IP        1
+#define NGX_HTTP_FERRULE_X_FORWARDED_FOR  2
 
 
 /* the values ferrule_location gives, in its arguments' order */
@@ -140,6 +149,18 @@ char *ngx_http_ferrule_upstreaminfo(ngx_conf_t *cf, ngx_command_t *cmd,
 /* ngx_http_ferrule_header_lines.c */
 char *ngx_http_ferrule_header_lines(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
+
+/* ngx_http_ferrule_headers_in.c */
+typedef struct {
+    ngx_list_part_t                 *prev;     /* NULL: part is the first */
+    ngx_list_part_t                 *part;     /* NULL: not started */
+    ngx_uint_t                       i;
+} ngx_http_ferrule_cursor_t;
+
+ngx_table_elt_t *ngx_http_ferrule_header_at(ngx_http_request_t *r,
+    ngx_http_ferrule_cursor_t *c);
+ngx_int_t ngx_http_ferrule_remove_header(ngx_http_request_t *r,
+    ngx_http_ferrule_cursor_t *c);
 
 /* ngx_http_ferrule_if_body.c */
 char *ngx_http_ferrule_if_body(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

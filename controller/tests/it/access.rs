@@ -430,6 +430,85 @@ async fn forwarded_headers_behind_a_trusted_proxy_protocol_line_name_the_client(
     assert_eq!(ask("127.0.0.8", "10.9.1.1", xff).await.0, 403);
 }
 
+/// Issue N8: `forwarded-for-proxy-protocol-header` may name a header NGINX itself
+/// knows, `X-Real-IP` or `X-Forwarded-For`, which the realip module reads through
+/// NGINX's pointers to the request's copies, not by name: those must be the module's
+/// copy, never the client's. Before, a client behind an untrusted PROXY line chose
+/// its address with the header (and passed the allowlist), while a genuine client
+/// behind the trusted proxy was seen as the load balancer and denied. The backend
+/// receives each header once.
+#[tokio::test]
+async fn a_proxy_protocol_header_nginx_knows_is_not_the_clients() {
+    for header in ["X-Real-IP", "X-Forwarded-For"] {
+        let (_echo, _m, f) = behind_proxies(
+            "203.0.113.7",
+            &[
+                ("use-proxy-protocol", "true"),
+                ("use-forwarded-headers", "true"),
+                ("forwarded-for-proxy-protocol-header", header),
+                ("proxy-real-ip-cidr", "127.0.0.1,10.9.0.0/16"),
+            ],
+        )
+        .await;
+        let ask = |proxy: &'static str, headers: String| {
+            let f = &f;
+            async move {
+                let line = format!("PROXY TCP4 {proxy} 127.0.0.1 40000 80\r\n");
+                raw_with_headers(f, "127.0.0.1", &line, "allow.test", &headers).await
+            }
+        };
+        // A genuine client, named by the trusted HTTP proxy.
+        let (s, v) = ask("10.9.1.1", "X-Forwarded-For: 203.0.113.7\r\n".into()).await;
+        assert_eq!(s, 200, "{header}: the genuine client; {}", f.logs());
+        assert_eq!(v["headers"]["x-real-ip"], "203.0.113.7", "{header}: {v}");
+        assert_eq!(v["repeated"], serde_json::json!([]), "{header}: {v}");
+        // A spoofer behind an untrusted PROXY line names the allowed address.
+        let spoof = format!("{header}: 203.0.113.7\r\nX-Forwarded-For: 203.0.113.7\r\n");
+        let (s, v) = ask("198.51.100.9", spoof).await;
+        assert_eq!(s, 403, "{header}: the spoofer passed the allowlist: {v}");
+        if header == "X-Real-IP" {
+            // Behind the trusted proxy, a client's own X-Real-IP changes nothing.
+            let (s, v) = ask(
+                "10.9.1.1",
+                "X-Forwarded-For: 203.0.113.7\r\nX-Real-IP: 198.51.100.66\r\n".into(),
+            )
+            .await;
+            assert_eq!(s, 200, "{header}: {v}");
+            assert_eq!(v["headers"]["x-real-ip"], "203.0.113.7", "{v}");
+            assert_eq!(v["repeated"], serde_json::json!([]), "{v}");
+            let (s, v) = ask("10.9.1.1", "X-Real-IP: 203.0.113.7\r\n".into()).await;
+            assert_eq!(s, 403, "{header}: {v}");
+        }
+    }
+
+    // Any other header NGINX parses itself would keep what NGINX made of the
+    // client's copy: refused, and the ConfigMap is held back with the reason.
+    let (_echo, m, f) = behind_proxies("203.0.113.7", &[]).await;
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("use-proxy-protocol", "true"),
+            ("use-forwarded-headers", "true"),
+            ("forwarded-for-proxy-protocol-header", "User-Agent"),
+            ("proxy-real-ip-cidr", "127.0.0.1"),
+        ]),
+    );
+    let refused = f
+        .reports(
+            "ConfigMap",
+            "demo",
+            "ferrule",
+            "NGINX parses \"User-Agent\" itself",
+            Duration::from_secs(20),
+        )
+        .await;
+    assert!(
+        refused,
+        "{:?}",
+        f.resource("ConfigMap", "demo", "ferrule").await
+    );
+}
+
 /// Hashes of "s3cret" in every format this NGINX's auth_basic verifies
 /// (openssl passwd -apr1/-1/-5/-6, crypt(3) bcrypt and yescrypt, {SHA}, {SSHA}).
 const HASHES: &[(&str, &str)] = &[
