@@ -18,6 +18,10 @@
  *                             http: request header NAME is VALUE (variables
  *                             allowed; empty: absent) from the post-read phase
  *                             on, whatever the client sent under that name
+ *   ferrule_drop_lookalikes NAME...;
+ *                             http, server, location: a client's header that
+ *                             is NAME once "_" reads as "-" is dropped
+ *                             (ngx_http_ferrule_headers_in.c)
  *   ferrule_if_body { ... }   location: the block's directives for a request
  *                             that may carry a body (ngx_http_ferrule_if_body.c)
  *   ferrule_alias $NAME $VARIABLE...;
@@ -276,6 +280,13 @@ static ngx_command_t  ngx_http_ferrule_commands[] = {
       0,
       NULL },
 
+    { ngx_string("ferrule_drop_lookalikes"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_ferrule_drop_lookalikes,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -396,6 +407,10 @@ ngx_http_ferrule_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
         *flcf = conf;
         conf->metrics_listed = 1;
+    }
+
+    if (ngx_http_ferrule_merge_lookalikes(cf, prev, conf) != NGX_CONF_OK) {
+        return NGX_CONF_ERROR;
     }
 
     /* the same for ferrule_location: the Lua rewrite phase runs in an "if" */
@@ -795,7 +810,8 @@ ngx_http_ferrule_postconfiguration(ngx_conf_t *cf)
     }
 
     if (ngx_http_ferrule_request_id_init(cf) != NGX_OK
-        || ngx_http_ferrule_if_body_init(cf) != NGX_OK)
+        || ngx_http_ferrule_if_body_init(cf) != NGX_OK
+        || ngx_http_ferrule_lookalikes_init(cf) != NGX_OK)
     {
         return NGX_ERROR;
     }

@@ -6,7 +6,8 @@
  * ngx_http_ferrule_if_body.c: ferrule_if_body; ngx_http_ferrule_alias.c:
  * ferrule_alias; ngx_http_ferrule_upstreaminfo.c: ferrule_upstreaminfo;
  * ngx_http_ferrule_header_lines.c: ferrule_header_lines;
- * ngx_http_ferrule_headers_in.c: removing request headers).
+ * ngx_http_ferrule_headers_in.c: removing request headers,
+ * ferrule_drop_lookalikes).
  */
 
 #ifndef NGX_HTTP_FERRULE_MODULE_H
@@ -82,6 +83,8 @@ typedef struct {
     ngx_http_complex_value_t        *input_header_value;
     /* which of NGINX's pointers to headers it is (NGX_HTTP_FERRULE_UNTYPED...) */
     ngx_uint_t                       input_header_typed;
+    /* some level has ferrule_drop_lookalikes */
+    ngx_flag_t                       lookalikes;
     /* some location has ferrule_if_body */
     ngx_flag_t                       if_body;
 } ngx_http_ferrule_main_conf_t;
@@ -109,6 +112,9 @@ typedef struct {
     /* ferrule_location's arguments, if `located` */
     ngx_str_t                        location[NGX_HTTP_FERRULE_LOCATION_VALUES];
     ngx_flag_t                       located;
+    /* ferrule_drop_lookalikes' names, from http down (NULL: none) */
+    ngx_array_t                     *lookalikes;
+    ngx_flag_t                       lookalikes_dashes; /* some name has "_" */
     /* ferrule_if_body's configuration (not inherited: it is the location's) */
     void                           **if_body;
 } ngx_http_ferrule_loc_conf_t;
@@ -161,6 +167,11 @@ ngx_table_elt_t *ngx_http_ferrule_header_at(ngx_http_request_t *r,
     ngx_http_ferrule_cursor_t *c);
 ngx_int_t ngx_http_ferrule_remove_header(ngx_http_request_t *r,
     ngx_http_ferrule_cursor_t *c);
+char *ngx_http_ferrule_drop_lookalikes(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+char *ngx_http_ferrule_merge_lookalikes(ngx_conf_t *cf,
+    ngx_http_ferrule_loc_conf_t *prev, ngx_http_ferrule_loc_conf_t *conf);
+ngx_int_t ngx_http_ferrule_lookalikes_init(ngx_conf_t *cf);
 
 /* ngx_http_ferrule_if_body.c */
 char *ngx_http_ferrule_if_body(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);

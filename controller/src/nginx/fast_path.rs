@@ -29,8 +29,9 @@ const LOCATION: &str = r#"ferrule_alias $ferrule_probe $scheme;
     ferrule_upstreaminfo $ferrule_probe_line $scheme $scheme;
     ferrule_header_lines $ferrule_probe_headers $scheme X-A $scheme;
     server { location / { ferrule_location a "" ""; ferrule_if_body { } } }"#;
-/// A request header set before the realip module reads it, in `http`.
-const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr;";
+/// A request header set before the realip module reads it, and the client's
+/// lookalikes of the headers Ferrule sets dropped, in `http`.
+const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr; ferrule_drop_lookalikes X-A;";
 /// Their dump over HTTP (njs reads it so: no FFI), in `http`.
 const METRICS_DUMP: &str = "server { location = /m { ferrule_metrics_dump; } }";
 
@@ -119,8 +120,9 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
             Ok(()) => (opts.location_directive, opts.input_header) = (true, true),
             Err(why) => tracing::warn!(
                 "the C module has no ferrule_location, ferrule_if_body, ferrule_alias, \
-                 ferrule_upstreaminfo, ferrule_header_lines or ferrule_input_header \
-                 (rebuild it: make deps); locations set their values: {why}"
+                 ferrule_upstreaminfo, ferrule_header_lines, ferrule_input_header or \
+                 ferrule_drop_lookalikes (rebuild it: make deps); locations set their \
+                 values: {why}"
             ),
         }
     }

@@ -878,6 +878,89 @@ async fn get_with_verdict(
     (status, location, r.json().await.unwrap_or(Value::Null))
 }
 
+/// Issue N10: with `enable-underscores-in-headers`, a client's header that is one
+/// Ferrule sets once case is ignored and `_` reads as `-` (`X_Forwarded_For`, which
+/// CGI, Rack and WSGI read as `X-Forwarded-For`: Puma's CVE-2024-45614) never
+/// reaches the backend: the forwarded headers, a header of the ConfigMap's
+/// `proxy-set-headers`, the auth service's `auth-response-headers`. Other names
+/// with underscores still pass, as the key asks.
+#[tokio::test]
+async fn lookalikes_of_the_headers_ferrule_sets_never_reach_the_backend() {
+    let echo = Echo::start("127.0.0.2").await;
+    let auth = AuthService::start().await;
+    let url = format!("http://{}/check", auth.addr);
+    let m = Manifests::new();
+    m.write("svc.yaml", &service("demo", "echo", &[echo.addr]));
+    m.write("plain.yaml", &demo_ingress("plain", "plain.test", &[]));
+    m.write(
+        "authed.yaml",
+        &demo_ingress(
+            "authed",
+            "authed.test",
+            &[("auth-url", &url), ("auth-response-headers", "X-Auth-User")],
+        ),
+    );
+    m.write(
+        "req.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: { name: req, namespace: demo }\n\
+         data: { X-Tenant-Id: ferrule }\n",
+    );
+    m.write(
+        "cm.yaml",
+        &configmap(&[
+            ("enable-underscores-in-headers", "true"),
+            ("proxy-set-headers", "demo/req"),
+        ]),
+    );
+    let f = Ferrule::start(m.path(), &["--configmap", "demo/ferrule"]).await;
+    let lookalikes = [
+        ("X_Forwarded_For", "6.6.6.6"),
+        ("X_Real_IP", "6.6.6.6"),
+        ("X_Forwarded_Proto", "https"),
+        ("X_Forwarded_Host", "evil.example"),
+        ("x-forwarded_port", "1"),
+        ("X_TENANT_ID", "evil"),
+        ("X_Auth_User", "mallory"),
+    ];
+    let get = |host: &'static str| {
+        let f = &f;
+        async move {
+            let mut req = client()
+                .get(format!("http://127.0.0.1:{}/", f.http))
+                .header("Host", host)
+                .header("X-Test-Auth", "ok")
+                .header("My_Header", "kept");
+            for (k, v) in lookalikes {
+                req = req.header(k, v);
+            }
+            let r = req.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // Where no auth service answers X-Auth-User, a client's X_Auth_User is its own.
+    for (host, underscored) in [
+        ("plain.test", &["my_header", "x_auth_user"][..]),
+        ("authed.test", &["my_header"]),
+    ] {
+        let (s, v) = get(host).await;
+        assert_eq!(s, 200, "{host}: {v}; {}", f.logs());
+        let h = v["headers"].as_object().unwrap();
+        let passed: Vec<&String> = h.keys().filter(|k| k.contains('_')).collect();
+        assert_eq!(passed, underscored, "{host}: {v}");
+        assert_eq!(h["my_header"], "kept", "{host}: {v}");
+        // Ferrule's own, with the connection's values.
+        assert_eq!(h["x-forwarded-for"], "127.0.0.1", "{host}: {v}");
+        assert_eq!(h["x-real-ip"], "127.0.0.1", "{host}: {v}");
+        assert_eq!(h["x-forwarded-proto"], "http", "{host}: {v}");
+        assert_eq!(h["x-forwarded-host"], host, "{host}: {v}");
+        assert_eq!(h["x-tenant-id"], "ferrule", "{host}: {v}");
+        assert_eq!(v["repeated"], serde_json::json!([]), "{host}: {v}");
+    }
+    let (_, v) = get("authed.test").await;
+    assert_eq!(v["headers"]["x-auth-user"], "alice", "{v}");
+}
+
 #[tokio::test]
 async fn external_auth_decides_every_request_and_never_lets_through_on_failure() {
     let echo = Echo::start("127.0.0.2").await;

@@ -112,9 +112,11 @@ pub struct RenderOptions {
     /// services and passthrough hosts then get every endpoint in an upstream, and a
     /// connection that cannot reach one tries the next; else njs picks one.
     pub stream_module: bool,
-    /// Whether the module in `modules` has `ferrule_input_header` (with either
-    /// balancer): the client address behind a trusted PROXY line may then come from
-    /// its forwarded-for header (`use-proxy-protocol` with `use-forwarded-headers`).
+    /// Whether the module in `modules` has `ferrule_input_header` and
+    /// `ferrule_drop_lookalikes` (with either balancer): the client address behind a
+    /// trusted PROXY line may then come from its forwarded-for header
+    /// (`use-proxy-protocol` with `use-forwarded-headers`), and a client's lookalikes
+    /// of the headers Ferrule sets (`X_Forwarded_For`) are dropped.
     pub input_header: bool,
     /// Where the paths that worker processes open themselves live (the answer
     /// sockets, temporary files, the njs state and default certificate), when the
