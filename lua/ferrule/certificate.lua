@@ -9,7 +9,8 @@
 --              name it (hosts share a wildcard or a tenant's Secret)
 --   n:<digest> how many c: entries name that pair (it goes with the last)
 --   v:<host>   unique generation of that entry (changes on every rotation)
---   o:, of:    the pair's OCSP response (ferrule.ocsp)
+--   o:, of:, ol:  the pair's OCSP response, when to fetch it, a fetch running
+--              (ferrule.ocsp)
 --   g          generation counter;   cv  last controller "version"
 local ssl = require("ngx.ssl")
 local lrucache = require("resty.lrucache")

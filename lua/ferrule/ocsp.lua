@@ -7,18 +7,32 @@
 -- responder named in the certificate (its Authority Information Access), checks
 -- the answer against the chain and keeps it in the certificate store:
 --   o:<digest>   the DER response, kept for MAX_AGE
---   of:<digest>  present while the response is fresh or a fetch runs; when it
---                expires, the next handshake fetches again (and staples the old
---                response meanwhile)
+--   of:<digest>  present while the response is fresh or a fetch is due to wait;
+--                when it expires, the next handshake fetches again (and staples
+--                the old response meanwhile)
+--   ol:<digest>  present while a fetch for the pair runs, in any worker
 -- Every write is a safe_*: an OCSP response never evicts a certificate.
 -- A response that does not validate (a revoked certificate, a responder that
 -- signs for another issuer) is dropped, and nothing is stapled.
+--
+-- The responder's URL comes from a tenant's certificate, and so does the
+-- responder: what a fetch may cost is bounded, whatever either says.
+--   * One fetch, from the connection to the answer's last byte, ends at DEADLINE_MS,
+--     and reads at most MAX_ANSWER bytes (status line, headers and body).
+--   * One fetch per pair at a time (ol:), at most MAX_FETCHES per worker.
+--   * What the certificate or the responder wrote is escaped in the log.
 local ngx_ocsp = require("ngx.ocsp")
 local ssl = require("ngx.ssl")
 
 local ngx = ngx
+local byte = string.byte
 local concat = table.concat
+local find = string.find
+local format = string.format
+local gsub = string.gsub
+local lower = string.lower
 local match = string.match
+local sub = string.sub
 
 local _M = {}
 
@@ -29,11 +43,35 @@ _M.FRESH = 3600
 _M.MAX_AGE = 2 * 3600
 -- a failed fetch waits this long before the next one
 _M.RETRY = 30
-_M.TIMEOUT_MS = 3000
-_M.MAX_RESPONSE = 64 * 1024
+-- one fetch, from the connection to the answer's last byte
+_M.DEADLINE_MS = 5000
+-- the whole answer: status line, headers and body (a response is a few KB)
+_M.MAX_ANSWER = 64 * 1024
+-- fetches one worker runs at once: started (timer pending) and not ended
+_M.MAX_FETCHES = 8
+-- bytes of a URL shown in the log
+local SHOWN = 256
 
 local function dict()
     return ngx.shared.ferrule_certificates
+end
+
+-- `s` for the error log: bytes other than printable ASCII, and the backslash,
+-- as \xHH; at most `max` bytes of it.
+local function escape(s, max)
+    s = tostring(s)
+    local cut = ""
+    if max and #s > max then
+        s, cut = sub(s, 1, max), "..."
+    end
+    return (gsub(s, "[%c\\\128-\255]", function(c)
+        return format("\\x%02X", byte(c))
+    end)) .. cut
+end
+_M.escape = escape
+
+local function show(url)
+    return escape(url, SHOWN)
 end
 
 -- "http://host[:port]/path" -> host, port, path, Host header; nil for anything
@@ -58,17 +96,78 @@ local function parse_url(url)
 end
 _M.parse_url = parse_url
 
--- POSTs `body` to the responder; the response body, or nil and why.
-local function post(url, body)
+local function now_ms()
+    ngx.update_time()
+    return ngx.now() * 1000
+end
+
+-- The body of the HTTP/1.0 answer `buf` (bounded), or nil, why, and whether
+-- more bytes could complete it (unless the responder `closed`).
+local function answer_body(buf, closed)
+    local s, e = find(buf, "\r?\n\r?\n")
+    if not s then
+        return nil, "no end of the headers", not closed
+    end
+    local head = sub(buf, 1, s)
+    local status = match(head, "^([^\r\n]*)")
+    local code = tonumber(match(status, "^HTTP/1%.[01] (%d%d%d)"))
+    if code ~= 200 then
+        return nil, "the responder answered " .. escape(status, 64)
+    end
+    local length
+    for line in head:gmatch("\n([^\r\n]*)") do
+        local name, value = match(line, "^([^:]*):[ \t]*(.-)[ \t]*$")
+        name = name and lower(name)
+        if name == "transfer-encoding" then
+            return nil, "an answer with Transfer-Encoding"
+        elseif name == "content-length" then
+            local n = match(value, "^%d+$") and tonumber(value)
+            if not n or (length and n ~= length) then
+                return nil, "Content-Length " .. escape(value, 32)
+            end
+            length = n
+        end
+    end
+    local body = sub(buf, e + 1)
+    if length and #body >= length then
+        return sub(body, 1, length)
+    elseif length then
+        return nil, "closed after " .. #body .. " of " .. length .. " bytes of the body",
+            not closed
+    elseif not closed then
+        return nil, "no end of the body", true
+    end
+    return body
+end
+_M.answer_body = answer_body
+
+-- POSTs `body` to the responder at `url`, all of it by `deadline` (ms); the
+-- response body, or nil and why.
+local function post(url, body, deadline)
     local host, port, path, authority = parse_url(url)
     if not host then
-        return nil, "responder URL " .. url .. " is not http://host[:port]/path"
+        return nil, "refused: not http://host[:port]/path"
     end
     local sock = ngx.socket.tcp()
-    sock:settimeouts(_M.TIMEOUT_MS, _M.TIMEOUT_MS, _M.TIMEOUT_MS)
-    local ok, err = sock:connect(host, port)
+    -- before each step: the time left to the deadline
+    local function arm()
+        local left = deadline - now_ms()
+        if left < 1 then
+            return false
+        end
+        sock:settimeouts(left, left, left)
+        return true
+    end
+    if not arm() then
+        return nil, "deadline before connecting"
+    end
+    local ok, err = sock:connect(find(host, ":", 1, true) and "[" .. host .. "]" or host, port)
     if not ok then
         return nil, "connect " .. authority .. ": " .. tostring(err)
+    end
+    if not arm() then
+        sock:close()
+        return nil, "deadline before sending"
     end
     ok, err = sock:send(concat({
         "POST ", path, " HTTP/1.0\r\nHost: ", authority,
@@ -79,45 +178,42 @@ local function post(url, body)
         sock:close()
         return nil, "send: " .. tostring(err)
     end
-    local status = sock:receive("*l")
-    local code = status and tonumber(match(status, "^HTTP/%d%.%d (%d%d%d)"))
-    local length
+    -- The answer as it comes, never more than MAX_ANSWER bytes of it, until it
+    -- is complete, the responder closes or the deadline.
+    local buf = ""
     while true do
-        local line, rerr = sock:receive("*l")
-        if not line then
+        local resp, why, more = answer_body(buf, false)
+        if resp or not more then
             sock:close()
-            return nil, "headers: " .. tostring(rerr)
+            return resp, why
         end
-        if line == "" then
-            break
+        if not arm() then
+            sock:close()
+            return nil, "no complete answer within " .. _M.DEADLINE_MS .. " ms ("
+                .. #buf .. " bytes)"
         end
-        local n = match(line:lower(), "^content%-length:%s*(%d+)")
-        length = n and tonumber(n) or length
+        local data, rerr = sock:receiveany(_M.MAX_ANSWER + 1 - #buf)
+        if not data then
+            sock:close()
+            if rerr == "closed" then
+                return answer_body(buf, true)
+            elseif rerr == "timeout" then
+                return nil, "no complete answer within " .. _M.DEADLINE_MS .. " ms ("
+                    .. #buf .. " bytes)"
+            end
+            return nil, "read: " .. tostring(rerr)
+        end
+        buf = buf .. data
+        if #buf > _M.MAX_ANSWER then
+            sock:close()
+            return nil, "an answer of more than " .. _M.MAX_ANSWER .. " bytes"
+        end
     end
-    if code ~= 200 then
-        sock:close()
-        return nil, "responder answered " .. tostring(status)
-    end
-    if length and length > _M.MAX_RESPONSE then
-        sock:close()
-        return nil, "response of " .. length .. " bytes"
-    end
-    local resp, rerr, partial = sock:receive(length or _M.MAX_RESPONSE)
-    sock:close()
-    if not resp and not length and rerr == "closed" then
-        resp = partial -- HTTP/1.0 without Content-Length: read until closed
-    end
-    if not resp then
-        return nil, "body: " .. tostring(rerr)
-    end
-    return resp
 end
 
-local function fetch(premature, digest, der)
-    if premature then
-        return
-    end
+local function fetch(digest, der)
     local d = dict()
+    local deadline = now_ms() + _M.DEADLINE_MS
     local url, err = ngx_ocsp.get_ocsp_responder_from_der_chain(der)
     if not url then
         ngx.log(ngx.WARN, "ferrule: OCSP: no responder in the certificate: ", err)
@@ -126,18 +222,18 @@ local function fetch(premature, digest, der)
     local req
     req, err = ngx_ocsp.create_ocsp_request(der)
     if not req then
-        ngx.log(ngx.WARN, "ferrule: OCSP request for ", url, ": ", err)
+        ngx.log(ngx.WARN, "ferrule: OCSP request for ", show(url), ": ", err)
         return
     end
     local resp
-    resp, err = post(url, req)
+    resp, err = post(url, req, deadline)
     if not resp then
-        ngx.log(ngx.WARN, "ferrule: OCSP ", url, ": ", err)
+        ngx.log(ngx.WARN, "ferrule: OCSP responder ", show(url), ": ", err)
         return
     end
     local ok, verr = ngx_ocsp.validate_ocsp_response(resp, der)
     if not ok then
-        ngx.log(ngx.WARN, "ferrule: OCSP response of ", url, " not stapled: ", verr)
+        ngx.log(ngx.WARN, "ferrule: OCSP response of ", show(url), " not stapled: ", verr)
         d:delete("o:" .. digest)
         return
     end
@@ -147,6 +243,25 @@ local function fetch(premature, digest, der)
         return
     end
     d:safe_set("of:" .. digest, true, _M.FRESH)
+end
+
+local running = 0 -- this worker's fetches: timers started and not ended
+
+local function run(premature, digest, der)
+    if not premature then
+        local d = dict()
+        -- one fetch per pair at a time, in every worker; its lock outlives it
+        -- only if the worker dies
+        local lock = "ol:" .. digest
+        if d:safe_add(lock, true, _M.DEADLINE_MS / 1000 + 1) then
+            local ok, err = pcall(fetch, digest, der)
+            d:delete(lock)
+            if not ok then
+                ngx.log(ngx.ERR, "ferrule: OCSP fetch: ", err)
+            end
+        end
+    end
+    running = running - 1
 end
 
 -- In ssl_certificate_by_lua, once the pair is set: staples its response, and
@@ -163,15 +278,21 @@ function _M.staple(digest, pem)
             ngx.log(ngx.WARN, "ferrule: OCSP staple: ", err)
         end
     end
-    -- one fetch at a time per pair, and none while the response is fresh
+    -- Every slot of this worker taken: a later handshake starts it.
+    if running >= _M.MAX_FETCHES then
+        return
+    end
+    -- none while the response is fresh, nor within RETRY of the last try
     if d:safe_add("of:" .. digest, true, _M.RETRY) then
         local der, err = ssl.cert_pem_to_der(pem)
         if not der then
             ngx.log(ngx.WARN, "ferrule: OCSP: ", err)
             return
         end
-        local ok, terr = ngx.timer.at(0, fetch, digest, der)
-        if not ok then
+        local ok, terr = ngx.timer.at(0, run, digest, der)
+        if ok then
+            running = running + 1
+        else
             ngx.log(ngx.WARN, "ferrule: OCSP fetch not started: ", terr)
         end
     end

@@ -1,9 +1,17 @@
 //! `enable-ocsp`: OCSP stapling through real NGINX, with a real OCSP responder
-//! (`openssl ocsp`) on loopback, as a client that asks for the status sees it.
+//! (`openssl ocsp`), as a client that asks for the status sees it; and what a
+//! responder named by a tenant's certificate can cost: hostile responders (an
+//! endless header line, one byte at a time), and how many fetches a worker runs
+//! at once.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
@@ -18,72 +26,66 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {out:?}");
 }
 
-/// A CA in `dir` and, for each host, a leaf it signed whose AIA names the
-/// responder at `port`; `<host>.chain` holds the leaf and the CA. The `revoked`
-/// ones are marked revoked in the responder's index.
-fn pki(dir: &Path, port: u16, good: &[&str], revoked: &[&str]) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "30",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-subj",
-            "/CN=Ferrule test CA",
-        ],
-    );
+/// A CA in `dir` and, for each (host, URL), a leaf it signed whose AIA names the
+/// responder at URL (as OpenSSL's configuration reads it: `\r` is a CR);
+/// `<host>.chain` holds the leaf and the CA. The `revoked` hosts are marked
+/// revoked in the responder's index. P-256 keys: quick to make.
+fn pki(dir: &Path, leaves: &[(&str, &str)], revoked: &[&str]) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend(ec);
+    ca.extend(["-days", "30", "-keyout", "ca.key", "-out", "ca.crt"]);
+    ca.extend(["-subj", "/CN=Ferrule test CA"]);
+    openssl(dir, &ca);
     let mut index = String::new();
-    for (i, host) in good.iter().chain(revoked).enumerate() {
-        let ext = format!(
-            "subjectAltName=DNS:{host}\nauthorityInfoAccess=OCSP;URI:http://127.0.0.1:{port}/\n"
-        );
+    for (i, (host, url)) in leaves.iter().enumerate() {
+        let ext =
+            format!("[leaf]\nsubjectAltName=DNS:{host}\nauthorityInfoAccess=OCSP;URI:{url}\n");
         std::fs::write(dir.join(format!("{host}.ext")), ext).unwrap();
         let serial = format!("{:04X}", 0x1000 + i);
-        openssl(
-            dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{host}.key"),
-                "-out",
-                &format!("{host}.csr"),
-                "-subj",
-                &format!("/CN={host}"),
-            ],
+        let (key, csr, crt, ext) = (
+            format!("{host}.key"),
+            format!("{host}.csr"),
+            format!("{host}.crt"),
+            format!("{host}.ext"),
         );
+        let mut req = vec!["req"];
+        req.extend(ec);
+        req.extend(["-keyout", &key, "-out", &csr]);
+        let subject = format!("/CN={host}");
+        req.extend(["-subj", &subject]);
+        openssl(dir, &req);
+        let serial_arg = format!("0x{serial}");
         openssl(
             dir,
             &[
                 "x509",
                 "-req",
                 "-in",
-                &format!("{host}.csr"),
+                &csr,
                 "-CA",
                 "ca.crt",
                 "-CAkey",
                 "ca.key",
                 "-set_serial",
-                &format!("0x{serial}"),
+                &serial_arg,
                 "-days",
                 "30",
                 "-extfile",
-                &format!("{host}.ext"),
+                &ext,
+                "-extensions",
+                "leaf",
                 "-out",
-                &format!("{host}.crt"),
+                &crt,
             ],
         );
-        let leaf = std::fs::read_to_string(dir.join(format!("{host}.crt"))).unwrap();
+        let leaf = std::fs::read_to_string(dir.join(&crt)).unwrap();
         let ca = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
         std::fs::write(dir.join(format!("{host}.chain")), leaf + &ca).unwrap();
         let state = if revoked.contains(host) {
@@ -100,8 +102,13 @@ fn pki(dir: &Path, port: u16, good: &[&str], revoked: &[&str]) {
 struct Responder(Child);
 
 impl Responder {
+    /// On every address of this machine.
     fn start(dir: &Path, port: u16) -> Responder {
-        let child = Command::new("openssl")
+        Self::spawn(Command::new("openssl"), dir, port)
+    }
+
+    fn spawn(mut cmd: Command, dir: &Path, port: u16) -> Responder {
+        let child = cmd
             .args(["ocsp", "-index", "index.txt", "-port", &port.to_string()])
             .args(["-rsigner", "ca.crt", "-rkey", "ca.key", "-CA", "ca.crt"])
             .args(["-nmin", "60", "-ignore_err"])
@@ -111,21 +118,24 @@ impl Responder {
             .spawn()
             .expect("openssl ocsp");
         // Listening before the first handshake (a failed fetch waits 30 s to retry).
-        // Seen in /proc, not by connecting: openssl ocsp serves one connection at a
-        // time and hangs on one that sends nothing.
+        // Seen in /proc (the responder's own network namespace), not by connecting:
+        // openssl ocsp serves one connection at a time and hangs on one that sends
+        // nothing.
+        let pid = child.id();
         let listening = |table: &str| {
             let needle = format!(":{port:04X} ");
-            std::fs::read_to_string(table).is_ok_and(|t| {
+            std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).is_ok_and(|t| {
                 t.lines()
                     .any(|l| l.contains(&needle) && l.split_whitespace().nth(3) == Some("0A"))
             })
         };
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !listening("/proc/net/tcp6") && !listening("/proc/net/tcp") {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "openssl ocsp never listened"
-            );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // `ip netns exec` becomes openssl: wait for the command, then the socket.
+        while !std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.starts_with(b"openssl"))
+            || !listening("tcp6") && !listening("tcp")
+        {
+            assert!(Instant::now() < deadline, "openssl ocsp never listened");
             std::thread::sleep(Duration::from_millis(50));
         }
         Responder(child)
@@ -176,16 +186,17 @@ fn manifests(dir: &Path, echo: std::net::SocketAddr, hosts: &[&str], ocsp: &str)
 
 /// With `enable-ocsp`, a handshake staples the responder's answer for a good
 /// certificate; a revoked certificate's answer does not validate and nothing is
-/// stapled. Without the key, nothing is stapled at all.
+/// stapled. Without the key, nothing is stapled at all. (The responder is on
+/// loopback, which `--allow-local-endpoints`, passed by the tests, allows.)
 #[tokio::test]
 async fn enable_ocsp_staples_the_responders_answer() {
     let echo = Echo::start("127.0.0.2").await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/");
     pki(
         dir.path(),
-        port,
-        &["good.ocsp.test"],
+        &[("good.ocsp.test", &url), ("revoked.ocsp.test", &url)],
         &["revoked.ocsp.test"],
     );
     let _responder = Responder::start(dir.path(), port);
@@ -239,7 +250,8 @@ async fn enable_ocsp_with_njs_is_a_warning() {
     let echo = Echo::start("127.0.0.2").await;
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    pki(dir.path(), port, &["good.ocsp.test"], &[]);
+    let url = format!("http://127.0.0.1:{port}/");
+    pki(dir.path(), &[("good.ocsp.test", &url)], &[]);
     let _responder = Responder::start(dir.path(), port);
     let m = manifests(dir.path(), echo.addr, &["good.ocsp.test"], "true");
     let f = Ferrule::start(
@@ -261,4 +273,325 @@ async fn enable_ocsp_with_njs_is_a_warning() {
             ),
         "the certificate is served"
     );
+}
+
+// ---------------------------------------------------------------------------
+// What a responder named by a tenant's certificate can cost.
+
+/// What a [`Hostile`] responder answers a fetch with.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    /// Nothing: it waits (a listener that counts connections).
+    Silent,
+    /// A status line, then one header line that never ends, as fast as it goes.
+    Endless,
+    /// A status line, then a header line of one byte every 2.9 s: below a
+    /// timeout of 3 s per read, forever.
+    Drip,
+}
+
+/// What a [`Hostile`] responder saw of the connections NGINX opened to it.
+#[derive(Clone, Debug, Default)]
+struct Seen {
+    accepted: usize,
+    open: usize,
+    max_open: usize,
+    /// Per connection NGINX closed: how long after it was accepted.
+    closed_after: Vec<Duration>,
+    /// Bytes of answer written, all connections together.
+    sent: u64,
+}
+
+/// A responder on `ip` that answers every connection as its [`Answer`] says.
+struct Hostile {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Hostile {
+    async fn start(ip: &str, answer: Answer) -> Hostile {
+        let listener = tokio::net::TcpListener::bind((ip, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, st) = (seen.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                {
+                    let mut s = s.lock().unwrap();
+                    s.accepted += 1;
+                    s.open += 1;
+                    s.max_open = s.max_open.max(s.open);
+                }
+                tokio::spawn(serve(conn, answer, s.clone(), st.clone()));
+            }
+        });
+        Hostile {
+            addr,
+            seen,
+            stop,
+            task,
+        }
+    }
+
+    fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// No more bytes: every connection is closed.
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        self.stop();
+        self.task.abort();
+    }
+}
+
+async fn serve(
+    conn: tokio::net::TcpStream,
+    answer: Answer,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+) {
+    let accepted = Instant::now();
+    let (mut rd, mut wr) = conn.into_split();
+    // NGINX closed: the end of what it sends (end of file, or a reset when it
+    // leaves bytes unread).
+    let closed = async move {
+        let mut buf = [0u8; 4096];
+        while matches!(rd.read(&mut buf).await, Ok(n) if n > 0) {}
+    };
+    let stopped = {
+        let stop = stop.clone();
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let written = seen.clone();
+    let write = async move {
+        let status = b"HTTP/1.0 200 OK\r\nX-Hostile: ";
+        match answer {
+            Answer::Silent => {}
+            Answer::Endless => {
+                let chunk = vec![b'a'; 64 * 1024];
+                if wr.write_all(status).await.is_ok() {
+                    while !stop.load(Ordering::Relaxed) && wr.write_all(&chunk).await.is_ok() {
+                        written.lock().unwrap().sent += chunk.len() as u64;
+                    }
+                }
+            }
+            Answer::Drip => {
+                if wr.write_all(status).await.is_ok() {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(2900)).await;
+                        if wr.write_all(b"x").await.is_err() {
+                            break;
+                        }
+                        written.lock().unwrap().sent += 1;
+                    }
+                }
+            }
+        }
+        // the connection stays open until NGINX closes it or the test stops
+        std::future::pending::<()>().await;
+        drop(wr);
+    };
+    tokio::select! {
+        _ = closed => seen.lock().unwrap().closed_after.push(accepted.elapsed()),
+        _ = write => {}
+        _ = stopped => {}
+    }
+    seen.lock().unwrap().open -= 1;
+}
+
+/// A handshake for `sni`: it starts a fetch when its certificate's is due.
+fn handshake(f: &Ferrule, sni: &str) {
+    let _ = f.s_client(sni, &[]);
+}
+
+/// NGINX's error log so far, where `ferrule.ocsp` writes.
+fn error_log(f: &Ferrule) -> String {
+    let path = f.prefix.path().join("nginx/logs/error.log");
+    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
+}
+
+/// `VmRSS` of `pid` in KiB, as `/proc/PID/status` says (0 once it is gone).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    (status.lines())
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The arguments of a Ferrule that staples with the Lua balancer.
+const OCSP_ARGS: &[&str] = &["--configmap", "demo/ferrule", "--balancer", "lua"];
+
+/// Ferrule serving one certificate per (host, AIA URL), with `enable-ocsp`.
+async fn serving(
+    dir: &Path,
+    leaves: &[(&str, &str)],
+    extra: &[&str],
+) -> (Ferrule, Echo, Manifests) {
+    pki(dir, leaves, &[]);
+    let echo = Echo::start("127.0.0.2").await;
+    let hosts: Vec<&str> = leaves.iter().map(|(h, _)| *h).collect();
+    let m = manifests(dir, echo.addr, &hosts, "true");
+    let args = [OCSP_ARGS, extra].concat();
+    let f = Ferrule::start(m.path(), &args).await;
+    (f, echo, m)
+}
+
+/// A responder that answers with a header line that never ends: the fetch stops
+/// at 64 KiB of answer and closes the connection at once (not when the
+/// responder stops), and the worker's memory stays where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_header_line_is_cut_off_and_the_worker_stays_small() {
+    let hostile = Hostile::start("127.0.0.1", Answer::Endless).await;
+    let url = format!("http://127.0.0.1:{}/", hostile.addr.port());
+    let dir = tempfile::tempdir().unwrap();
+    let (f, _echo, _m) = serving(
+        dir.path(),
+        &[("endless.ocsp.test", &url)],
+        &["--worker-processes", "1"],
+    )
+    .await;
+    let workers = f.worker_pids();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    let worker = workers[0];
+    // A handshake without OCSP first (the default certificate): the baseline
+    // holds what any handshake costs.
+    handshake(&f, "warm-up.invalid");
+    let before = rss_kib(worker);
+    let started = Instant::now();
+    handshake(&f, "endless.ocsp.test");
+    // Stopped at 64 MiB more, whatever NGINX does (it grew past 1 GB before).
+    let mut peak = before;
+    while started.elapsed() < Duration::from_secs(15) {
+        peak = peak.max(rss_kib(worker));
+        if !hostile.seen().closed_after.is_empty() || peak > before + 64 * 1024 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    hostile.stop();
+    for _ in 0..10 {
+        peak = peak.max(rss_kib(worker));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = hostile.seen();
+    println!(
+        "endless header line: worker VmRSS {before} KiB before, {peak} KiB at most; \
+         {} bytes sent; NGINX closed after {:?}",
+        seen.sent, seen.closed_after
+    );
+    assert!(
+        peak < before + 16 * 1024,
+        "the worker grew from {before} KiB to {peak} KiB"
+    );
+    assert_eq!(seen.accepted, 1, "{seen:?}");
+    assert!(
+        seen.closed_after.len() == 1 && seen.closed_after[0] < Duration::from_secs(4),
+        "NGINX did not close the connection before the deadline: {seen:?}"
+    );
+    let log = error_log(&f);
+    assert!(
+        log.contains(&format!(
+            "ferrule: OCSP responder {url}: an answer of more than 65536 bytes"
+        )),
+        "{log}"
+    );
+    assert_eq!(stapled(&f, "endless.ocsp.test"), None);
+}
+
+/// A responder that sends one byte every 2.9 s (each read is quick enough): the
+/// fetch is abandoned at its deadline, 5 s after it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dripping_responder_is_abandoned_at_the_deadline() {
+    let hostile = Hostile::start("127.0.0.1", Answer::Drip).await;
+    let url = format!("http://127.0.0.1:{}/", hostile.addr.port());
+    let dir = tempfile::tempdir().unwrap();
+    let (f, _echo, _m) = serving(dir.path(), &[("drip.ocsp.test", &url)], &[]).await;
+    handshake(&f, "drip.ocsp.test");
+    let closed = wait_until(Duration::from_secs(20), || async {
+        !hostile.seen().closed_after.is_empty()
+    })
+    .await;
+    let seen = hostile.seen();
+    println!(
+        "dripping responder: {} bytes dripped, NGINX closed after {:?}",
+        seen.sent, seen.closed_after
+    );
+    assert!(closed, "still open after 20 s: {seen:?}");
+    assert_eq!(seen.accepted, 1, "{seen:?}");
+    let after = seen.closed_after[0];
+    assert!(
+        after > Duration::from_secs(4) && after < Duration::from_secs(7),
+        "closed after {after:?}, not at the 5 s deadline"
+    );
+    let log = error_log(&f);
+    assert!(
+        log.contains(&format!(
+            "ferrule: OCSP responder {url}: no complete answer within 5000 ms"
+        )),
+        "{log}"
+    );
+}
+
+/// A worker runs at most 8 fetches at once: handshakes for 12 certificates
+/// whose responder never answers open 8 connections; the 4 others are fetched
+/// by handshakes after those ended (at the deadline), not 30 s later as after a
+/// failed fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_at_most_eight_fetches_at_once() {
+    let listener = Hostile::start("127.0.0.1", Answer::Silent).await;
+    let url = format!("http://127.0.0.1:{}/", listener.addr.port());
+    let hosts: Vec<String> = (0..12).map(|i| format!("cap-{i}.ocsp.test")).collect();
+    let leaves: Vec<(&str, &str)> = hosts.iter().map(|h| (h.as_str(), url.as_str())).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (f, _echo, _m) = serving(dir.path(), &leaves, &["--worker-processes", "1"]).await;
+    let started = Instant::now();
+    for host in &hosts {
+        handshake(&f, host);
+    }
+    let handshakes = started.elapsed();
+    wait_until(Duration::from_secs(2), || async {
+        listener.seen().accepted >= 12
+    })
+    .await;
+    let first = listener.seen();
+    println!("12 handshakes in {handshakes:?}: {first:?}");
+    assert!(
+        first.max_open <= 8,
+        "more than 8 fetches at once: {first:?}"
+    );
+    // (unless the handshakes took so long that the first fetches had ended)
+    if handshakes < Duration::from_secs(4) {
+        assert_eq!(first.accepted, 8, "{first:?}");
+    }
+    let ended = wait_until(Duration::from_secs(10), || async {
+        listener.seen().open == 0
+    })
+    .await;
+    assert!(ended, "{:?}", listener.seen());
+    for host in &hosts {
+        handshake(&f, host);
+    }
+    let rest = wait_until(Duration::from_secs(5), || async {
+        listener.seen().accepted >= 12
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let second = listener.seen();
+    println!("after a second round: {second:?}");
+    assert!(rest && second.accepted == 12, "{second:?}");
+    assert!(second.max_open <= 8, "{second:?}");
 }
