@@ -17,6 +17,8 @@
 --
 -- The responder's URL comes from a tenant's certificate, and so does the
 -- responder: what a fetch may cost is bounded, whatever either says.
+--   * The URL is http://host[:port]/path, at most MAX_PATH bytes of path in a
+--     plain alphabet (no CR, LF, blank or control byte reaches the request).
 --   * One fetch, from the connection to the answer's last byte, ends at DEADLINE_MS,
 --     and reads at most MAX_ANSWER bytes (status line, headers and body).
 --   * One fetch per pair at a time (ol:), at most MAX_FETCHES per worker.
@@ -49,6 +51,8 @@ _M.DEADLINE_MS = 5000
 _M.MAX_ANSWER = 64 * 1024
 -- fetches one worker runs at once: started (timer pending) and not ended
 _M.MAX_FETCHES = 8
+-- bytes of the URL's path (responders' paths are a few bytes, often "/")
+_M.MAX_PATH = 256
 -- bytes of a URL shown in the log
 local SHOWN = 256
 
@@ -74,25 +78,145 @@ local function show(url)
     return escape(url, SHOWN)
 end
 
--- "http://host[:port]/path" -> host, port, path, Host header; nil for anything
--- else (OCSP is plain HTTP: the response is signed).
-local function parse_url(url)
-    local authority, path = match(url, "^[Hh][Tt][Tt][Pp]://([^/?#]+)([^#]*)$")
-    if not authority or authority:find("@", 1, true) then
+-- "a.b.c.d" -> its four octets, or nil when it is not an IPv4 address in
+-- dotted-decimal form.
+local function ipv4(s)
+    local a, b, c, d = match(s, "^(%d%d?%d?)%.(%d%d?%d?)%.(%d%d?%d?)%.(%d%d?%d?)$")
+    if not a then
         return nil
+    end
+    local o = { tonumber(a), tonumber(b), tonumber(c), tonumber(d) }
+    for i = 1, 4 do
+        if o[i] > 255 then
+            return nil
+        end
+    end
+    return o
+end
+
+-- An IPv6 address (RFC 4291 text, with :: and a trailing dotted quad) -> its
+-- eight 16-bit groups, or nil.
+local function ipv6(s)
+    if #s > 45 or not match(s, "^[%x:.]+$") then
+        return nil
+    end
+    local groups = {}
+    -- the fields of `part` into `out`; a dotted quad only at the very end
+    local function parse(part, out, last)
+        if part == "" then
+            return true
+        end
+        local fields = {}
+        for f in (part .. ":"):gmatch("([^:]*):") do
+            fields[#fields + 1] = f
+        end
+        for i, f in ipairs(fields) do
+            local v4 = last and i == #fields and find(f, ".", 1, true) and ipv4(f)
+            if v4 then
+                out[#out + 1] = v4[1] * 256 + v4[2]
+                out[#out + 1] = v4[3] * 256 + v4[4]
+            elseif match(f, "^%x%x?%x?%x?$") then
+                out[#out + 1] = tonumber(f, 16)
+            else
+                return false
+            end
+        end
+        return true
+    end
+    local head, tail = match(s, "^(.-)::(.*)$")
+    if head then
+        if find(tail, "::", 1, true) then
+            return nil
+        end
+        local h, t = {}, {}
+        if not parse(head, h, false) or not parse(tail, t, true) or #h + #t > 7 then
+            return nil
+        end
+        for _, g in ipairs(h) do
+            groups[#groups + 1] = g
+        end
+        for _ = 1, 8 - #h - #t do
+            groups[#groups + 1] = 0
+        end
+        for _, g in ipairs(t) do
+            groups[#groups + 1] = g
+        end
+    elseif not parse(s, groups, true) or #groups ~= 8 then
+        return nil
+    end
+    return groups
+end
+
+-- A host name as DNS has it: letters, digits and hyphens in labels of 1 to 63
+-- bytes, at most 253 bytes, not all digits in its last label (no IPv4 address
+-- in another spelling).
+local function hostname(s)
+    s = gsub(s, "%.$", "")
+    if #s == 0 or #s > 253 then
+        return nil
+    end
+    local last
+    for label in (s .. "."):gmatch("([^.]*)%.") do
+        if #label > 63 or not match(label, "^%w$") and not match(label, "^%w[%w-]*%w$") then
+            return nil
+        end
+        last = label
+    end
+    if match(last, "^%d+$") then
+        return nil
+    end
+    return lower(s)
+end
+
+-- "http://host[:port]/path" -> host, port, path, Host header (host an address
+-- or a name, an IPv6 one without brackets); nil and why for anything else: OCSP
+-- is plain HTTP (the response is signed), and only a path of MAX_PATH bytes of
+-- RFC 3986's unreserved and sub-delims characters, ":", "@", "/", "?" and
+-- %-escapes goes into the request.
+local function parse_url(url)
+    if type(url) ~= "string" then
+        return nil, "no URL"
+    end
+    local authority, path = match(url, "^[Hh][Tt][Tt][Pp]://([^/?#]*)(.*)$")
+    if not authority then
+        return nil, "not http://host[:port]/path"
+    end
+    if path == "" then
+        path = "/"
+    end
+    if sub(path, 1, 1) ~= "/" then
+        path = "/" .. path -- "http://host?x"
+    end
+    if #path > _M.MAX_PATH then
+        return nil, "a path of more than " .. _M.MAX_PATH .. " bytes"
+    end
+    if not match(path, "^[%w%-%._~!%$&'%(%)%*%+,;=:@/%?%%]*$") then
+        return nil, "a byte in the path that is not allowed"
+    end
+    for esc in path:gmatch("%%(.?.?)") do
+        if not match(esc, "^%x%x$") then
+            return nil, "a % in the path that is not an escape"
+        end
     end
     local host, port = match(authority, "^%[([%x:.]+)%]:?(%d*)$")
-    if not host then
+    if host then
+        if not ipv6(host) then
+            return nil, "not an IPv6 address in brackets"
+        end
+    else
         host, port = match(authority, "^([%w.-]+):?(%d*)$")
+        if host and not ipv4(host) then
+            host = hostname(host)
+        end
     end
     if not host then
-        return nil
+        return nil, "not a host name or address"
     end
     port = tonumber(port ~= "" and port or "80")
     if not port or port < 1 or port > 65535 then
-        return nil
+        return nil, "a port that is not 1 to 65535"
     end
-    return host, port, path ~= "" and path or "/", authority
+    return host, port, path, authority
 end
 _M.parse_url = parse_url
 
@@ -146,7 +270,7 @@ _M.answer_body = answer_body
 local function post(url, body, deadline)
     local host, port, path, authority = parse_url(url)
     if not host then
-        return nil, "refused: not http://host[:port]/path"
+        return nil, "refused: " .. port
     end
     local sock = ngx.socket.tcp()
     -- before each step: the time left to the deadline

@@ -1,8 +1,9 @@
 //! `enable-ocsp`: OCSP stapling through real NGINX, with a real OCSP responder
 //! (`openssl ocsp`), as a client that asks for the status sees it; and what a
 //! responder named by a tenant's certificate can cost: hostile responders (an
-//! endless header line, one byte at a time), and how many fetches a worker runs
-//! at once.
+//! endless header line, one byte at a time), URLs that are refused before
+//! anything is sent (CR/LF, a long path), and how many fetches a worker runs at
+//! once.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -594,4 +595,56 @@ async fn a_worker_runs_at_most_eight_fetches_at_once() {
     println!("after a second round: {second:?}");
     assert!(rest && second.accepted == 12, "{second:?}");
     assert!(second.max_open <= 8, "{second:?}");
+}
+
+/// Waits until NGINX's log holds every one of `lines` (or 10 s), then half a
+/// second more for a connection that should not come.
+async fn logged(f: &Ferrule, lines: &[String]) -> bool {
+    let all = wait_until(Duration::from_secs(10), || async {
+        let log = error_log(f);
+        lines.iter().all(|l| log.contains(l.as_str()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    all
+}
+
+/// Responder URLs that are not `http://host[:port]/path` in plain characters are
+/// refused before anything is sent: CR/LF in the path (a header and a second
+/// request injected), a path of more than 256 bytes. The log shows the URL
+/// escaped: no CR or LF of a certificate reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responder_urls_with_cr_lf_or_a_long_path_are_refused_and_logged_escaped() {
+    let listener = Hostile::start("127.0.0.1", Answer::Silent).await;
+    let base = format!("http://127.0.0.1:{}", listener.addr.port());
+    // As OpenSSL's configuration reads it: \r and \n become CR and LF.
+    let injected = format!("{base}/a\\r\\nX-Injected: 1\\r\\n\\r\\nGET /second HTTP/1.0");
+    let long = format!("{base}/{}", "a".repeat(300));
+    let dir = tempfile::tempdir().unwrap();
+    let (f, _echo, _m) = serving(
+        dir.path(),
+        &[("crlf.ocsp.test", &injected), ("long.ocsp.test", &long)],
+        &[],
+    )
+    .await;
+    handshake(&f, "crlf.ocsp.test");
+    handshake(&f, "long.ocsp.test");
+    let lines = [
+        format!(
+            "ferrule: OCSP responder {base}/a\\x0D\\x0AX-Injected: 1\\x0D\\x0A\\x0D\\x0AGET \
+             /second HTTP/1.0: refused: a byte in the path that is not allowed"
+        ),
+        format!("ferrule: OCSP responder {base}/aaaa"),
+        "refused: a path of more than 256 bytes".to_owned(),
+    ];
+    let all = logged(&f, &lines).await;
+    let log = error_log(&f);
+    assert_eq!(listener.seen().accepted, 0, "the responder was asked");
+    assert!(all, "{lines:#?} not all in NGINX's log:\n{log}");
+    assert!(!log.contains('\r'), "a CR in NGINX's log:\n{log:?}");
+    assert!(
+        !log.lines()
+            .any(|l| l.starts_with("X-Injected") || l.starts_with("GET /second")),
+        "a line of the certificate's in NGINX's log:\n{log}"
+    );
 }

@@ -1,8 +1,44 @@
--- ferrule.ocsp's pure parts: the answer's parsing and the log's escaping.
--- Fetches against real responders: controller/tests/it/ocsp.rs.
+-- ferrule.ocsp's pure parts: what a certificate's responder URL may be, the
+-- answer's parsing and the log's escaping. Fetches against real responders:
+-- controller/tests/it/ocsp.rs.
 local ocsp = require("ferrule.ocsp")
 
 local T = {}
+
+local function refused(url)
+    local host, why = ocsp.parse_url(url)
+    return host == nil and why
+end
+
+T["responder URLs: only a plain path of at most MAX_PATH bytes"] = function(t)
+    t.eq(select(3, ocsp.parse_url("http://ocsp.example.com/a-b_c.d~e/%2F;x=1?y")),
+         "/a-b_c.d~e/%2F;x=1?y")
+    t.eq(select(3, ocsp.parse_url("http://ocsp.example.com?x")), "/?x")
+    t.eq(refused("http://127.0.0.1/a\r\nX-Injected: 1"), "a byte in the path that is not allowed")
+    t.eq(refused("http://127.0.0.1/a b"), "a byte in the path that is not allowed")
+    t.eq(refused("http://127.0.0.1/a\0"), "a byte in the path that is not allowed")
+    t.eq(refused("http://127.0.0.1/\xC3\xA9"), "a byte in the path that is not allowed")
+    t.eq(refused("http://127.0.0.1/a#b"), "a byte in the path that is not allowed")
+    t.eq(refused("http://127.0.0.1/%4"), "a % in the path that is not an escape")
+    t.eq(refused("http://127.0.0.1/%g0"), "a % in the path that is not an escape")
+    local max = "http://h/" .. string.rep("a", ocsp.MAX_PATH - 1)
+    t.ok(ocsp.parse_url(max), "a path of MAX_PATH bytes")
+    t.eq(refused(max .. "a"), "a path of more than " .. ocsp.MAX_PATH .. " bytes")
+end
+
+T["responder URLs: a host name, an IPv4 or a bracketed IPv6 address"] = function(t)
+    t.eq(ocsp.parse_url("http://OCSP.Example.com./"), "ocsp.example.com")
+    t.eq(ocsp.parse_url("http://[::ffff:127.0.0.1]:8080/"), "::ffff:127.0.0.1")
+    t.eq(refused("http://[12345::]/"), "not an IPv6 address in brackets")
+    t.eq(refused("http://[::g]/"), "not a host name or address")
+    t.eq(refused("http://[1::2::3]/"), "not an IPv6 address in brackets")
+    t.eq(refused("http://[1.2.3.4::]/"), "not an IPv6 address in brackets")
+    for _, host in ipairs({ "1.2.3", "256.1.1.1", "2130706433", "a.123", "-a.b", "a-.b",
+                            "a..b", "a_b.c", string.rep("a", 64) .. ".b", "" }) do
+        t.eq(refused("http://" .. host .. "/"), "not a host name or address", host)
+    end
+    t.eq(refused("http://h:0/"), "a port that is not 1 to 65535")
+end
 
 T["answers: status, length, and what may still come"] = function(t)
     local ok = "HTTP/1.0 200 OK\r\nContent-Type: application/ocsp-response\r\n"
