@@ -127,6 +127,7 @@ fn dataplane(prefix: &Path) -> Dataplane {
         resolvers: Vec::new(),
         metrics: None,
         ssl_passthrough: false,
+        allow_local_endpoints: false,
     };
     let pem = ferrule::tls::self_signed_default().expect("default certificate");
     Dataplane::new(Renderer::new(opts), PathBuf::from("nginx"), pem).expect("prefix")

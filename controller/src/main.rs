@@ -90,7 +90,8 @@ struct ModelFlags {
     /// (169.254.0.0/16, fe80::/10) or unspecified. By default they are left out, with a
     /// warning on the Ingresses that route to them: whoever writes an EndpointSlice
     /// could otherwise route a host to the controller's status port or to the node's
-    /// own services. For standalone mode with backends on this machine.
+    /// own services. For standalone mode with backends on this machine. The same holds
+    /// for the OCSP responders that certificates name (ConfigMap enable-ocsp).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value_t = false,
           action = clap::ArgAction::Set, value_name = "BOOL")]
     allow_local_endpoints: bool,
@@ -463,6 +464,7 @@ impl NginxFlags {
             resolvers: ferrule::nginx::render::system_resolvers(),
             metrics: self.metrics.render()?,
             ssl_passthrough: flags.enable_ssl_passthrough,
+            allow_local_endpoints: flags.allow_local_endpoints,
         })
     }
 

@@ -9,7 +9,10 @@ local _M = {}
 -- servers balance() proxies to for a 503 and for the ssl-redirect (nginx.conf), and
 -- the status of the ssl-redirect rewrite() answers itself (http-redirect-code);
 -- metrics = nil or { source = "module"|"lua", time, length, size }: per-request
--- metrics (ferrule.metrics); ocsp = true: staple OCSP responses (ferrule.ocsp).
+-- metrics (ferrule.metrics); ocsp = nil or { allow_local = bool, resolvers = {
+-- "10.96.0.10", ... } }: staple OCSP responses (ferrule.ocsp), asking loopback,
+-- link-local and unspecified responders only with allow_local
+-- (--allow-local-endpoints), looking names up with those nameservers.
 function _M.init(opts)
     opts = opts or {}
     local token = opts.token
@@ -43,7 +46,7 @@ function _M.init(opts)
     require("ferrule.configuration").set_token(token)
     require("ferrule.balancer").set_answers(opts.answers)
     require("ferrule.certificate")
-    require("ferrule.ocsp").enabled = opts.ocsp == true
+    require("ferrule.ocsp").configure(opts.ocsp)
     require("ngx.ssl")
     require("resty.lrucache")
 end

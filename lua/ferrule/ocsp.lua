@@ -19,15 +19,20 @@
 -- responder: what a fetch may cost is bounded, whatever either says.
 --   * The URL is http://host[:port]/path, at most MAX_PATH bytes of path in a
 --     plain alphabet (no CR, LF, blank or control byte reaches the request).
---   * One fetch, from the connection to the answer's last byte, ends at DEADLINE_MS,
+--   * A host name is looked up here (the nameservers NGINX is given), and an
+--     address that is loopback, link-local or unspecified is refused, as
+--     endpoints are, unless --allow-local-endpoints (allow_local).
+--   * One fetch, from the lookup to the answer's last byte, ends at DEADLINE_MS,
 --     and reads at most MAX_ANSWER bytes (status line, headers and body).
 --   * One fetch per pair at a time (ol:), at most MAX_FETCHES per worker.
 --   * What the certificate or the responder wrote is escaped in the log.
 local ngx_ocsp = require("ngx.ocsp")
 local ssl = require("ngx.ssl")
+local bit = require("bit")
 
 local ngx = ngx
 local byte = string.byte
+local char = string.char
 local concat = table.concat
 local find = string.find
 local format = string.format
@@ -35,18 +40,26 @@ local gsub = string.gsub
 local lower = string.lower
 local match = string.match
 local sub = string.sub
+local band = bit.band
+local rshift = bit.rshift
 
 local _M = {}
 
 _M.enabled = false
+-- --allow-local-endpoints: loopback, link-local and unspecified responders too
+_M.allow_local = false
+-- nameservers for responders named by host name ("10.96.0.10", "[fd00::a]")
+_M.resolvers = {}
 -- seconds: a response is fetched again after FRESH, and served at most MAX_AGE
 -- (responders' answers are valid for days; this bounds a revocation's delay)
 _M.FRESH = 3600
 _M.MAX_AGE = 2 * 3600
 -- a failed fetch waits this long before the next one
 _M.RETRY = 30
--- one fetch, from the connection to the answer's last byte
+-- one fetch, from the name's lookup to the answer's last byte
 _M.DEADLINE_MS = 5000
+-- one DNS query (then the next nameserver is asked), within the deadline
+_M.DNS_TIMEOUT_MS = 2000
 -- the whole answer: status line, headers and body (a response is a few KB)
 _M.MAX_ANSWER = 64 * 1024
 -- fetches one worker runs at once: started (timer pending) and not ended
@@ -147,6 +160,41 @@ local function ipv6(s)
     return groups
 end
 
+-- Why the address `ip` (text) must not be asked, or nil: loopback (127.0.0.0/8,
+-- ::1), link-local (169.254.0.0/16, fe80::/10), unspecified (0.0.0.0/8, ::),
+-- also as IPv4-mapped IPv6: the rule endpoints follow (--allow-local-endpoints).
+local function local_address(ip)
+    local o = ipv4(ip)
+    if not o then
+        local g = ipv6(ip)
+        if not g then
+            return "not an address"
+        end
+        local zero = true
+        for i = 1, 5 do
+            zero = zero and g[i] == 0
+        end
+        if zero and g[6] == 0xffff then -- ::ffff:a.b.c.d
+            o = { rshift(g[7], 8), band(g[7], 255), rshift(g[8], 8), band(g[8], 255) }
+        elseif zero and g[6] == 0 and g[7] == 0 and g[8] <= 1 then
+            return g[8] == 1 and "loopback" or "unspecified"
+        elseif band(g[1], 0xffc0) == 0xfe80 then
+            return "link-local"
+        else
+            return nil
+        end
+    end
+    if o[1] == 127 then
+        return "loopback"
+    elseif o[1] == 0 then
+        return "unspecified"
+    elseif o[1] == 169 and o[2] == 254 then
+        return "link-local"
+    end
+    return nil
+end
+_M.local_address = local_address
+
 -- A host name as DNS has it: letters, digits and hyphens in labels of 1 to 63
 -- bytes, at most 253 bytes, not all digits in its last label (no IPv4 address
 -- in another spelling).
@@ -225,6 +273,149 @@ local function now_ms()
     return ngx.now() * 1000
 end
 
+local function u16(s, i)
+    local a, b = byte(s, i, i + 1)
+    return a * 256 + b
+end
+
+-- A DNS query for `name` (already checked by hostname()) of type `qtype`.
+local function dns_query(id, name, qtype)
+    local parts = { char(rshift(id, 8), band(id, 255), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0) }
+    for label in gsub(name, "%.$", ""):gmatch("[^.]+") do
+        parts[#parts + 1] = char(#label) .. label
+    end
+    parts[#parts + 1] = char(0, 0, qtype, 0, 1)
+    return concat(parts)
+end
+_M.dns_query = dns_query
+
+-- The position after the name at `pos` of the message `m`, or nil.
+local function skip_name(m, pos)
+    for _ = 1, 128 do
+        local len = byte(m, pos)
+        if not len then
+            return nil
+        elseif len == 0 then
+            return pos + 1
+        elseif len >= 0xC0 then -- a pointer ends the name
+            return pos + 2
+        elseif len > 63 then
+            return nil
+        end
+        pos = pos + 1 + len
+    end
+    return nil
+end
+
+-- The addresses of type `qtype` (1: A, 28: AAAA) in the answer `m` to the
+-- query `id`, as text; nil and why when it is no such answer.
+local function dns_answer(m, id, qtype)
+    if #m < 12 or u16(m, 1) ~= id or band(byte(m, 3), 0x80) == 0 then
+        return nil, "not an answer to the query"
+    end
+    local rcode = band(byte(m, 4), 0x0F)
+    if rcode ~= 0 then
+        return nil, rcode == 3 and "no such name" or "DNS error " .. rcode
+    end
+    local pos = 13
+    for _ = 1, u16(m, 5) do
+        pos = skip_name(m, pos)
+        if not pos then
+            return nil, "malformed DNS answer"
+        end
+        pos = pos + 4
+    end
+    local out = {}
+    for _ = 1, u16(m, 7) do
+        pos = skip_name(m, pos)
+        if not pos or pos + 9 > #m then
+            return nil, "malformed DNS answer"
+        end
+        local rtype, len = u16(m, pos), u16(m, pos + 8)
+        local data = pos + 10
+        if data + len - 1 > #m then
+            return nil, "malformed DNS answer"
+        end
+        if rtype == qtype and rtype == 1 and len == 4 then
+            out[#out + 1] = format("%d.%d.%d.%d", byte(m, data, data + 3))
+        elseif rtype == qtype and rtype == 28 and len == 16 then
+            local g = {}
+            for i = 0, 7 do
+                g[#g + 1] = format("%x", u16(m, data + 2 * i))
+            end
+            out[#out + 1] = concat(g, ":")
+        end
+        pos = data + len
+    end
+    return out
+end
+_M.dns_answer = dns_answer
+
+-- The addresses of `name` (A, else AAAA), asked of the nameservers one after
+-- the other until `deadline` (ms); nil and why when none answers with one.
+local function resolve(name, deadline)
+    if #_M.resolvers == 0 then
+        return nil, "no nameserver to look " .. name .. " up"
+    end
+    local why = "no answer"
+    for _, qtype in ipairs({ 1, 28 }) do
+        for _, ns in ipairs(_M.resolvers) do
+            local left = deadline - now_ms()
+            if left < 1 then
+                return nil, "looking " .. name .. " up: deadline"
+            end
+            local id = math.random(0, 65535)
+            local udp = ngx.socket.udp()
+            udp:settimeout(math.min(left, _M.DNS_TIMEOUT_MS))
+            local ok, err = udp:setpeername(ns, 53)
+            if ok then
+                ok, err = udp:send(dns_query(id, name, qtype))
+            end
+            local answer
+            if ok then
+                answer, err = udp:receive()
+            end
+            udp:close()
+            if answer then
+                local addrs
+                addrs, err = dns_answer(answer, id, qtype)
+                if addrs and #addrs > 0 then
+                    return addrs
+                elseif err == "no such name" then
+                    return nil, "looking " .. name .. " up: " .. err
+                end
+                err = err or "no address"
+            end
+            why = tostring(err)
+        end
+    end
+    return nil, "looking " .. name .. " up: " .. why
+end
+
+-- The address to connect to for `host` (an address or a name): the first one
+-- the rule above allows; nil and why when there is none.
+local function target(host, deadline)
+    local addrs
+    if ipv4(host) or ipv6(host) then
+        addrs = { host }
+    else
+        local err
+        addrs, err = resolve(host, deadline)
+        if not addrs then
+            return nil, err
+        end
+    end
+    local why
+    for _, a in ipairs(addrs) do
+        local bad = not _M.allow_local and local_address(a)
+        if not bad then
+            return a
+        end
+        why = format("%s address %s (--allow-local-endpoints allows it)", bad, a)
+    end
+    return nil, why
+end
+
 -- The body of the HTTP/1.0 answer `buf` (bounded), or nil, why, and whether
 -- more bytes could complete it (unless the responder `closed`).
 local function answer_body(buf, closed)
@@ -272,6 +463,10 @@ local function post(url, body, deadline)
     if not host then
         return nil, "refused: " .. port
     end
+    local addr, terr = target(host, deadline)
+    if not addr then
+        return nil, "refused: " .. terr
+    end
     local sock = ngx.socket.tcp()
     -- before each step: the time left to the deadline
     local function arm()
@@ -285,9 +480,9 @@ local function post(url, body, deadline)
     if not arm() then
         return nil, "deadline before connecting"
     end
-    local ok, err = sock:connect(find(host, ":", 1, true) and "[" .. host .. "]" or host, port)
+    local ok, err = sock:connect(find(addr, ":", 1, true) and "[" .. addr .. "]" or addr, port)
     if not ok then
-        return nil, "connect " .. authority .. ": " .. tostring(err)
+        return nil, "connect " .. addr .. ": " .. tostring(err)
     end
     if not arm() then
         sock:close()
@@ -420,6 +615,19 @@ function _M.staple(digest, pem)
             ngx.log(ngx.WARN, "ferrule: OCSP fetch not started: ", terr)
         end
     end
+end
+
+-- opts: nil (off), or { allow_local = bool, resolvers = { "10.96.0.10", "[fd00::a]" } }
+-- (init_by_lua, from --allow-local-endpoints and the pod's nameservers).
+function _M.configure(opts)
+    _M.enabled = opts ~= nil and opts ~= false
+    opts = type(opts) == "table" and opts or {}
+    _M.allow_local = opts.allow_local == true
+    local resolvers = {}
+    for _, r in ipairs(opts.resolvers or {}) do
+        resolvers[#resolvers + 1] = match(r, "^%[(.*)%]$") or r
+    end
+    _M.resolvers = resolvers
 end
 
 -- The pair `digest` left the store: its response goes with it.

@@ -17,7 +17,7 @@ use crate::support::*;
 pub(crate) static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
 
-const NETNS: &str = "ferrule-e2e";
+pub(crate) const NETNS: &str = "ferrule-e2e";
 
 pub(crate) struct Cluster {
     pub(crate) root: PathBuf,
@@ -134,8 +134,14 @@ impl Cluster {
 }
 
 /// A network namespace with addresses 10.213.0.2–9 reachable from the host through
-/// a veth pair (host side 10.213.0.1). Idempotent.
-fn netns_up() {
+/// a veth pair (host side 10.213.0.1). Idempotent, and once per process (the
+/// cluster's tests and the OCSP tests share it).
+pub(crate) fn netns_up() {
+    static UP: std::sync::Once = std::sync::Once::new();
+    UP.call_once(netns_create);
+}
+
+fn netns_create() {
     let sh = |c: &str| {
         let out = Command::new("sh").arg("-c").arg(c).output().unwrap();
         (

@@ -2,11 +2,12 @@
 //! (`openssl ocsp`), as a client that asks for the status sees it; and what a
 //! responder named by a tenant's certificate can cost: hostile responders (an
 //! endless header line, one byte at a time), URLs that are refused before
-//! anything is sent (CR/LF, a long path), and how many fetches a worker runs at
-//! once.
+//! anything is sent (CR/LF, a long path, local addresses), and how many fetches
+//! a worker runs at once.
 
-use std::net::SocketAddr;
-use std::path::Path;
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -106,6 +107,15 @@ impl Responder {
     /// On every address of this machine.
     fn start(dir: &Path, port: u16) -> Responder {
         Self::spawn(Command::new("openssl"), dir, port)
+    }
+
+    /// On every address of the backends' network namespace (10.213.0.2–9): an
+    /// ordinary address, not this machine's loopback.
+    fn start_in_netns(dir: &Path, port: u16) -> Responder {
+        crate::e2e::netns_up();
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", crate::e2e::NETNS, "openssl"]);
+        Self::spawn(cmd, dir, port)
     }
 
     fn spawn(mut cmd: Command, dir: &Path, port: u16) -> Responder {
@@ -647,4 +657,201 @@ async fn responder_urls_with_cr_lf_or_a_long_path_are_refused_and_logged_escaped
             .any(|l| l.starts_with("X-Injected") || l.starts_with("GET /second")),
         "a line of the certificate's in NGINX's log:\n{log}"
     );
+}
+
+/// Without `--allow-local-endpoints`, a responder at a loopback (also
+/// IPv4-mapped), unspecified or link-local address is refused before anything
+/// is sent, as an endpoint there would be left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_responders_are_refused_without_allow_local_endpoints() {
+    let listener = Hostile::start("127.0.0.1", Answer::Silent).await;
+    let port = listener.addr.port();
+    let urls = [
+        ("loopback.ocsp.test", format!("http://127.0.0.1:{port}/")),
+        (
+            "mapped.ocsp.test",
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+        ),
+        ("zero.ocsp.test", format!("http://0.0.0.0:{port}/")),
+        // Nothing listens there: the log says it was refused, not that it failed.
+        (
+            "metadata.ocsp.test",
+            format!("http://169.254.169.254:{port}/"),
+        ),
+    ];
+    let why = [
+        "loopback address 127.0.0.1",
+        "loopback address ::ffff:127.0.0.1",
+        "unspecified address 0.0.0.0",
+        "link-local address 169.254.169.254",
+    ];
+    let leaves: Vec<(&str, &str)> = urls.iter().map(|(h, u)| (*h, u.as_str())).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (f, _echo, _m) = serving(dir.path(), &leaves, &["--allow-local-endpoints=false"]).await;
+    for (host, _) in &urls {
+        handshake(&f, host);
+    }
+    let lines: Vec<String> = (urls.iter().zip(why))
+        .map(|((_, url), why)| {
+            format!(
+                "ferrule: OCSP responder {url}: refused: {why} (--allow-local-endpoints allows it)"
+            )
+        })
+        .collect();
+    let all = logged(&f, &lines).await;
+    assert_eq!(listener.seen().accepted, 0, "a local responder was asked");
+    assert!(all, "{lines:#?} not all in NGINX's log:\n{}", error_log(&f));
+}
+
+/// A nameserver on `127.53.0.N:53`: the A record of each of `names`, NXDOMAIN
+/// for another name, no record of another type.
+struct Nameserver {
+    ip: Ipv4Addr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Nameserver {
+    async fn start(names: &[(&str, Ipv4Addr)]) -> Nameserver {
+        let names: HashMap<String, Ipv4Addr> =
+            names.iter().map(|(n, a)| (n.to_string(), *a)).collect();
+        let mut bound = None;
+        for n in 1..=250 {
+            let ip = Ipv4Addr::new(127, 53, 0, n);
+            if let Ok(s) = tokio::net::UdpSocket::bind((ip, 53)).await {
+                bound = Some((ip, s));
+                break;
+            }
+        }
+        let (ip, socket) = bound.expect("no 127.53.0.N:53 free");
+        let task = tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+                if let Some(answer) = dns_answer(&buf[..n], &names) {
+                    let _ = socket.send_to(&answer, from).await;
+                }
+            }
+        });
+        Nameserver { ip, task }
+    }
+}
+
+impl Drop for Nameserver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The answer to the DNS query `q`, as [`Nameserver`] gives it.
+fn dns_answer(q: &[u8], names: &HashMap<String, Ipv4Addr>) -> Option<Vec<u8>> {
+    let mut pos = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = *q.get(pos)? as usize;
+        pos += 1;
+        if len == 0 {
+            break;
+        }
+        labels.push(String::from_utf8_lossy(q.get(pos..pos + len)?).to_lowercase());
+        pos += len;
+    }
+    let qtype = u16::from_be_bytes([*q.get(pos)?, *q.get(pos + 1)?]);
+    let question = q.get(12..pos + 4)?;
+    let known = names.get(&labels.join("."));
+    let a = known.filter(|_| qtype == 1);
+    let mut out = q[..2].to_vec(); // the query's id
+    // an answer, recursion available; NXDOMAIN for an unknown name
+    out.extend([0x81, if known.is_some() { 0x80 } else { 0x83 }]);
+    out.extend([0, 1, 0, u8::from(a.is_some()), 0, 0, 0, 0]);
+    out.extend(question);
+    if let Some(a) = a {
+        // the question's name (a pointer to it), A, IN, 5 s, 4 bytes
+        out.extend([0xC0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4]);
+        out.extend(a.octets());
+    }
+    Some(out)
+}
+
+/// Ferrule whose `/etc/resolv.conf` names only `nameserver`: spawned from a
+/// thread in a mount namespace of its own, where a file is bound over it
+/// (Ferrule and its NGINX inherit the namespace; nothing else sees it). The
+/// directory holds that file.
+fn spawn_with_nameserver(
+    nameserver: Ipv4Addr,
+    manifests: &Path,
+    extra: &[&str],
+) -> (Ferrule, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let resolv: PathBuf = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver {nameserver}\n")).unwrap();
+    let manifests = manifests.to_owned();
+    let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    let f = std::thread::spawn(move || {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).expect("unshare");
+        let resolv = resolv.to_string_lossy().into_owned();
+        for args in [
+            vec!["--make-rprivate", "/"],
+            vec!["--bind", &resolv, "/etc/resolv.conf"],
+        ] {
+            let out = Command::new("mount").args(&args).output().unwrap();
+            assert!(out.status.success(), "mount {args:?}: {out:?}");
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        Ferrule::spawn(&manifests, &extra)
+    })
+    .join()
+    .unwrap();
+    (f, dir)
+}
+
+/// Without `--allow-local-endpoints`, a responder at an ordinary address (in the
+/// backends' network namespace) is asked, named by its address or by a host
+/// name, which is looked up first: its answer is stapled. A name whose address
+/// is loopback is refused, and nothing connects there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_responder_is_asked_by_address_or_name_a_local_one_is_not() {
+    let port = free_port();
+    let local = Hostile::start("127.0.0.1", Answer::Silent).await;
+    let by_address = format!("http://10.213.0.9:{port}/");
+    let by_name = format!("http://responder.ocsp.test:{port}/");
+    let to_local = format!("http://loopback.ocsp.test:{}/", local.addr.port());
+    let dir = tempfile::tempdir().unwrap();
+    let leaves = [
+        ("address.ocsp.test", by_address.as_str()),
+        ("name.ocsp.test", by_name.as_str()),
+        ("local.ocsp.test", to_local.as_str()),
+    ];
+    pki(dir.path(), &leaves, &[]);
+    let _responder = Responder::start_in_netns(dir.path(), port);
+    let ns = Nameserver::start(&[
+        ("responder.ocsp.test", Ipv4Addr::new(10, 213, 0, 9)),
+        ("loopback.ocsp.test", Ipv4Addr::LOCALHOST),
+    ])
+    .await;
+    let echo = Echo::start("127.0.0.2").await;
+    let hosts: Vec<&str> = leaves.iter().map(|(h, _)| *h).collect();
+    let m = manifests(dir.path(), echo.addr, &hosts, "true");
+    let args = [OCSP_ARGS, &["--allow-local-endpoints=false"]].concat();
+    let (f, _resolv) = spawn_with_nameserver(ns.ip, m.path(), &args);
+    f.wait_ready(Duration::from_secs(20)).await;
+
+    handshake(&f, "local.ocsp.test");
+    for host in ["address.ocsp.test", "name.ocsp.test"] {
+        let good = wait_until(Duration::from_secs(20), || async {
+            stapled(&f, host).as_deref() == Some("good")
+        })
+        .await;
+        assert!(
+            good,
+            "{host}: no good status stapled ({:?}); NGINX's log:\n{}",
+            stapled(&f, host),
+            error_log(&f)
+        );
+    }
+    let refused = format!(
+        "ferrule: OCSP responder {to_local}: refused: loopback address 127.0.0.1 \
+         (--allow-local-endpoints allows it)"
+    );
+    let all = logged(&f, std::slice::from_ref(&refused)).await;
+    assert_eq!(local.seen().accepted, 0, "the local responder was asked");
+    assert!(all, "{refused:?} not in NGINX's log:\n{}", error_log(&f));
 }

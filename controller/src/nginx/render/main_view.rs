@@ -82,9 +82,21 @@ impl Renderer {
             auth_upstreams: external_auth::upstreams(model),
             auth_relay: Self::unix(self.worker_path(options::AUTH_RELAY_SOCKET)),
             metrics: self.metrics_view(),
+            ocsp_lua: self.ocsp_lua(),
             streams: streams::view(self, model),
             tls_router: streams::tls_router(self, model),
         }
+    }
+
+    /// `ferrule.ocsp`'s options (ConfigMap `enable-ocsp`): whether a responder may
+    /// be local, and the nameservers its name is looked up with.
+    fn ocsp_lua(&self) -> String {
+        let resolvers: Vec<String> = (self.opts.resolvers.iter()).map(|r| lua_quote(r)).collect();
+        format!(
+            "{{ allow_local = {}, resolvers = {{{}}} }}",
+            self.opts.allow_local_endpoints,
+            resolvers.join(", ")
+        )
     }
 
     fn metrics_view(&self) -> Option<MetricsMainView> {
@@ -126,6 +138,8 @@ pub(super) struct MainView {
     auth_upstreams: Vec<external_auth::AuthUpstreamView>,
     /// Where the relay listens (`unix:PATH`).
     auth_relay: String,
+    /// `ferrule.ocsp`'s options, a Lua table (rendered with `enable-ocsp`).
+    ocsp_lua: String,
     modules: Vec<String>,
     user: Option<String>,
     group: Option<String>,

@@ -136,6 +136,10 @@ pub struct RenderOptions {
     /// `--enable-ssl-passthrough`: the stream block owns the HTTPS port and routes
     /// by SNI; the HTTPS servers listen on [`HTTPS_SOCKET`] behind it.
     pub ssl_passthrough: bool,
+    /// `--allow-local-endpoints`: what the Lua balancer connects to itself (the OCSP
+    /// responders that certificates name, ConfigMap `enable-ocsp`) may be loopback,
+    /// link-local or unspecified too, as endpoints may.
+    pub allow_local_endpoints: bool,
 }
 
 /// How NGINX collects per-request metrics (read back by `crate::scrape`).

@@ -74,6 +74,7 @@ fn opts(prefix: &str) -> RenderOptions {
         resolvers: vec!["10.96.0.10".to_owned()],
         metrics: None,
         ssl_passthrough: false,
+        allow_local_endpoints: false,
     }
 }
 
@@ -1897,4 +1898,50 @@ fn the_module_writes_only_the_default_access_log_line() {
         let conf = &files["conf/nginx.conf"].text;
         assert!(!conf.contains("ferrule_upstreaminfo"), "{data}:\n{conf}");
     }
+}
+
+/// With `enable-ocsp`, `ferrule.ocsp` is told whether a responder may be local
+/// (`--allow-local-endpoints`, as endpoints) and which nameservers look its name up;
+/// without the key, nothing.
+#[test]
+fn ocsp_options_carry_allow_local_endpoints_and_the_nameservers() {
+    let yaml = |on: &str| {
+        format!(
+            "{}\n---\n{}",
+            ferrule_configmap(&format!("enable-ocsp: \"{on}\"")),
+            one_path_ingress("web", "a.example.com", "/", "app", "")
+        )
+    };
+    let on = model(&yaml("true"), Settings::default());
+    let cases: [(bool, &[&str], &str); 3] = [
+        (
+            false,
+            &["10.96.0.10"],
+            r#"ocsp = { allow_local = false, resolvers = {"10.96.0.10"} },"#,
+        ),
+        (
+            true,
+            &["10.96.0.10", "[fd00::a]"],
+            r#"ocsp = { allow_local = true, resolvers = {"10.96.0.10", "[fd00::a]"} },"#,
+        ),
+        (
+            false,
+            &[],
+            r#"ocsp = { allow_local = false, resolvers = {} },"#,
+        ),
+    ];
+    for (allow_local_endpoints, resolvers, want) in cases {
+        let files = Renderer::new(RenderOptions {
+            allow_local_endpoints,
+            resolvers: resolvers.iter().map(|r| r.to_string()).collect(),
+            ..opts("/ferrule")
+        })
+        .render(&on)
+        .unwrap();
+        let conf = &files["conf/nginx.conf"].text;
+        assert_eq!(conf.matches(want).count(), 1, "{want}:\n{conf}");
+    }
+    let off = model(&yaml("false"), Settings::default());
+    let files = Renderer::new(opts("/ferrule")).render(&off).unwrap();
+    assert!(!files["conf/nginx.conf"].text.contains("ocsp ="));
 }
