@@ -27,7 +27,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use ferrule_model::Snapshot;
-use ferrule_model::admission::{Decision, Index, Options};
+use ferrule_model::admission::{Decision, Index, Operation, Options};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -251,10 +251,12 @@ impl Webhook {
         let gvk = &req.kind;
         let ingress = (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str())
             == ("networking.k8s.io", "v1", "Ingress");
-        if !ingress || !matches!(req.operation.as_str(), "CREATE" | "UPDATE") {
-            // Not what the webhook is registered for: nothing to say about it.
-            return Ok(allow(Vec::new()));
-        }
+        // Anything else is not what the webhook is registered for: nothing to say.
+        let operation = match req.operation.as_str() {
+            "CREATE" if ingress => Operation::Create,
+            "UPDATE" if ingress => Operation::Update,
+            _ => return Ok(allow(Vec::new())),
+        };
         if let (Some(watched), Some(ns)) = (&self.namespace, &req.namespace)
             && watched != ns
         {
@@ -283,6 +285,7 @@ impl Webhook {
         let opts = Options {
             strict_tls: self.strict_tls,
             now: Some(now()),
+            operation,
         };
         let (decision, tested) = index.check_counted(candidate, &opts);
         self.shared

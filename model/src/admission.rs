@@ -17,6 +17,9 @@
 //! - any other kind (a host + path or a certificate lost to an older Ingress, a
 //!   Service or port that does not exist yet, an ignored annotation) warns.
 //!
+//! The candidate's age is the [`Operation`]'s: a creation is the newest Ingress, an
+//! update as old as the version the snapshot holds, never what the request says.
+//!
 //! An [`Index`] of the snapshot (host → Ingresses, and Services, EndpointSlices and
 //! Secrets by name) keeps the cost of a decision proportional to what the candidate
 //! touches, not to the cluster. It shares the snapshot (an `Arc`), holds positions
@@ -35,7 +38,7 @@ use crate::build::{backends, classes, hosts};
 use crate::model::{DEFAULT_SERVER, ProblemKind};
 use crate::snapshot::{Settings, Snapshot};
 
-/// How strict a decision is.
+/// How strict a decision is, and on what.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
     /// A TLS Secret that is missing or invalid denies (`--admission-strict-tls`);
@@ -44,6 +47,22 @@ pub struct Options {
     /// "Now" for certificate expiry, in seconds since the Unix epoch; `None` keeps
     /// the snapshot's.
     pub now: Option<i64>,
+    /// What the API server is about to do with the candidate: its age follows.
+    pub operation: Operation,
+}
+
+/// The operation under review; it decides the candidate's age, which decides every
+/// "oldest wins" claim.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Operation {
+    /// A new Ingress: the newest of all, whatever `creationTimestamp` the request
+    /// carries (a caller could backdate it to win claims it will never win).
+    #[default]
+    Create,
+    /// A new version of an Ingress: as old as the version the snapshot holds (the API
+    /// server keeps `creationTimestamp`); one the snapshot has not seen yet keeps the
+    /// request's, or is the newest without one.
+    Update,
 }
 
 /// What the webhook answers for one Ingress.
@@ -141,6 +160,9 @@ impl Keyed {
 /// Our Ingresses, by what makes them interact.
 #[derive(Debug, Default)]
 struct IngressIndex {
+    /// Every Ingress of the snapshot (ours or not) by `(namespace, name)`: the
+    /// stored version of an update.
+    by_name: Keyed,
     /// By rule host (lower case; `_` for rules without one). A TLS host without a
     /// rule of its Ingress claims nothing, so rule hosts are all there is.
     by_host: Keyed,
@@ -157,7 +179,10 @@ impl IngressIndex {
     fn new(snap: &Snapshot) -> Self {
         let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
         let prefix = format!("{}/", snap.settings.annotations_prefix);
-        let mut index = IngressIndex::default();
+        let mut index = IngressIndex {
+            by_name: Keyed::by_name(&snap.ingresses),
+            ..IngressIndex::default()
+        };
         let mut catch_all = Vec::new();
         for (i, ing) in snap.ingresses.iter().enumerate() {
             if !filter.is_ours(ing) {
@@ -300,8 +325,9 @@ impl Index {
     }
 
     /// Decides on `candidate`, the Ingress as it would be stored (created, or the
-    /// new version of one of the snapshot's). One without a creationTimestamp is
-    /// taken as the newest.
+    /// new version of one of the snapshot's, as [`Options::operation`] says). Its age
+    /// is the operation's ([`Operation`]), never a `creationTimestamp` a creation
+    /// carries.
     pub fn check(&self, candidate: Ingress, opts: &Options) -> Decision {
         self.check_counted(candidate, opts).0
     }
@@ -354,9 +380,6 @@ impl Index {
         if !filter.is_ours(candidate) {
             return None;
         }
-        if candidate.metadata.creation_timestamp.is_none() {
-            candidate.metadata.creation_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::MAX));
-        }
         let ns = candidate.metadata.namespace.clone().unwrap_or_default();
         let name = candidate.metadata.name.clone().unwrap_or_default();
         let itself = |i: &u32| {
@@ -364,8 +387,19 @@ impl Index {
             m.namespace.as_deref().unwrap_or_default() == ns
                 && m.name.as_deref().unwrap_or_default() == name
         };
-
         let index = &*self.ingresses;
+        let stored = (index.by_name.get((ns.as_str(), name.as_str())).iter())
+            .find(|i| itself(i))
+            .map(|&i| &snap.ingresses[i as usize]);
+        let newest = || Some(Time(k8s_openapi::jiff::Timestamp::MAX));
+        candidate.metadata.creation_timestamp = match (opts.operation, stored) {
+            (Operation::Create, _) => newest(),
+            (Operation::Update, Some(s)) => s.metadata.creation_timestamp.clone(),
+            (Operation::Update, None) => {
+                candidate.metadata.creation_timestamp.take().or_else(newest)
+            }
+        };
+
         let mut picked: Vec<u32> = Vec::new();
         for host in rule_hosts(candidate) {
             picked.extend_from_slice(index.by_host.get(host.as_str()));

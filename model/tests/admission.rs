@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use ferrule_model::admission::{Decision, Index, Options};
+use ferrule_model::admission::{Decision, Index, Operation, Options};
 use ferrule_model::{ResourceRef, Severity, build};
 use k8s_openapi::api::networking::v1::Ingress;
 use serde_json::{Value, json};
@@ -296,6 +296,12 @@ fn conflicts_and_missing_references_are_warnings() {
     );
 }
 
+/// An Ingress stamped with the oldest time there is.
+fn backdated(mut ing: Ing) -> Ing {
+    ing.0["metadata"]["creationTimestamp"] = json!("1970-01-01T00:00:00Z");
+    ing
+}
+
 #[test]
 fn age_decides_who_wins() {
     let mut no_timestamp = web(Ing::new("default/unstamped", 0), "shop.test");
@@ -303,9 +309,14 @@ fn age_decides_who_wins() {
         .as_object_mut()
         .unwrap()
         .remove("creationTimestamp");
+    let update = Options {
+        operation: Operation::Update,
+        ..Options::default()
+    };
+    let later = web(Ing::new("default/later", 30), "later.test");
     table(
-        &cluster(),
-        &Options::default(),
+        &(cluster() + &docs![later]),
+        &update,
         vec![
             // An update of the owner itself: its old version is replaced, not a rival.
             (
@@ -316,8 +327,9 @@ fn age_decides_who_wins() {
                     .tls(&["a.example.com"], "a-tls"),
                 Clean,
             ),
-            // An older Ingress (an update of one, typically) takes the path from the
-            // younger owner: the owner loses it, and the warning says so.
+            // An older Ingress the snapshot has not seen yet (the update of one) takes
+            // the path from the younger owner: the owner loses it, and the warning
+            // says so.
             (
                 "an older Ingress takes the path",
                 web(Ing::new("default/older", 5), "shop.test"),
@@ -336,8 +348,14 @@ fn age_decides_who_wins() {
                 Ing::new("default/catch", 10).default_backend("api", "80"),
                 Clean,
             ),
-            // The API server stamps creations before validating webhooks see them;
-            // without a stamp the candidate is the newest.
+            // The API server keeps creationTimestamp: an update is as old as the
+            // version the snapshot holds, whatever the request says.
+            (
+                "an update claiming to be older than it is",
+                backdated(web(Ing::new("default/later", 30), "shop.test")),
+                Warned("already served by Ingress default/old"),
+            ),
+            // Without a stamp (and unseen), the candidate is the newest.
             (
                 "no creationTimestamp",
                 no_timestamp,
@@ -345,6 +363,51 @@ fn age_decides_who_wins() {
             ),
         ],
     );
+}
+
+/// A creation is the newest Ingress there is: a backdated creationTimestamp (the
+/// request's, whoever sent it) wins no oldest-wins claim.
+#[test]
+fn a_creation_is_the_newest_whatever_its_timestamp() {
+    let created = Options::default();
+    assert_eq!(created.operation, Operation::Create);
+    let rows = vec![
+        (
+            "a backdated creation of a host + path",
+            backdated(web(Ing::new("default/early", 0), "shop.test")),
+            Warned("host shop.test path / (Prefix) is already served by Ingress default/old"),
+        ),
+        (
+            "a backdated creation of a TLS host",
+            backdated(
+                Ing::new("default/early-tls", 0)
+                    .rule("a.example.com", &[("/shop", "Prefix", "web", "80")])
+                    .tls(&["a.example.com"], "mine"),
+            ),
+            Warned(
+                "the certificate of host a.example.com is already provided by Ingress default/old",
+            ),
+        ),
+        (
+            "a backdated creation of the catch-all",
+            backdated(Ing::new("default/early-catch", 0).default_backend("api", "80")),
+            Warned("spec.defaultBackend ignored: Ingress default/catch is older"),
+        ),
+    ];
+    table(&cluster(), &created, rows.clone());
+    // Nobody loses anything to it.
+    let index = index(&cluster());
+    for (name, ing, _) in rows {
+        let warnings = match index.check(candidate(ing), &created) {
+            Decision::Allowed { warnings } => warnings,
+            other => panic!("{name}: {other:?}"),
+        };
+        let displaced = ferrule_model::admission::DISPLACED;
+        assert!(
+            !warnings.iter().any(|w| w.contains(displaced)),
+            "{name}: {warnings:?}"
+        );
+    }
 }
 
 #[test]
@@ -701,6 +764,7 @@ fn a_missing_or_invalid_secret_warns_unless_strict() {
     let later = Options {
         strict_tls: true,
         now: Some(i64::MAX / 2),
+        operation: Operation::Update,
     };
     let owner = Ing::new("default/old", 10)
         .rule("a.example.com", &[("/", "Prefix", "web", "80")])
@@ -739,7 +803,11 @@ fn agrees_with_the_full_build(manifests: &str) {
         );
         let r = ResourceRef::new("Ingress", ns, name);
         let mut want: Vec<&str> = full.problems_of(&r).map(|p| p.message.as_str()).collect();
-        let mut got: Vec<String> = match index.check((**ing).clone(), &Options::default()) {
+        let update = Options {
+            operation: Operation::Update,
+            ..Options::default()
+        };
+        let mut got: Vec<String> = match index.check((**ing).clone(), &update) {
             Decision::NotOurs => continue,
             Decision::Allowed { warnings } => warnings,
             Decision::Denied { reasons, warnings } => reasons.into_iter().chain(warnings).collect(),

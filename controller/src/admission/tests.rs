@@ -268,6 +268,52 @@ async fn post(port: u16, ca_pem: &str, body: Vec<u8>) -> Result<(u16, Value), St
     Ok((status, r.json().await.map_err(|e| e.to_string())?))
 }
 
+/// `w` served over TLS on a port of loopback: (port, the CA's PEM, the directory of
+/// the certificate files, to keep).
+async fn serve_tls(w: Webhook) -> (u16, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = issue(dir.path(), "test");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let certificates = Arc::new(Certificates::load(&cert, &key).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(serve(listener, certificates, Arc::new(w)));
+    (port, ca, dir)
+}
+
+/// A creation is the newest Ingress, whatever creationTimestamp the request carries:
+/// backdated to 1970, it still loses the host to the Ingress that has it, and its
+/// answer is the same, byte for byte, as that of the same creation stamped now.
+#[tokio::test]
+async fn a_backdated_creation_wins_nothing() {
+    let (w, _) = webhook(Some(snapshot()), None);
+    let (port, ca, _dir) = serve_tls(w).await;
+    let backdated = ingress("early", "1970-01-01T00:00:00Z", "shop.test", json!({}));
+    let (status, answer) = post(port, &ca, review("CREATE", backdated)).await.unwrap();
+    assert_eq!(status, 200);
+    let warnings = answer["response"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains(
+                "host shop.test path / (Prefix) is already served by Ingress default/old"
+            )),
+        "{answer}"
+    );
+    assert!(
+        !warnings.iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .contains(ferrule_model::admission::DISPLACED)),
+        "{answer}"
+    );
+    let stamped_now = ingress("early", "2030-01-01T00:00:00Z", "shop.test", json!({}));
+    let (_, now_answer) = post(port, &ca, review("CREATE", stamped_now))
+        .await
+        .unwrap();
+    assert_eq!(answer, now_answer);
+}
+
 #[tokio::test]
 async fn serves_tls_only_and_follows_a_rotated_certificate() {
     let dir = tempfile::tempdir().unwrap();
