@@ -20,6 +20,13 @@
 //! The candidate's age is the [`Operation`]'s: a creation is the newest Ingress, an
 //! update as old as the version the snapshot holds, never what the request says.
 //!
+//! Anyone may ask (the webhook does not know its callers), so a decision names and
+//! probes nothing of other namespaces: their Ingresses enter the small snapshot as
+//! [`Shadows`] (what they claim, under names of their own, with references that
+//! always resolve), and [`redact`] words each shadow's name as "an Ingress of another
+//! namespace". The problems are then `/status/resources`'s but for those names, and
+//! for what other namespaces' Services and Secrets would change (nothing, here).
+//!
 //! An [`Index`] of the snapshot (host → Ingresses, and Services, EndpointSlices and
 //! Secrets by name) keeps the cost of a decision proportional to what the candidate
 //! touches, not to the cluster. It shares the snapshot (an `Arc`), holds positions
@@ -335,10 +342,20 @@ impl Index {
     /// [`Index::check`], and how many Ingresses the decision built (the candidate
     /// and those it may interact with; 0 when it is not ours): its cost.
     pub fn check_counted(&self, mut candidate: Ingress, opts: &Options) -> (Decision, usize) {
-        let small = match self.small_snapshot(&mut candidate, opts) {
-            None => return (Decision::NotOurs, 0),
-            Some(s) => s,
-        };
+        let snap = &*self.snap;
+        let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
+        if !filter.is_ours(&candidate) {
+            return (Decision::NotOurs, 0);
+        }
+        let ns = candidate.metadata.namespace.as_deref().unwrap_or_default();
+        if !namespace_name(ns) {
+            let reasons = vec![format!(
+                "metadata.namespace {ns:?} is not a namespace name (a DNS-1123 label)"
+            )];
+            let warnings = Vec::new();
+            return (Decision::Denied { reasons, warnings }, 0);
+        }
+        let small = self.small_snapshot(&mut candidate, opts);
         let r = crate::build::ingress_ref(small.ingresses.last().expect("the candidate"));
         let model = crate::build::build(&small);
         let (mut reasons, mut warnings) = (Vec::new(), Vec::new());
@@ -349,8 +366,8 @@ impl Index {
                 _ => false,
             };
             match denies {
-                true => reasons.push(p.message.clone()),
-                false => warnings.push(p.message.clone()),
+                true => reasons.push(redact(&p.message)),
+                false => warnings.push(redact(&p.message)),
             }
         }
         // What the candidate takes from a younger Ingress (an update of an old one
@@ -360,7 +377,7 @@ impl Index {
             let o = crate::build::ingress_ref(other);
             for p in model.problems_of(&o) {
                 if p.kind == ProblemKind::Conflict && p.message.contains(&winner) {
-                    warnings.push(format!("{o} {DISPLACED} {}", p.message));
+                    warnings.push(redact(&format!("{o} {DISPLACED} {}", p.message)));
                 }
             }
         }
@@ -373,13 +390,10 @@ impl Index {
     }
 
     /// The snapshot a decision builds: the candidate last, after the Ingresses it
-    /// may interact with; `None` when the candidate is not ours.
-    fn small_snapshot(&self, candidate: &mut Ingress, opts: &Options) -> Option<Snapshot> {
+    /// may interact with. Those of other namespaces enter as their shadows
+    /// ([`Shadows`]), and every Ingress is stamped with its rank by age.
+    fn small_snapshot(&self, candidate: &mut Ingress, opts: &Options) -> Snapshot {
         let snap = &*self.snap;
-        let filter = classes::ClassFilter::new(&snap.ingress_classes, &snap.settings);
-        if !filter.is_ours(candidate) {
-            return None;
-        }
         let ns = candidate.metadata.namespace.clone().unwrap_or_default();
         let name = candidate.metadata.name.clone().unwrap_or_default();
         let itself = |i: &u32| {
@@ -418,22 +432,45 @@ impl Index {
         picked.dedup();
         picked.retain(|i| !itself(i));
 
-        let mut ingresses: Vec<Arc<Ingress>> = picked
+        // Oldest first, as the snapshot has them: the stamps keep that order whatever
+        // the shadows' names.
+        let mut real: Vec<&Ingress> = picked
             .iter()
-            .map(|&i| snap.ingresses[i as usize].clone())
+            .map(|&i| &*snap.ingresses[i as usize])
             .collect();
-        ingresses.push(Arc::new(candidate.clone()));
-
-        // The Services (and their EndpointSlices) every picked Ingress routes to: a
-        // canary's primary must resolve, and each path names its Service's problems.
-        let (mut svcs, mut slices) = (Vec::new(), Vec::new());
-        for ing in &ingresses {
-            let ns = ing.metadata.namespace.as_deref().unwrap_or_default();
-            for svc in services(ing) {
-                svcs.extend_from_slice(self.services.get((ns, svc)));
-                slices.extend_from_slice(self.slices.get((ns, svc)));
-            }
+        real.push(candidate);
+        let mut by_age: Vec<usize> = (0..real.len()).collect();
+        by_age
+            .sort_by(|&a, &b| crate::build::age_key(real[a]).cmp(&crate::build::age_key(real[b])));
+        let mut rank = vec![0; real.len()];
+        for (r, &i) in by_age.iter().enumerate() {
+            rank[i] = r;
         }
+        let mut shadows = Shadows::default();
+        let (mut svcs, mut slices) = (Vec::new(), Vec::new());
+        let mut ingresses = Vec::with_capacity(real.len());
+        for (ing, r) in real.iter().zip(rank) {
+            let mut ing = match ing.metadata.namespace.as_deref().unwrap_or_default() == ns {
+                true => {
+                    // The Services (and their EndpointSlices) it routes to: a canary's
+                    // primary must resolve, and each path names its Service's problems.
+                    for svc in services(ing) {
+                        svcs.extend_from_slice(self.services.get((ns.as_str(), svc)));
+                        slices.extend_from_slice(self.slices.get((ns.as_str(), svc)));
+                    }
+                    (*ing).clone()
+                }
+                false => shadows.ingress(ing),
+            };
+            let stamp = k8s_openapi::jiff::Timestamp::from_second(r as i64 + 1);
+            ing.metadata.creation_timestamp = Some(Time(stamp.expect("a small second")));
+            ingresses.push(Arc::new(ing));
+        }
+        let mut services = pick(svcs, &snap.services);
+        let mut endpoint_slices = pick(slices, &snap.endpoint_slices);
+        let (shadow_services, shadow_slices) = shadows.services();
+        services.extend(shadow_services);
+        endpoint_slices.extend(shadow_slices);
         let (mut secrets, tls) = (Vec::new(), spec.and_then(|s| s.tls.as_ref()));
         for secret in tls
             .into_iter()
@@ -442,11 +479,11 @@ impl Index {
         {
             secrets.extend_from_slice(self.secrets.get((ns.as_str(), secret)));
         }
-        Some(Snapshot {
+        Snapshot {
             ingresses,
             ingress_classes: snap.ingress_classes.clone(),
-            services: pick(svcs, &snap.services),
-            endpoint_slices: pick(slices, &snap.endpoint_slices),
+            services,
+            endpoint_slices,
             secrets: pick(secrets, &snap.secrets),
             config_map: snap.config_map.clone(),
             config_maps: Vec::new(),
@@ -463,8 +500,260 @@ impl Index {
             },
             external_names: snap.external_names.clone(),
             observed: None,
-        })
+        }
     }
+}
+
+/// The namespaces of shadows start so: `~` is in no namespace Kubernetes accepts, so a
+/// candidate's never does ([`namespace_name`]), and [`redact`] finds every name made
+/// from one (Ingress, Service, Secret, backend).
+const SHADOW: &str = "~other";
+
+/// Where a shadow's Service sends traffic (TEST-NET-1): an address, not loopback.
+const SHADOW_ADDRESS: &str = "192.0.2.1";
+
+/// Ingresses of other namespaces as a decision sees them: what they claim (class,
+/// age, annotations, hosts, paths, certificates' hosts, catch-all) under names of
+/// their own, and references that always resolve. The Service an Ingress of another
+/// namespace routes to becomes one with the ports it names and a ready endpoint, its
+/// Secrets names without objects: whether those of another namespace exist, what
+/// they hold and what they are called changes no answer, and no answer can name
+/// them. Objects that are the same stay the same (two Ingresses of one namespace
+/// routing to one Service share it), so that they still interact as they do.
+#[derive(Default)]
+struct Shadows {
+    namespaces: HashMap<String, usize>,
+    ingresses: usize,
+    /// By (shadow namespace, Service): the shadow's name and the ports Ingresses name.
+    services: BTreeMap<(usize, String), (String, std::collections::BTreeSet<Port>)>,
+    secrets: HashMap<(usize, String), String>,
+}
+
+/// A Service port as an Ingress names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Port {
+    Number(i32),
+    Name(String),
+}
+
+impl Shadows {
+    /// The shadow of `ing`, an Ingress of another namespace than the candidate's.
+    fn ingress(&mut self, ing: &Ingress) -> Ingress {
+        use k8s_openapi::api::networking::v1::{
+            HTTPIngressPath, HTTPIngressRuleValue, IngressRule, IngressSpec, IngressTLS,
+        };
+        let real_ns = ing.metadata.namespace.clone().unwrap_or_default();
+        let next = self.namespaces.len();
+        let ns = *self.namespaces.entry(real_ns).or_insert(next);
+        self.ingresses += 1;
+        let spec = ing.spec.as_ref().map(|s| {
+            let mut rules = Vec::new();
+            for rule in s.rules.iter().flatten() {
+                let http = rule.http.as_ref().map(|h| {
+                    let mut paths = Vec::with_capacity(h.paths.len());
+                    for p in &h.paths {
+                        paths.push(HTTPIngressPath {
+                            path: p.path.clone(),
+                            path_type: p.path_type.clone(),
+                            backend: self.backend(ns, &p.backend),
+                        });
+                    }
+                    HTTPIngressRuleValue { paths }
+                });
+                rules.push(IngressRule {
+                    host: rule.host.clone(),
+                    http,
+                });
+            }
+            let mut tls = Vec::new();
+            for t in s.tls.iter().flatten() {
+                let secret_name = t.secret_name.as_deref().map(|name| match name {
+                    "" => String::new(),
+                    name => {
+                        let next = format!("t{}", self.secrets.len());
+                        (self.secrets.entry((ns, name.to_owned())))
+                            .or_insert(next)
+                            .clone()
+                    }
+                });
+                tls.push(IngressTLS {
+                    hosts: t.hosts.clone(),
+                    secret_name,
+                });
+            }
+            IngressSpec {
+                ingress_class_name: s.ingress_class_name.clone(),
+                default_backend: s.default_backend.as_ref().map(|b| self.backend(ns, b)),
+                rules: s.rules.as_ref().map(|_| rules),
+                tls: s.tls.as_ref().map(|_| tls),
+            }
+        });
+        Ingress {
+            metadata: ObjectMeta {
+                namespace: Some(format!("{SHADOW}{ns}")),
+                name: Some(format!("i{}", self.ingresses)),
+                annotations: ing.metadata.annotations.clone(),
+                ..ObjectMeta::default()
+            },
+            spec,
+            status: None,
+        }
+    }
+
+    fn backend(
+        &mut self,
+        ns: usize,
+        b: &k8s_openapi::api::networking::v1::IngressBackend,
+    ) -> k8s_openapi::api::networking::v1::IngressBackend {
+        use k8s_openapi::api::networking::v1::{IngressBackend, IngressServiceBackend};
+        let service = b.service.as_ref().map(|s| {
+            let next = format!("s{}", self.services.len());
+            let (name, ports) = (self.services.entry((ns, s.name.clone())))
+                .or_insert_with(|| (next, Default::default()));
+            match &s.port {
+                Some(p) if p.name.as_deref().is_some_and(|n| !n.is_empty()) => {
+                    ports.insert(Port::Name(p.name.clone().unwrap_or_default()))
+                }
+                Some(p) => ports.insert(Port::Number(p.number.unwrap_or_default())),
+                None => false,
+            };
+            IngressServiceBackend {
+                name: name.clone(),
+                port: s.port.clone(),
+            }
+        });
+        IngressBackend {
+            resource: b.resource.clone(),
+            service,
+        }
+    }
+
+    /// The Services the shadows route to, each with a ready endpoint on every port
+    /// they name, and their EndpointSlices.
+    fn services(
+        self,
+    ) -> (
+        Vec<Arc<k8s_openapi::api::core::v1::Service>>,
+        Vec<Arc<k8s_openapi::api::discovery::v1::EndpointSlice>>,
+    ) {
+        use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+        use k8s_openapi::api::discovery::v1::{
+            Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
+        };
+        let (mut services, mut slices) = (Vec::new(), Vec::new());
+        for ((ns, _), (name, ports)) in self.services {
+            let ns = format!("{SHADOW}{ns}");
+            let numbers: std::collections::BTreeSet<i32> = (ports.iter())
+                .filter_map(|p| match p {
+                    Port::Number(n) => Some(*n),
+                    Port::Name(_) => None,
+                })
+                .collect();
+            let mut free = (1..=65535).rev().filter(|n| !numbers.contains(n));
+            let ports: Vec<ServicePort> = ports
+                .into_iter()
+                .map(|p| match p {
+                    // `~` keeps these names apart from any port name Kubernetes accepts.
+                    Port::Number(n) => ServicePort {
+                        name: Some(format!("~{n}")),
+                        port: n,
+                        ..ServicePort::default()
+                    },
+                    Port::Name(name) => ServicePort {
+                        name: Some(name),
+                        port: free.next().unwrap_or(1),
+                        ..ServicePort::default()
+                    },
+                })
+                .collect();
+            let endpoint_ports = (ports.iter())
+                .map(|p| EndpointPort {
+                    name: p.name.clone(),
+                    port: Some(8080),
+                    ..EndpointPort::default()
+                })
+                .collect();
+            slices.push(Arc::new(EndpointSlice {
+                metadata: ObjectMeta {
+                    namespace: Some(ns.clone()),
+                    name: Some(format!("{name}-shadow")),
+                    labels: Some(BTreeMap::from([(
+                        backends::SERVICE_NAME_LABEL.to_owned(),
+                        name.clone(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                address_type: "IPv4".to_owned(),
+                endpoints: Some(vec![Endpoint {
+                    addresses: vec![SHADOW_ADDRESS.to_owned()],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(true),
+                        ..EndpointConditions::default()
+                    }),
+                    ..Endpoint::default()
+                }]),
+                ports: Some(endpoint_ports),
+            }));
+            services.push(Arc::new(Service {
+                metadata: ObjectMeta {
+                    namespace: Some(ns),
+                    name: Some(name),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(ServiceSpec {
+                    cluster_ip: Some(SHADOW_ADDRESS.to_owned()),
+                    ports: Some(ports),
+                    ..ServiceSpec::default()
+                }),
+                status: None,
+            }));
+        }
+        (services, slices)
+    }
+}
+
+/// `message` without the names of shadows: each becomes what it stands for, "an
+/// Ingress of another namespace" (and so for Secrets, Services and backends).
+fn redact(message: &str) -> String {
+    if !message.contains(SHADOW) {
+        return message.to_owned();
+    }
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = rest.find(SHADOW) {
+        let name = |c: char| c.is_ascii_alphanumeric() || "~/_-".contains(c);
+        let end = (rest[at..].find(|c| !name(c))).map_or(rest.len(), |n| at + n);
+        let before = &rest[..at];
+        let (before, what) = [
+            ("Ingress ", "an Ingress of another namespace"),
+            ("Secret ", "a Secret of another namespace"),
+            ("Service ", "a Service of another namespace"),
+            ("backend ", "a backend of another namespace"),
+        ]
+        .into_iter()
+        .find_map(|(kind, what)| before.strip_suffix(kind).map(|b| (b, what)))
+        .unwrap_or((before, "a backend of another namespace"));
+        out.push_str(before);
+        out.push_str(what);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    // The canary note on a primary's owner says it once already.
+    out.replace(
+        "an Ingress of another namespace (another namespace)",
+        "an Ingress of another namespace",
+    )
+}
+
+/// Whether `ns` is a name Kubernetes accepts for a namespace (a DNS-1123 label): the
+/// API server sends no other, and none is a shadow's.
+fn namespace_name(ns: &str) -> bool {
+    let b = ns.as_bytes();
+    (1..=63).contains(&b.len())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
 }
 
 /// The objects at positions `at` of `from`, each once, in the snapshot's order.

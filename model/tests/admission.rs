@@ -786,13 +786,68 @@ fn a_missing_or_invalid_secret_warns_unless_strict() {
     );
 }
 
+/// `message` of the full build as the webhook words it for a candidate of namespace
+/// `ns`: the Ingresses of other namespaces of `snap`, their TLS Secrets and their
+/// backends unnamed.
+fn unnamed(message: &str, ns: &str, snap: &ferrule_model::Snapshot) -> String {
+    let mut names: Vec<(String, &str)> = Vec::new();
+    for ing in &snap.ingresses {
+        let (o, name) = (
+            ing.metadata.namespace.as_deref().unwrap(),
+            ing.metadata.name.as_deref().unwrap(),
+        );
+        if o == ns {
+            continue;
+        }
+        names.push((
+            format!("Ingress {o}/{name}"),
+            "an Ingress of another namespace",
+        ));
+        let spec = ing.spec.as_ref().unwrap();
+        for t in spec.tls.iter().flatten() {
+            let secret = t.secret_name.as_deref().unwrap_or_default();
+            names.push((
+                format!("Secret {o}/{secret}"),
+                "a Secret of another namespace",
+            ));
+        }
+        let rules = spec.rules.iter().flatten().flat_map(|r| &r.http);
+        let backends = rules.flat_map(|h| &h.paths).map(|p| &p.backend);
+        for b in backends.chain(&spec.default_backend) {
+            let svc = b.service.as_ref().unwrap();
+            let port = svc.port.as_ref().unwrap();
+            let port = port
+                .name
+                .clone()
+                .unwrap_or_else(|| port.number.unwrap().to_string());
+            let backend = format!("{o}_{}_{port}", svc.name);
+            names.push((
+                format!("backend {backend}"),
+                "a backend of another namespace",
+            ));
+            names.push((backend, "a backend of another namespace"));
+        }
+    }
+    // The longest first: a name that begins another's is replaced after it.
+    names.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
+    let mut m = message.to_owned();
+    for (name, what) in names {
+        m = m.replace(&name, what);
+    }
+    m.replace(
+        "an Ingress of another namespace (another namespace)",
+        "an Ingress of another namespace",
+    )
+}
+
 /// For every Ingress of `manifests`: deciding on it against the cluster without it
 /// gives exactly the problems the full build of the whole cluster reports on it
-/// (reasons and warnings together), so the webhook and /status/resources agree.
+/// (reasons and warnings together), so the webhook and /status/resources agree,
+/// but for the names of other namespaces' objects, which the webhook does not give.
 fn agrees_with_the_full_build(manifests: &str) {
     let snap = snapshot(manifests);
     let full = build(&snap);
-    let (mut checked, mut displacements) = (0, 0);
+    let (mut checked, mut displacements, mut unnamed_ones) = (0, 0, 0);
     for (i, ing) in snap.ingresses.iter().enumerate() {
         let mut without = snap.clone();
         without.ingresses.remove(i);
@@ -802,7 +857,9 @@ fn agrees_with_the_full_build(manifests: &str) {
             ing.metadata.name.as_deref().unwrap(),
         );
         let r = ResourceRef::new("Ingress", ns, name);
-        let mut want: Vec<&str> = full.problems_of(&r).map(|p| p.message.as_str()).collect();
+        let mut want: Vec<String> = (full.problems_of(&r))
+            .map(|p| unnamed(&p.message, ns, &snap))
+            .collect();
         let update = Options {
             operation: Operation::Update,
             ..Options::default()
@@ -812,18 +869,35 @@ fn agrees_with_the_full_build(manifests: &str) {
             Decision::Allowed { warnings } => warnings,
             Decision::Denied { reasons, warnings } => reasons.into_iter().chain(warnings).collect(),
         };
+        unnamed_ones += got
+            .iter()
+            .filter(|m| m.contains("of another namespace"))
+            .count();
         // What it takes from younger Ingresses is theirs in the full build.
         let displaced = ferrule_model::admission::DISPLACED;
         for m in got.iter().filter(|m| m.contains(displaced)) {
             let (loser, problem) = m.split_once(&format!(" {displaced} ")).unwrap();
-            let (lns, lname) = loser
-                .strip_prefix("Ingress ")
-                .unwrap()
-                .split_once('/')
-                .unwrap();
-            let loser = ResourceRef::new("Ingress", lns, lname);
+            let losers: Vec<ResourceRef> = match loser {
+                "an Ingress of another namespace" => (snap.ingresses.iter())
+                    .map(|i| {
+                        let m = &i.metadata;
+                        let (ns, name) = (m.namespace.as_deref(), m.name.as_deref());
+                        ResourceRef::new("Ingress", ns.unwrap(), name.unwrap())
+                    })
+                    .filter(|o| o.namespace != ns)
+                    .collect(),
+                named => {
+                    let (lns, lname) = named
+                        .strip_prefix("Ingress ")
+                        .unwrap()
+                        .split_once('/')
+                        .unwrap();
+                    vec![ResourceRef::new("Ingress", lns, lname)]
+                }
+            };
             assert!(
-                full.problems_of(&loser).any(|p| p.message == problem),
+                (losers.iter().flat_map(|l| full.problems_of(l)))
+                    .any(|p| unnamed(&p.message, ns, &snap) == problem),
                 "{r} displaces {loser}: {problem}"
             );
             displacements += 1;
@@ -836,6 +910,7 @@ fn agrees_with_the_full_build(manifests: &str) {
     }
     assert!(checked > 5, "only {checked} Ingresses checked");
     assert!(displacements > 0, "no Ingress displaced another");
+    assert!(unnamed_ones > 0, "no Ingress of another namespace met");
 }
 
 #[test]
@@ -858,6 +933,14 @@ fn every_decision_agrees_with_the_full_build() {
             .ann("canary", "true")
             .ann("canary-weight", "10")
             .rule("shop.test", &[("/", "Prefix", "api", "80")]),
+        app("other/api", "10.0.0.3"),
+        web(Ing::new("other/younger", 32), "shop.test"),
+        Ing::new("other/tls-thief", 33)
+            .rule("a.example.com", &[("/other", "Prefix", "web", "80")])
+            .tls(&["a.example.com"], "mine"),
+        Ing::new("other/catch", 34).default_backend("api", "80"),
+        web(Ing::new("other/older", 5), "older.test"),
+        web(Ing::new("default/later", 35), "older.test"),
         web(Ing::new("default/bad", 27), "bad.test").ann("proxy-read-timeout", "soon"),
         web(Ing::new("default/snippet", 28), "new.test").ann("server-snippet", "x"),
         Ing::new("default/mixed", 29).rule(
@@ -936,4 +1019,278 @@ fn an_updated_index_follows_the_snapshot() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// What another namespace (`vault`) holds, for the candidates of `evil`: an Ingress
+/// owning pay.example (path, certificate) and one the catch-all, their Service and
+/// the Secret of the certificate, each of which a variant leaves out or changes.
+#[derive(Clone, Copy, Debug)]
+struct Vault {
+    ingresses: bool,
+    secret: Option<&'static str>,
+    service: Option<bool>,
+}
+
+impl Vault {
+    const ALL: Vault = Vault {
+        ingresses: true,
+        secret: Some("a.key"),
+        service: Some(true),
+    };
+
+    fn manifests(self) -> String {
+        let mut parts = vec![docs![our_class(), app("evil/web", "10.0.1.1")]];
+        if self.ingresses {
+            parts.push(docs![
+                Ing::new("vault/ledger", 10)
+                    .rule("pay.example", &[("/", "Prefix", "ledger-svc", "80")])
+                    .tls(&["pay.example"], "ledger-tls"),
+                Ing::new("vault/ledger-catch", 10).default_backend("ledger-svc", "80"),
+            ]);
+        }
+        if let Some(key) = self.secret {
+            parts.push(docs![tls_secret("vault/ledger-tls", "a.crt", key)]);
+        }
+        match self.service {
+            Some(true) => parts.push(docs![app("vault/ledger-svc", "10.0.0.7")]),
+            Some(false) => parts.push(docs![service("vault/ledger-svc", &[("http", 80, "web")])]),
+            None => {}
+        }
+        parts.concat()
+    }
+
+    /// Every variant with the Ingresses, and without them.
+    fn variants() -> Vec<Vault> {
+        let all = Vault::ALL;
+        vec![
+            all,
+            Vault {
+                secret: None,
+                ..all
+            },
+            Vault {
+                secret: Some("ec.key"),
+                ..all
+            },
+            Vault {
+                service: Some(false),
+                ..all
+            },
+            Vault {
+                service: None,
+                ..all
+            },
+            Vault {
+                secret: None,
+                service: None,
+                ..all
+            },
+            Vault {
+                ingresses: false,
+                ..all
+            },
+            Vault {
+                ingresses: false,
+                secret: None,
+                service: None,
+            },
+        ]
+    }
+}
+
+/// Every message of a decision, reasons first.
+fn messages(d: &Decision) -> Vec<String> {
+    match d {
+        Decision::NotOurs => Vec::new(),
+        Decision::Allowed { warnings } => warnings.clone(),
+        Decision::Denied { reasons, warnings } => reasons.iter().chain(warnings).cloned().collect(),
+    }
+}
+
+/// Anyone may ask the webhook about an Ingress of any namespace. Its answer names
+/// only the candidate's namespace's objects, and is the same, byte for byte, whether
+/// another namespace's Secrets and Services exist, are valid or ready, and, where
+/// the outcome does not depend on them, whether its Ingresses exist: a host of
+/// another namespace is "served by an Ingress of another namespace", nothing more.
+#[test]
+fn other_namespaces_are_never_named_nor_probed() {
+    let evil = |name: &str| Ing::new(&format!("evil/{name}"), 50);
+    let on = |ing: Ing, host: &str| ing.rule(host, &[("/", "Prefix", "web", "80")]);
+    let update = Options {
+        operation: Operation::Update,
+        ..Options::default()
+    };
+    let create = Options::default();
+    // (candidate, options, whether its answer may depend on vault's Ingresses)
+    let candidates = vec![
+        (
+            "host + path",
+            on(evil("path"), "pay.example"),
+            &create,
+            true,
+        ),
+        (
+            "certificate",
+            evil("cert")
+                .rule("pay.example", &[("/mine", "Prefix", "web", "80")])
+                .tls(&["pay.example"], "mine"),
+            &create,
+            true,
+        ),
+        (
+            "canary of vault's path",
+            on(evil("canary"), "pay.example")
+                .ann("canary", "true")
+                .ann("canary-weight", "10"),
+            &create,
+            true,
+        ),
+        (
+            "catch-all",
+            evil("catch").default_backend("web", "80"),
+            &create,
+            true,
+        ),
+        (
+            "an update older than vault's",
+            backdated(on(evil("older"), "pay.example")),
+            &update,
+            true,
+        ),
+        (
+            "vault's Secret named",
+            on(evil("auth"), "mine.example").ann("auth-tls-secret", "vault/ledger-tls"),
+            &create,
+            false,
+        ),
+        (
+            "a Secret of its own of the same name",
+            on(evil("tls"), "mine.example").tls(&["mine.example"], "ledger-tls"),
+            &create,
+            false,
+        ),
+        (
+            "a Service of its own of the same name",
+            evil("svc").rule("mine.example", &[("/", "Prefix", "ledger-svc", "80")]),
+            &create,
+            false,
+        ),
+    ];
+    let indexes: Vec<(Vault, Index)> = Vault::variants()
+        .into_iter()
+        .map(|v| (v, index(&v.manifests())))
+        .collect();
+    for (name, ing, opts, depends_on_ingresses) in candidates {
+        let answers: Vec<(Vault, Decision)> = indexes
+            .iter()
+            .map(|(v, i)| (*v, i.check(candidate(ing.clone()), opts)))
+            .collect();
+        // The names of vault's objects, unless the candidate wrote them itself.
+        let written = ing.0.to_string();
+        for (v, d) in &answers {
+            for m in messages(d) {
+                for word in ["vault", "ledger"] {
+                    assert!(
+                        written.contains(word) || !m.contains(word),
+                        "{name} against {v:?} names {word}: {m}"
+                    );
+                }
+            }
+        }
+        let (reference, _) = &answers[0];
+        for (v, d) in &answers[1..] {
+            if v.ingresses || !depends_on_ingresses {
+                assert_eq!(d, &answers[0].1, "{name}: {v:?} against {reference:?}");
+            }
+        }
+        // Where vault's Ingresses matter and the candidate is told, the answer says
+        // that another namespace has what it asks for (a canary is attached to
+        // vault's path without a word).
+        let all = messages(&answers[0].1);
+        if depends_on_ingresses && !all.is_empty() {
+            assert!(
+                all.iter()
+                    .any(|m| m.contains("an Ingress of another namespace")),
+                "{name}: {all:?}"
+            );
+        }
+    }
+}
+
+/// The answers above, word for word.
+#[test]
+fn another_namespace_is_worded_so() {
+    let evil = |name: &str| Ing::new(&format!("evil/{name}"), 50);
+    table(
+        &Vault::ALL.manifests(),
+        &Options::default(),
+        vec![
+            (
+                "host + path",
+                evil("path").rule("pay.example", &[("/", "Prefix", "web", "80")]),
+                Warned(
+                    "host pay.example path / (Prefix) is already served by an Ingress of another \
+                     namespace (oldest wins); path skipped",
+                ),
+            ),
+            (
+                "certificate",
+                evil("cert")
+                    .rule("pay.example", &[("/mine", "Prefix", "web", "80")])
+                    .tls(&["pay.example"], "mine"),
+                Warned(
+                    "spec.tls: the certificate of host pay.example is already provided by an \
+                     Ingress of another namespace with a Secret of another namespace (oldest wins)",
+                ),
+            ),
+            (
+                "catch-all",
+                evil("catch").default_backend("web", "80"),
+                Warned(
+                    "spec.defaultBackend ignored: an Ingress of another namespace is older and \
+                     already provides the catch-all backend",
+                ),
+            ),
+            (
+                "canary of vault's path: attached",
+                evil("canary")
+                    .rule("pay.example", &[("/", "Prefix", "web", "80")])
+                    .ann("canary", "true")
+                    .ann("canary-weight", "10"),
+                Clean,
+            ),
+        ],
+    );
+    let update = Options {
+        operation: Operation::Update,
+        ..Options::default()
+    };
+    table(
+        &Vault::ALL.manifests(),
+        &update,
+        vec![(
+            "an update older than vault's",
+            backdated(evil("older").rule("pay.example", &[("/", "Prefix", "web", "80")])),
+            Warned(
+                "an Ingress of another namespace loses to this Ingress: host pay.example path / \
+                 (Prefix) is already served by Ingress evil/older (oldest wins); path skipped",
+            ),
+        )],
+    );
+}
+
+/// A namespace Kubernetes would not accept is refused: the API server sends none,
+/// and the names Ferrule gives other namespaces' Ingresses are such names.
+#[test]
+fn a_namespace_kubernetes_refuses_is_denied() {
+    let rows = ["~other0", "Default", "", "-x", &"a".repeat(64)]
+        .into_iter()
+        .map(|ns| {
+            let mut ing =
+                Ing::new("default/odd", 20).rule("odd.test", &[("/", "Prefix", "web", "80")]);
+            ing.0["metadata"]["namespace"] = json!(ns);
+            ("odd namespace", ing, Denied("metadata.namespace"))
+        })
+        .collect();
+    table(&cluster(), &Options::default(), rows);
 }

@@ -252,6 +252,15 @@ fn issue(dir: &Path, name: &str) -> String {
 }
 
 async fn post(port: u16, ca_pem: &str, body: Vec<u8>) -> Result<(u16, Value), String> {
+    let (status, body) = post_raw(port, ca_pem, body).await?;
+    Ok((
+        status,
+        serde_json::from_slice(&body).map_err(|e| e.to_string())?,
+    ))
+}
+
+/// A review over TLS: the answer's status and body as they came.
+async fn post_raw(port: u16, ca_pem: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>), String> {
     let client = reqwest::Client::builder()
         .tls_built_in_root_certs(false)
         .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
@@ -265,7 +274,7 @@ async fn post(port: u16, ca_pem: &str, body: Vec<u8>) -> Result<(u16, Value), St
         .await
         .map_err(|e| format!("{e:?}"))?;
     let status = r.status().as_u16();
-    Ok((status, r.json().await.map_err(|e| e.to_string())?))
+    Ok((status, r.bytes().await.map_err(|e| e.to_string())?.to_vec()))
 }
 
 /// `w` served over TLS on a port of loopback: (port, the CA's PEM, the directory of
@@ -312,6 +321,163 @@ async fn a_backdated_creation_wins_nothing() {
         .await
         .unwrap();
     assert_eq!(answer, now_answer);
+}
+
+/// The cluster as `snapshot()`, plus what namespace `vault` holds, as `vault` says:
+/// an Ingress owning pay.example (a path, its certificate), its Service with a ready
+/// endpoint (or without one, or none), and the certificate's Secret (valid, not a
+/// certificate, or none).
+fn with_vault(ledger: bool, service: Option<bool>, secret: Option<bool>) -> Arc<Snapshot> {
+    let mut snap = (*snapshot()).clone();
+    let mut objects = Vec::new();
+    if ledger {
+        let mut ledger = ingress("ledger", "2024-01-01T00:00:00Z", "pay.example", json!({}));
+        ledger["metadata"]["namespace"] = json!("vault");
+        let backend = &mut ledger["spec"]["rules"][0]["http"]["paths"][0]["backend"];
+        backend["service"]["name"] = json!("ledger-svc");
+        ledger["spec"]["tls"] = json!([{ "hosts": ["pay.example"], "secretName": "ledger-tls" }]);
+        objects.push(ledger);
+    }
+    if let Some(ready) = service {
+        objects.push(json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "ledger-svc", "namespace": "vault" },
+            "spec": { "ports": [{ "name": "http", "port": 80 }] },
+        }));
+        objects.push(json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {
+                "name": "ledger-svc-1", "namespace": "vault",
+                "labels": { "kubernetes.io/service-name": "ledger-svc" },
+            },
+            "addressType": "IPv4",
+            "ports": [{ "name": "http", "port": 8080 }],
+            "endpoints": [{ "addresses": ["10.0.0.7"], "conditions": { "ready": ready } }],
+        }));
+    }
+    if let Some(valid) = secret {
+        let (cert, key) = match valid {
+            true => {
+                let c = rcgen::generate_simple_self_signed(vec!["pay.example".to_owned()]).unwrap();
+                (c.cert.pem(), c.signing_key.serialize_pem())
+            }
+            false => ("not a certificate".to_owned(), "not a key".to_owned()),
+        };
+        objects.push(json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": { "name": "ledger-tls", "namespace": "vault" },
+            "stringData": { "tls.crt": cert, "tls.key": key },
+        }));
+    }
+    for o in objects {
+        ferrule_model::objects::add(&mut snap, o, None).unwrap();
+    }
+    Arc::new(snap)
+}
+
+/// A review of `operation` on `object`, an Ingress moved to namespace `ns`.
+fn review_in(ns: &str, operation: &str, mut object: Value) -> Vec<u8> {
+    object["metadata"]["namespace"] = json!(ns);
+    let mut body: Value = serde_json::from_slice(&review(operation, object)).unwrap();
+    body["request"]["namespace"] = json!(ns);
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// Anyone who reaches the webhook may ask about an Ingress of any namespace (here
+/// `evil`). Over TLS, the answers never name another namespace's (`vault`'s)
+/// Ingress, Service or Secret, and are the same bytes whether that Service exists or
+/// is ready and whether that Secret exists or holds a certificate; where the answer
+/// does not depend on vault's Ingress, the same bytes without it too.
+#[tokio::test]
+async fn answers_never_name_nor_probe_another_namespace() {
+    let shared = Arc::new(Shared::default());
+    let (tx, rx) = watch::channel(Some(with_vault(true, Some(true), Some(true))));
+    let (port, ca, _dir) = serve_tls(Webhook::new(rx, false, None, shared)).await;
+
+    let path = ingress("path", "2024-02-01T00:00:00Z", "pay.example", json!({}));
+    let mut cert = path.clone();
+    cert["metadata"]["name"] = json!("cert");
+    cert["spec"]["rules"][0]["http"]["paths"][0]["path"] = json!("/mine");
+    cert["spec"]["tls"] = json!([{ "hosts": ["pay.example"], "secretName": "mine" }]);
+    let canary = ingress(
+        "canary",
+        "2024-02-01T00:00:00Z",
+        "pay.example",
+        json!({
+            "nginx.ingress.kubernetes.io/canary": "true",
+            "nginx.ingress.kubernetes.io/canary-weight": "10",
+        }),
+    );
+    let older = ingress("older", "1970-01-01T00:00:00Z", "pay.example", json!({}));
+    let mut probe = ingress(
+        "probe",
+        "2024-02-01T00:00:00Z",
+        "mine.example",
+        json!({ "nginx.ingress.kubernetes.io/auth-tls-secret": "vault/ledger-tls" }),
+    );
+    probe["spec"]["tls"] = json!([{ "hosts": ["mine.example"], "secretName": "ledger-tls" }]);
+    // (review, whether its answer may depend on vault's Ingress)
+    let reviews = [
+        (review_in("evil", "CREATE", path), true),
+        (review_in("evil", "CREATE", cert), true),
+        (review_in("evil", "CREATE", canary), true),
+        (review_in("evil", "UPDATE", older), true),
+        (review_in("evil", "CREATE", probe), false),
+    ];
+    let variants = [
+        (true, Some(true), Some(true)),
+        (true, Some(false), Some(true)),
+        (true, None, Some(true)),
+        (true, Some(true), Some(false)),
+        (true, Some(true), None),
+        (true, None, None),
+        (false, None, None),
+    ];
+    let mut answers: Vec<Vec<Vec<u8>>> = Vec::new();
+    for (ledger, service, secret) in variants {
+        tx.send(Some(with_vault(ledger, service, secret))).unwrap();
+        let mut these = Vec::new();
+        for (body, _) in &reviews {
+            let (status, answer) = post_raw(port, &ca, body.clone()).await.unwrap();
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&answer));
+            these.push(answer);
+        }
+        answers.push(these);
+    }
+    for (v, these) in variants.iter().zip(&answers) {
+        for ((review, depends), answer) in reviews.iter().zip(these) {
+            let text = String::from_utf8_lossy(answer);
+            let asked = String::from_utf8_lossy(review);
+            for word in ["vault", "ledger"] {
+                assert!(
+                    asked.contains(word) || !text.contains(word),
+                    "{v:?}: {text}"
+                );
+            }
+            let first = &answers[0][reviews.iter().position(|r| r.0 == *review).unwrap()];
+            if v.0 || !depends {
+                assert_eq!(
+                    text,
+                    String::from_utf8_lossy(first),
+                    "{v:?} against {:?}",
+                    variants[0]
+                );
+            }
+        }
+    }
+    // What vault's Ingress has is said so, and only so.
+    let path_answer = String::from_utf8_lossy(&answers[0][0]);
+    assert!(
+        path_answer.contains(
+            "host pay.example path / (Prefix) is already served by an Ingress of another namespace"
+        ),
+        "{path_answer}"
+    );
+    let older_answer = String::from_utf8_lossy(&answers[0][3]);
+    assert!(
+        older_answer.contains("an Ingress of another namespace loses to this Ingress"),
+        "{older_answer}"
+    );
 }
 
 #[tokio::test]
