@@ -14,6 +14,10 @@
 //! webhook the same way. Until the
 //! first snapshot, reviews are answered 503, so that the webhook's `failurePolicy`
 //! decides.
+//!
+//! Anyone who reaches the port may connect, so the listener bounds what a client
+//! that does not finish can hold ([`Listening`]): connections open at once, the time
+//! a connection has to complete each request, the size of a body.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,8 +47,8 @@ pub const PATH: &str = "/networking/v1/ingresses";
 /// past a few, `/status/resources` is the place to read them.
 const MAX_WARNINGS: usize = 20;
 
-/// How long a client has to complete the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client has to send a request's headers once it started them.
+const HEADERS_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Webhook settings.
 #[derive(Debug, Clone)]
@@ -433,14 +437,138 @@ async fn handle(State(w): State<Arc<Webhook>>, body: Bytes) -> Response {
         .into_response()
 }
 
-/// The webhook's HTTP routes (plain HTTP: [`serve`] puts TLS in front).
-pub fn router(webhook: Arc<Webhook>) -> Router {
+/// The webhook's HTTP routes (plain HTTP: [`serve`] puts TLS in front), refusing
+/// bodies over `max_body` bytes (413).
+pub fn router(webhook: Arc<Webhook>, max_body: usize) -> Router {
     Router::new()
         .route(PATH, post(handle))
-        // An AdmissionReview holds the object and its old version (etcd stores
-        // objects up to 1.5 MiB).
-        .layer(DefaultBodyLimit::max(8 << 20))
+        .layer(DefaultBodyLimit::max(max_body))
         .with_state(webhook)
+}
+
+/// How the listener keeps clients that connect and do not finish from holding it.
+/// They would stall every Ingress change of a cluster whose webhook has
+/// `failurePolicy: Fail`: 100 connections trickling a body were all still open a
+/// minute later before these limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// Connections open at once. One more closes one: the stalest (see `deadline`)
+    /// of the address holding the most, so that one client's connections make room
+    /// for each other, not for the API server's.
+    pub max_connections: usize,
+    /// A connection is closed unless it completes a request (TLS handshake, headers
+    /// and body read, answered) within this of being accepted or of its last answer:
+    /// an overall deadline per request, and the idle timeout between two.
+    pub deadline: Duration,
+    /// The largest AdmissionReview body, in bytes (larger ones are answered 413).
+    pub max_body: usize,
+}
+
+/// The default [`Listening::max_connections`]: far above the reviews an API server
+/// sends at once, and a bound on the memory bodies can take (each up to
+/// [`Listening::max_body`]).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// The default [`Listening::deadline`]: the API server's default `timeoutSeconds`; a
+/// review the webhook has not answered by then has failed at the API server anyway.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+
+impl Listening {
+    /// The defaults, with a body limit derived from the per-Ingress limits: a review
+    /// holds the object and its old version, each at most `--max-ingress-bytes` of
+    /// what Ferrule reads (anything larger is denied by the model, so it must still
+    /// arrive), which JSON escaping at most doubles for printable text (quotes,
+    /// backslashes, newlines), plus 512 KiB each for what that limit does not count
+    /// (JSON's structure, labels, managedFields). 3 MiB with the default limit, which
+    /// is the API server's own limit of a request body.
+    pub fn new(limits: &ferrule_model::snapshot::Limits) -> Self {
+        Listening {
+            max_connections: MAX_CONNECTIONS,
+            deadline: DEADLINE,
+            max_body: 2 * (2 * limits.ingress_bytes + (512 << 10)),
+        }
+    }
+}
+
+/// The open connections: who they come from, when they last made progress (accepted
+/// or answered), and how to close them.
+#[derive(Default)]
+struct Connections {
+    next: u64,
+    open: std::collections::HashMap<u64, Open>,
+}
+
+struct Open {
+    ip: std::net::IpAddr,
+    progress: Instant,
+    task: Option<tokio::task::AbortHandle>,
+}
+
+impl Connections {
+    /// Room for a connection from `ip`: closes one when `max` are open (the stalest of
+    /// the address holding the most), then registers it.
+    fn admit(&mut self, ip: std::net::IpAddr, max: usize) -> u64 {
+        while self.open.len() >= max.max(1) {
+            let mut per_ip: std::collections::HashMap<std::net::IpAddr, usize> =
+                std::collections::HashMap::new();
+            for o in self.open.values() {
+                *per_ip.entry(o.ip).or_default() += 1;
+            }
+            let busiest = per_ip.into_iter().max_by_key(|(ip, n)| (*n, *ip));
+            let Some((busiest, _)) = busiest else { break };
+            let stalest = (self.open.iter())
+                .filter(|(_, o)| o.ip == busiest)
+                .min_by_key(|(id, o)| (o.progress, **id))
+                .map(|(id, _)| *id);
+            let Some(o) = stalest.and_then(|id| self.open.remove(&id)) else {
+                break;
+            };
+            tracing::debug!(peer = %o.ip, "admission webhook: connection closed for a new one");
+            if let Some(task) = o.task {
+                task.abort();
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        let open = Open {
+            ip,
+            progress: Instant::now(),
+            task: None,
+        };
+        self.open.insert(id, open);
+        id
+    }
+}
+
+/// A connection's place in [`Connections`], given back when its task ends (or is
+/// aborted).
+struct Slot {
+    connections: Arc<Mutex<Connections>>,
+    id: u64,
+}
+
+impl Slot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connections> {
+        self.connections.lock().expect("admission connections lock")
+    }
+
+    /// When the connection last made progress (`None`: closed for another).
+    fn progress(&self) -> Option<Instant> {
+        self.lock().open.get(&self.id).map(|o| o.progress)
+    }
+
+    fn answered(&self) {
+        if let Some(o) = self.lock().open.get_mut(&self.id) {
+            o.progress = Instant::now();
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let id = self.id;
+        self.lock().open.remove(&id);
+    }
 }
 
 /// Serves the webhook on `listener`, TLS only, until the process exits.
@@ -448,10 +576,25 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     certificates: Arc<Certificates>,
     webhook: Arc<Webhook>,
+    listening: Listening,
 ) {
-    let app = router(webhook);
+    serve_accepted(|| listener.accept(), certificates, webhook, listening).await
+}
+
+/// [`serve`] on the connections `accept` gives.
+async fn serve_accepted<F, A>(
+    mut accept: F,
+    certificates: Arc<Certificates>,
+    webhook: Arc<Webhook>,
+    listening: Listening,
+) where
+    F: FnMut() -> A,
+    A: std::future::Future<Output = std::io::Result<(tokio::net::TcpStream, SocketAddr)>>,
+{
+    let app = router(webhook, listening.max_body);
+    let connections = Arc::new(Mutex::new(Connections::default()));
     loop {
-        let (tcp, peer) = match listener.accept().await {
+        let (tcp, peer) = match accept().await {
             Ok(c) => c,
             Err(e) => {
                 // Out of file descriptors, most likely: wait rather than spin.
@@ -463,29 +606,71 @@ pub async fn serve(
         let Some(config) = certificates.config() else {
             continue;
         };
+        let id = (connections.lock().expect("admission connections lock"))
+            .admit(peer.ip(), listening.max_connections);
+        let slot = Slot {
+            connections: connections.clone(),
+            id,
+        };
         let app = app.clone();
-        tokio::spawn(async move {
-            let acceptor = tokio_rustls::TlsAcceptor::from(config);
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "admission webhook: TLS handshake failed");
-                    return;
+        let task = tokio::spawn(async move {
+            tokio::select! {
+                () = connection(tcp, peer, config, app, &slot) => {}
+                () = deadline(&slot, listening.deadline) => {
+                    tracing::debug!(%peer, "admission webhook: connection closed at its deadline");
                 }
-                Err(_) => {
-                    tracing::debug!(%peer, "admission webhook: TLS handshake timed out");
-                    return;
-                }
-            };
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HANDSHAKE_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "admission webhook: connection ended");
             }
         });
+        let mut open = connections.lock().expect("admission connections lock");
+        if let Some(o) = open.open.get_mut(&id) {
+            o.task = Some(task.abort_handle());
+        }
+    }
+}
+
+/// Returns once the connection of `slot` has made no progress for `deadline`.
+async fn deadline(slot: &Slot, deadline: Duration) {
+    while let Some(progress) = slot.progress() {
+        let until = progress + deadline;
+        if Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep_until(until.into()).await;
+    }
+}
+
+/// One connection: the TLS handshake, then HTTP/1.1 until the client closes.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    config: Arc<rustls::ServerConfig>,
+    app: Router,
+    slot: &Slot,
+) {
+    use hyper::service::Service as _;
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let tls = match acceptor.accept(tcp).await {
+        Ok(tls) => tls,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "admission webhook: TLS handshake failed");
+            return;
+        }
+    };
+    let inner = hyper_util::service::TowerToHyperService::new(app);
+    let service = hyper::service::service_fn(|req| {
+        let answer = inner.call(req);
+        async move {
+            let answer = answer.await;
+            slot.answered();
+            answer
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADERS_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "admission webhook: connection ended");
     }
 }
 

@@ -168,6 +168,7 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             listener,
             certificates,
             Arc::new(webhook),
+            ferrule::admission::Listening::new(&args.settings.limits),
         ));
     }
     match &args.manifests {

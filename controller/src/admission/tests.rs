@@ -286,7 +286,8 @@ async fn serve_tls(w: Webhook) -> (u16, String, tempfile::TempDir) {
     let certificates = Arc::new(Certificates::load(&cert, &key).unwrap());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(serve(listener, certificates, Arc::new(w)));
+    let listening = Listening::new(&ferrule_model::snapshot::Limits::default());
+    tokio::spawn(serve(listener, certificates, Arc::new(w), listening));
     (port, ca, dir)
 }
 
@@ -489,7 +490,8 @@ async fn serves_tls_only_and_follows_a_rotated_certificate() {
     let (w, _) = webhook(Some(snapshot()), None);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(serve(listener, certificates, Arc::new(w)));
+    let listening = Listening::new(&ferrule_model::snapshot::Limits::default());
+    tokio::spawn(serve(listener, certificates, Arc::new(w), listening));
 
     let good = || {
         review(
@@ -532,4 +534,189 @@ fn unloadable_files_fail_at_start() {
     std::fs::write(dir.path().join("tls.key"), "not a key").unwrap();
     let bad = Certificates::load(&dir.path().join("tls.crt"), &dir.path().join("tls.key"));
     assert!(bad.is_err());
+}
+
+// ---------------------------------------------------------------------------------------
+// The listener's limits
+
+/// `w` served over TLS with `listening`: (port, the CA's PEM, the certificate's
+/// directory, to keep).
+async fn serve_with(w: Webhook, listening: Listening) -> (u16, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = issue(dir.path(), "test");
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let certificates = Arc::new(Certificates::load(&cert, &key).unwrap());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(serve(listener, certificates, Arc::new(w), listening));
+    (port, ca, dir)
+}
+
+type Tls = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// A TLS connection to the webhook from address `from` (any of 127.0.0.0/8).
+async fn connect_tls(port: u16, ca_pem: &str, from: &str) -> std::io::Result<Tls> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{from}:0").parse().unwrap())?;
+    let tcp = socket
+        .connect(format!("127.0.0.1:{port}").parse().unwrap())
+        .await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+}
+
+/// A client that sends a review's headers and then its body a byte at a time, every
+/// 200 ms, never finishing; the task ends when the webhook closes the connection.
+async fn trickle(port: u16, ca_pem: &str, from: &str) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut tls = connect_tls(port, ca_pem, from).await.unwrap();
+    let head = format!(
+        "POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: 100000\r\n\r\n{{"
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if tls.write_all(b" ").await.is_err() || tls.flush().await.is_err() {
+                return;
+            }
+        }
+    })
+}
+
+/// With `failurePolicy: Fail`, a webhook that does not answer stalls every Ingress
+/// change of the cluster. 100 clients trickling a body (more than the connections
+/// the webhook keeps open), from another address or from the same one as the API
+/// server, leave it answering a valid review, and only up to its cap of them stay.
+#[tokio::test]
+async fn a_review_is_answered_while_100_connections_trickle_a_body() {
+    let listening = Listening::new(&ferrule_model::snapshot::Limits::default());
+    assert!(listening.max_connections < 100);
+    let good = || {
+        review(
+            "CREATE",
+            ingress("good", "2024-02-01T00:00:00Z", "new.test", json!({})),
+        )
+    };
+    for from in ["127.0.0.2", "127.0.0.1"] {
+        let (w, _) = webhook(Some(snapshot()), None);
+        let (port, ca, _dir) = serve_with(w, listening).await;
+        let mut slow = Vec::new();
+        for _ in 0..100 {
+            slow.push(trickle(port, &ca, from).await);
+        }
+        let answered = tokio::time::timeout(Duration::from_secs(5), post(port, &ca, good())).await;
+        let (status, v) = answered
+            .unwrap_or_else(|_| panic!("no answer with 100 slow clients from {from}"))
+            .unwrap();
+        assert_eq!(
+            (status, &v["response"]["allowed"]),
+            (200, &json!(true)),
+            "{v}"
+        );
+        // The cap holds: the slow clients that made room were closed.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let open = slow.iter().filter(|t| !t.is_finished()).count();
+        assert!(
+            open < listening.max_connections,
+            "{open} slow clients from {from} still open"
+        );
+        for t in slow {
+            t.abort();
+        }
+    }
+}
+
+/// A connection that has not completed a request within the deadline, a body
+/// trickled or a TLS handshake never started, is closed; so is one idle that long
+/// after its last answer.
+#[tokio::test]
+async fn a_connection_is_closed_at_its_deadline() {
+    use tokio::io::AsyncReadExt;
+    let listening = Listening {
+        deadline: Duration::from_secs(1),
+        ..Listening::new(&ferrule_model::snapshot::Limits::default())
+    };
+    let (w, _) = webhook(Some(snapshot()), None);
+    let (port, ca, _dir) = serve_with(w, listening).await;
+    let trickling = trickle(port, &ca, "127.0.0.1").await;
+    let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(5), silent.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "a silent connection is still open: {closed:?}"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(5), trickling).await;
+    assert!(ended.is_ok(), "a trickling connection is still open");
+
+    // Answered, then idle: closed too.
+    use tokio::io::AsyncWriteExt;
+    let mut tls = connect_tls(port, &ca, "127.0.0.1").await.unwrap();
+    let body = review(
+        "CREATE",
+        ingress("good", "2024-02-01T00:00:00Z", "new.test", json!({})),
+    );
+    let head = format!(
+        "POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(&[head.as_bytes(), &body].concat())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "an idle connection is still open");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// The body limit follows `--max-ingress-bytes` (3 MiB with the default); a larger
+/// review is refused before it is read whole.
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused() {
+    let default = Listening::new(&ferrule_model::snapshot::Limits::default());
+    assert_eq!(default.max_body, 3 << 20);
+    let limits = ferrule_model::snapshot::Limits {
+        ingress_bytes: 64 << 10,
+        ..ferrule_model::snapshot::Limits::default()
+    };
+    let listening = Listening::new(&limits);
+    assert_eq!(listening.max_body, 2 * (2 * (64 << 10) + (512 << 10)));
+    let (w, _) = webhook(Some(snapshot()), None);
+    let (port, ca, _dir) = serve_with(w, listening).await;
+    let padded = |len: usize| {
+        let mut body = review(
+            "CREATE",
+            ingress("good", "2024-02-01T00:00:00Z", "new.test", json!({})),
+        );
+        body.resize(len, b' ');
+        body
+    };
+    let (status, _) = post_raw(port, &ca, padded(listening.max_body))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = post_raw(port, &ca, padded(listening.max_body + 1))
+        .await
+        .unwrap();
+    assert_eq!(status, 413);
 }
