@@ -606,6 +606,12 @@ async fn serve_accepted<F, A>(
         let Some(config) = certificates.config() else {
             continue;
         };
+        // An answer must not wait behind an earlier segment's delayed ACK (Nagle's
+        // algorithm): on a new connection, rustls writes its session tickets, then
+        // the answer, and the answer waited up to 40 ms for the client's ACK.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(%peer, error = %e, "admission webhook: TCP_NODELAY not set");
+        }
         let id = (connections.lock().expect("admission connections lock"))
             .admit(peer.ip(), listening.max_connections);
         let slot = Slot {
