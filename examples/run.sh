@@ -11,7 +11,7 @@ cat <<'MSG'
 Ferrule is starting on http://localhost:8080 (status on http://localhost:10254).
 Try:
   curl -H 'Host: echo.localhost' http://localhost:8080/hello
-  curl http://localhost:10254/status/resources
+  target/release/ferrule resources --nginx-prefix target/run/nginx
   curl -s http://localhost:10254/metrics | grep ferrule_
 Edit examples/*.yaml and watch Ferrule apply the change. Ctrl-C stops everything.
 MSG

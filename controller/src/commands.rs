@@ -31,8 +31,11 @@ pub struct RunArgs {
     pub manifests: Option<PathBuf>,
     pub kube: KubeArgs,
     pub status: SocketAddr,
-    /// `/status/resources` on every address, not only on loopback.
+    /// `/status/resources` on the status port too, to anyone who reaches it.
     pub status_resources_public: bool,
+    /// The status socket (`/status/resources` for a local operator); `None`: in
+    /// the NGINX prefix.
+    pub status_socket: Option<PathBuf>,
     pub coalesce: Duration,
     pub min_reload_interval: Duration,
     pub shutdown_grace_period: Duration,
@@ -97,6 +100,17 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
                 ferrule::status::serve(args.status, shared, args.status_resources_public).await
             {
                 tracing::error!(error = %e, "status port failed");
+            }
+        }
+    });
+    let socket = (args.status_socket.clone())
+        .unwrap_or_else(|| args.render.prefix.join(ferrule::status::SOCKET));
+    tokio::spawn({
+        let (shared, prefix) = (shared.clone(), args.render.prefix.clone());
+        async move {
+            let path = socket.display().to_string();
+            if let Err(e) = ferrule::status::serve_resources(socket, prefix, shared).await {
+                tracing::error!(error = %e, socket = path, "status socket failed");
             }
         }
     });

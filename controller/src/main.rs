@@ -705,6 +705,8 @@ impl KubeFlags {
     }
 }
 
+// Parsed once at start: `resources`, much smaller than the others, costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller: watch the inputs, drive NGINX, serve the status port.
@@ -715,17 +717,21 @@ enum Command {
         manifests: Option<PathBuf>,
         #[command(flatten)]
         kube: KubeFlags,
-        /// Status port (`/healthz`, `/readyz`, `/metrics`, `/status/resources`).
+        /// Status port (`/healthz`, `/readyz`, `/metrics`).
         #[arg(long, default_value_t = 10254)]
         status_port: u16,
-        /// Address of the status port. `/healthz`, `/readyz` and `/metrics` answer on
-        /// every address (probes and Prometheus use the pod's); `/status/resources`,
-        /// which lists every namespace's Ingresses, hosts, Secrets and errors, only on
-        /// a loopback connection unless `--status-resources-public`.
+        /// Address of the status port (probes and Prometheus use the pod's).
         #[arg(long, default_value = "0.0.0.0")]
         status_address: std::net::IpAddr,
-        /// Answer `/status/resources` on every address of the status port, not only on
-        /// loopback (anyone who reaches the port then reads every tenant's state).
+        /// Unix socket serving `/status/resources` (every namespace's Ingresses, hosts,
+        /// Secrets and errors) to processes of the controller's user (or root) that
+        /// are not NGINX: `ferrule resources` reads it. Default: `controller/status.sock`
+        /// in `--nginx-prefix`.
+        #[arg(long)]
+        status_socket: Option<PathBuf>,
+        /// Answer `/status/resources` on the status port too: anyone who reaches the
+        /// port, NGINX (and so tenants' snippets and backends) included, then reads
+        /// every tenant's state.
         #[arg(long)]
         status_resources_public: bool,
         /// Coalescing window for changes, in milliseconds.
@@ -782,6 +788,16 @@ enum Command {
         #[command(flatten)]
         flags: ModelFlags,
     },
+    /// Print `/status/resources` of the controller running on this machine (every
+    /// resource's state), read from its status socket.
+    Resources {
+        /// The running controller's `--nginx-prefix` (its status socket is there).
+        #[arg(long, default_value = "/var/lib/ferrule/nginx")]
+        nginx_prefix: PathBuf,
+        /// The running controller's `--status-socket`, if it set one.
+        #[arg(long)]
+        status_socket: Option<PathBuf>,
+    },
     /// Compare the models of two manifests directories: `unchanged`, `dynamic` or `reload`.
     Diff {
         /// The running state.
@@ -821,6 +837,7 @@ async fn main() -> Result<()> {
             kube,
             status_port,
             status_address,
+            status_socket,
             status_resources_public,
             coalesce_ms,
             min_reload_interval_ms,
@@ -843,6 +860,7 @@ async fn main() -> Result<()> {
                 kube: kube.options(&flags.controller_class)?,
                 status: std::net::SocketAddr::new(status_address, status_port),
                 status_resources_public,
+                status_socket,
                 coalesce: std::time::Duration::from_millis(coalesce_ms),
                 min_reload_interval: std::time::Duration::from_millis(min_reload_interval_ms),
                 shutdown_grace_period: std::time::Duration::from_secs(shutdown_grace_period),
@@ -910,6 +928,16 @@ async fn main() -> Result<()> {
                 }
                 let _ = writeln!(out);
             }
+        }
+        Command::Resources {
+            nginx_prefix,
+            status_socket,
+        } => {
+            let socket =
+                status_socket.unwrap_or_else(|| nginx_prefix.join(ferrule::status::SOCKET));
+            let resources = ferrule::status::read_resources(&socket)
+                .with_context(|| format!("reading the status socket {}", socket.display()))?;
+            println!("{resources}");
         }
         Command::Diff { old, new, flags } => {
             let (old, new) = (flags.model(&old)?, flags.model(&new)?);

@@ -27,7 +27,7 @@ pub const PID_FILE: &str = "run/nginx.pid";
 ///
 /// The master rewrites its command line to `nginx: master process ` followed by the
 /// original arguments, which name the configuration file.
-pub(super) fn is_master_of(pid: i32, conf: &Path) -> bool {
+pub(crate) fn is_master_of(pid: i32, conf: &Path) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return false;
     };

@@ -499,9 +499,15 @@ impl Ferrule {
         }
     }
 
-    /// `/status/resources` as JSON.
+    /// `/status/resources` as JSON, from the status socket (as `ferrule resources`).
     pub async fn resources(&self) -> Vec<Value> {
-        let (_, body) = self.get_status("/status/resources").await;
+        let socket = self
+            .prefix
+            .path()
+            .join("nginx")
+            .join(ferrule::status::SOCKET);
+        let read = tokio::task::spawn_blocking(move || ferrule::status::read_resources(&socket));
+        let body = read.await.unwrap().unwrap_or_default();
         serde_json::from_str(&body).unwrap_or_default()
     }
 

@@ -181,45 +181,93 @@ async fn a_local_endpoint_is_left_out_and_reported() {
     }
 }
 
-/// `/status/resources` answers only on loopback (unless `--status-resources-public`),
-/// and not through NGINX; the probes and metrics answer on every address.
+/// `/status/resources` (every tenant's Ingresses, hosts, Secret names and errors) is
+/// served on the status socket only, unless `--status-resources-public`: not to a
+/// loopback connection without `X-Forwarded-For` (what NGINX's own request to a
+/// local endpoint, or a tenant's snippet clearing the header, looks like), not
+/// through NGINX to the port, nor to the socket; `ferrule resources` reads it. The
+/// probes and metrics answer on every address.
 #[tokio::test]
-async fn status_resources_answer_only_on_loopback() {
-    let Some(ip) = non_loopback_address() else {
-        eprintln!("skipped: this machine has no address but loopback");
-        return;
-    };
+async fn status_resources_answer_only_on_the_status_socket() {
     let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
     let m = Manifests::new();
     m.write("ns.yaml", &ingress_class("unused", false));
-    let f = Ferrule::start(m.path(), &["--status-address", "0.0.0.0"]).await;
-    for path in ["/healthz", "/readyz", "/metrics"] {
-        assert_eq!(get_from(ip, ip, f.status, path).await.0, 200, "{path}");
-    }
-    let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
-    assert_eq!(status, 403, "{body}");
-    assert!(body.contains("--status-resources-public"), "{body}");
-    let (status, body) = get_from(loopback, loopback, f.status, "/status/resources").await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body.starts_with('['), "{body}");
-
-    // Through NGINX, from loopback (endpoints of 127.0.0.1 allowed here): NGINX
-    // reaches the port, but not the resources.
-    let local: std::net::SocketAddr = format!("127.0.0.1:{}", f.status).parse().unwrap();
-    m.write("svc.yaml", &service("evil", "peek", &[local]));
+    let local_endpoint = |port: u16| format!("127.0.0.1:{port}").parse().unwrap();
+    let f = Ferrule::start(
+        m.path(),
+        &["--status-address", "0.0.0.0", "--configmap", "demo/ferrule"],
+    )
+    .await;
+    m.write(
+        "svc.yaml",
+        &service("evil", "peek", &[local_endpoint(f.status)]),
+    );
     m.write(
         "ing.yaml",
         &Ing::new("evil", "peek", T0)
             .rule("peek.test", &[("/", "Prefix", "peek")])
             .yaml(),
     );
+    // The ConfigMap's snippets are the administrator's, but they show what any
+    // NGINX configuration naming the socket would get.
+    let socket = f.prefix.path().join("nginx").join(ferrule::status::SOCKET);
+    let snippet = format!(
+        "location = /peek-socket {{ proxy_pass http://unix:{}:/status/resources; }}",
+        socket.display()
+    );
+    m.write("cm.yaml", &configmap(&[("server-snippet", &snippet)]));
+    let listed = wait_until(std::time::Duration::from_secs(10), || async {
+        f.resource("Ingress", "evil", "peek").await.is_some()
+    })
+    .await;
+    assert!(listed, "{}", f.logs());
+
+    // A loopback connection without X-Forwarded-For is no proof of anything.
+    let (status, body) = get_from(loopback, loopback, f.status, "/status/resources").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("peek"), "{body}");
+    if let Some(ip) = non_loopback_address() {
+        for path in ["/healthz", "/readyz", "/metrics"] {
+            assert_eq!(get_from(ip, ip, f.status, path).await.0, 200, "{path}");
+        }
+        let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
+        assert_eq!(status, 403, "{body}");
+    }
+
+    // Through NGINX: to the port (an endpoint of 127.0.0.1, allowed here), and to
+    // the socket.
     let proxied = wait_until(std::time::Duration::from_secs(10), || async {
         f.get("peek.test", "/healthz").await.0 == 200
     })
     .await;
     assert!(proxied, "{}", f.logs());
     f.old_workers_gone().await;
-    assert_eq!(f.get("peek.test", "/status/resources").await.0, 403);
+    for path in ["/status/resources", "/peek-socket"] {
+        let r = client()
+            .get(format!("http://127.0.0.1:{}{path}", f.http))
+            .header("Host", "peek.test")
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap();
+        assert!(status == 403 || status == 502, "{path}: {status} {body}");
+        assert!(!body.contains("peek"), "{path}: {body}");
+    }
+
+    // The operator's command reads them.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferrule"))
+        .args(["resources", "--nginx-prefix"])
+        .arg(f.prefix.path().join("nginx"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("\"peek\""), "{stdout}");
     drop(f);
 
     let f = Ferrule::start(
@@ -227,7 +275,7 @@ async fn status_resources_answer_only_on_loopback() {
         &["--status-address", "0.0.0.0", "--status-resources-public"],
     )
     .await;
-    let (status, body) = get_from(ip, ip, f.status, "/status/resources").await;
+    let (status, body) = get_from(loopback, loopback, f.status, "/status/resources").await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"peek\""), "{body}");
 }
