@@ -1,5 +1,11 @@
 //! Writing NGINX files: atomic (temp + rename), unchanged files untouched, stale
 //! generated files removed, and every change undoable until it is committed.
+//!
+//! Nothing here follows a symbolic link at the end of a path: with NGINX in a
+//! container of its own (`super::supervisor`), the prefix is a directory NGINX's
+//! user may write, and a link it left there must not make the controller read one
+//! of its own files (the service-account token) into the prefix or a request
+//! (a rollback writes back what it read), nor write or chmod one through it.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -137,13 +143,19 @@ fn write_inner(
             continue;
         };
         for entry in entries {
-            let path = entry?.path();
+            let entry = entry?;
+            // A link is removed as it is, never read through.
+            let kind = entry.file_type()?;
+            if !kind.is_file() && !kind.is_symlink() {
+                continue;
+            }
+            let path = entry.path();
             let rel = path
                 .strip_prefix(prefix)
                 .unwrap_or(&path)
                 .to_string_lossy()
                 .into_owned();
-            if !files.contains_key(&rel) && path.is_file() {
+            if !files.contains_key(&rel) {
                 let old = read(&path)?;
                 fs::remove_file(&path)?;
                 change.undo.push((path, old));
@@ -179,15 +191,47 @@ pub fn rollback(change: Change) -> std::io::Result<()> {
     sync_fs(&dir)
 }
 
+/// A file's contents, mode and owner; `None` when it does not exist or is a
+/// symbolic link (which is then replaced, or removed by a rollback, unread).
 fn read(path: &Path) -> std::io::Result<Previous> {
-    match fs::read(path) {
-        Ok(b) => {
-            let meta = fs::metadata(path)?;
-            Ok(Some((b, meta.permissions().mode() & 0o7777, meta.uid())))
-        }
+    let Some(mut file) = open_no_follow(path)? else {
+        return Ok(None);
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(format!(
+            "{} is not a file",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::io::Read::read_to_end(&mut file, &mut bytes)?;
+    Ok(Some((
+        bytes,
+        meta.permissions().mode() & 0o7777,
+        meta.uid(),
+    )))
+}
+
+/// Opens `path` for reading unless it does not exist or is a symbolic link.
+fn open_no_follow(path: &Path) -> std::io::Result<Option<fs::File>> {
+    let opened = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path);
+    match opened {
+        Ok(f) => Ok(Some(f)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// A file's contents, `None` when it does not exist or is a symbolic link: for the
+/// files of the prefix read back (the token, the default certificate, the balancer
+/// sources compared before they are written).
+pub fn read_no_follow(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    Ok(read(path)?.map(|(bytes, _, _)| bytes))
 }
 
 /// Commits the caches of the file system holding `path` (data and metadata of
@@ -214,30 +258,40 @@ fn write_temp(
         .unwrap_or_default();
     // A leading dot keeps it out of NGINX's `include servers/*.conf`.
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let written = (|| {
+    // A leftover of an earlier run (or a link in its place) goes first: the file is
+    // created new, never opened through a link.
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::debug!(path = %tmp.display(), error = %e, "cannot remove a leftover")
+        }
+        _ => {}
+    }
+    let written: std::io::Result<()> = (|| {
         let mut f = fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(mode)
             .open(&tmp)?;
         f.write_all(bytes)?;
         if sync {
             f.sync_data()?;
         }
-        // The umask may have narrowed `mode`, and a leftover temp kept its own.
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+        // The umask may have narrowed `mode`; set on the file opened, not the path.
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
         if let Some(uid) = owner
             && uid != nix::unistd::geteuid().as_raw()
         {
-            nix::unistd::chown(&tmp, Some(uid.into()), None)?;
+            std::os::unix::fs::fchown(&f, Some(uid), None)?;
         }
         Ok(())
     })();
     match written {
         Ok(()) => Ok(tmp),
         Err(e) => {
-            let _ = fs::remove_file(&tmp);
+            // Not a file this call created (it exists): leave it.
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                let _ = fs::remove_file(&tmp);
+            }
             Err(e)
         }
     }
@@ -338,6 +392,53 @@ mod tests {
             fs::read_to_string(servers.join("host_c.conf")).unwrap(),
             "c"
         );
+    }
+
+    /// What NGINX's user could leave in a shared prefix: links to the controller's
+    /// own files. None is read through, written through or kept.
+    #[test]
+    fn links_in_the_prefix_are_replaced_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let private = tempfile::tempdir().unwrap();
+        let token = private.path().join("token");
+        fs::write(&token, "the cluster's keys").unwrap();
+        fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+        let servers = dir.path().join("conf/servers");
+        fs::create_dir_all(&servers).unwrap();
+        // A link where a rendered file goes, one where a stale file would be, and
+        // one in place of the temporary file the next write creates.
+        std::os::unix::fs::symlink(&token, servers.join("host_a.conf")).unwrap();
+        std::os::unix::fs::symlink(&token, servers.join("stale.conf")).unwrap();
+        let tmp = servers.join(format!(".host_b.conf.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&token, &tmp).unwrap();
+        assert_eq!(read_no_follow(&servers.join("host_a.conf")).unwrap(), None);
+
+        let mut files = BTreeMap::new();
+        files.insert("conf/servers/host_a.conf".to_owned(), spec("server a"));
+        files.insert("conf/servers/host_b.conf".to_owned(), spec("server b"));
+        let change = write_all(dir.path(), &files).unwrap();
+        assert_eq!(fs::read_to_string(&token).unwrap(), "the cluster's keys");
+        let mode = fs::metadata(&token).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "not chmod-ed through a link");
+        assert_eq!(
+            fs::read_to_string(servers.join("host_a.conf")).unwrap(),
+            "server a"
+        );
+        assert!(fs::symlink_metadata(servers.join("stale.conf")).is_err());
+        // The rollback of that change puts back nothing it read through a link.
+        rollback(change).unwrap();
+        for name in ["host_a.conf", "host_b.conf", "stale.conf"] {
+            assert!(
+                fs::symlink_metadata(servers.join(name)).is_err(),
+                "{name} left after the rollback"
+            );
+        }
+        let left: Vec<String> = fs::read_dir(&servers)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(fs::read_to_string(&token).unwrap(), "the cluster's keys");
     }
 
     #[test]

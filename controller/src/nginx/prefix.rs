@@ -51,17 +51,23 @@ pub(super) fn prepare(
             vec![render::NJS_DEFAULT_CERT, render::NJS_DEFAULT_KEY],
         ),
     };
+    // Read back without following a link: the prefix may be NGINX's to write, and
+    // the token read is sent to NGINX.
     let kept_token = kept
-        .then(|| std::fs::read_to_string(prefix.join(token_file)).ok())
+        .then(|| {
+            files::read_no_follow(&prefix.join(token_file))
+                .ok()
+                .flatten()
+        })
         .flatten()
-        .and_then(|t| parse_token(opts.balancer, &t));
+        .and_then(|t| parse_token(opts.balancer, &String::from_utf8_lossy(&t)));
     let token = kept_token.clone().unwrap_or_else(new_token);
     // The default certificate an adopted master loaded stays (and is posted).
     let kept_pem: Option<Vec<u8>> = kept
         .then(|| {
             let parts: Vec<Vec<u8>> = default_files
                 .iter()
-                .filter_map(|f| std::fs::read(default_path(opts, f)).ok())
+                .filter_map(|f| files::read_no_follow(&default_path(opts, f)).ok().flatten())
                 .collect();
             (parts.len() == default_files.len()).then(|| parts.concat())
         })
@@ -180,7 +186,8 @@ fn new_token() -> String {
 fn install(dir: &Path, sources: &[(&str, &str)]) -> std::io::Result<()> {
     for (rel, text) in sources {
         let path = dir.join(rel);
-        if std::fs::read_to_string(&path).ok().as_deref() != Some(*text) {
+        let on_disk = files::read_no_follow(&path).ok().flatten();
+        if on_disk.as_deref() != Some(text.as_bytes()) {
             files::atomic_write(&path, text.as_bytes(), 0o644)?;
         }
     }
