@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use ferrule::nginx::process::Launcher;
 use ferrule::nginx::render::{RenderOptions, Renderer};
 use ferrule::nginx::safety::Exclusions;
 use ferrule::nginx::{Dataplane, files};
@@ -45,7 +46,8 @@ pub struct RunArgs {
     pub fast_path_module: Option<PathBuf>,
     /// How NGINX's per-request metrics are exported on `/metrics`.
     pub request_metrics: ferrule::scrape::ExportOptions,
-    pub nginx_binary: PathBuf,
+    /// How NGINX runs: our child, or the supervisor's in its own container.
+    pub launcher: Launcher,
     pub settings: Settings,
     pub config_map: Option<(String, String)>,
     /// The admission webhook, if `--admission-port` is set.
@@ -63,7 +65,10 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
     export.controller_namespace.clone_from(&identity.namespace);
     export.controller_pod.clone_from(&identity.pod);
     let shared = Arc::new(Shared::new(identity));
-    shared.metrics.nginx.watch(args.render.prefix.clone());
+    shared
+        .metrics
+        .nginx
+        .watch(args.render.prefix.clone(), &args.launcher);
     let listener = tokio::net::TcpListener::bind(args.status)
         .await
         .with_context(|| format!("binding the status port {}", args.status))?;
@@ -114,23 +119,17 @@ pub async fn run(mut args: RunArgs) -> Result<()> {
             }
         }
     });
-    args.render = tokio::task::spawn_blocking({
-        let (mut render, nginx, module) = (
-            args.render.clone(),
-            args.nginx_binary.clone(),
-            args.fast_path_module.take(),
-        );
-        move || {
-            ferrule::nginx::fast_path::enable(&mut render, &nginx, module.as_deref());
-            render
-        }
-    })
-    .await?;
+    if let Launcher::Supervisor(socket) = &args.launcher {
+        // Its container may start after this one: the fast path's checks run there.
+        ferrule::nginx::supervisor::wait_for(socket).await;
+    }
+    let module = args.fast_path_module.take();
+    ferrule::nginx::fast_path::enable(&mut args.render, &args.launcher, module.as_deref()).await;
     args.settings.input_headers = args.render.input_header;
     // A restarted controller takes over the NGINX it left running, without a reload.
     let dataplane = Dataplane::adopt_or_new(
         Renderer::new(args.render.clone()),
-        args.nginx_binary.clone(),
+        args.launcher.clone(),
         default_pem,
     )
     .await
@@ -258,7 +257,8 @@ async fn leader_metric(
     }
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");

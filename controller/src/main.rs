@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use ferrule_model::{Diff, Settings};
 
+use ferrule::nginx::process::Launcher;
 use ferrule::nginx::render::{Balancer, RenderOptions};
 use ferrule::source;
 
@@ -485,13 +486,11 @@ impl NginxFlags {
     }
 
     /// [`Self::render_options`] with the fast path decided now (`nginx -t`).
-    fn render_options_probed(&self, flags: &ModelFlags) -> Result<RenderOptions> {
+    async fn render_options_probed(&self, flags: &ModelFlags) -> Result<RenderOptions> {
         let mut opts = self.render_options(flags)?;
-        ferrule::nginx::fast_path::enable(
-            &mut opts,
-            &self.nginx_binary,
-            self.fast_path_module().as_deref(),
-        );
+        let nginx = Launcher::Here(self.nginx_binary.clone());
+        let module = self.fast_path_module();
+        ferrule::nginx::fast_path::enable(&mut opts, &nginx, module.as_deref()).await;
         Ok(opts)
     }
 }
@@ -716,7 +715,7 @@ enum Command {
         #[arg(long)]
         manifests: Option<PathBuf>,
         #[command(flatten)]
-        kube: KubeFlags,
+        kube: Box<KubeFlags>,
         /// Status port (`/healthz`, `/readyz`, `/metrics`).
         #[arg(long, default_value_t = 10254)]
         status_port: u16,
@@ -746,12 +745,33 @@ enum Command {
         /// The pod's terminationGracePeriodSeconds must cover it plus the drain (240 s).
         #[arg(long, default_value_t = 0)]
         shutdown_grace_period: u64,
+        /// NGINX runs in another container, under `ferrule nginx-supervisor` listening
+        /// on this unix socket: every start, `nginx -t`, reload and stop goes through
+        /// it, and this process runs and signals no NGINX itself. The two containers
+        /// share the directory of --nginx-prefix (at the same path) and the socket;
+        /// the cluster credentials stay in this one's. Without it, NGINX is this
+        /// process's child.
+        #[arg(long, value_name = "SOCKET", conflicts_with = "nginx_binary")]
+        nginx_supervisor: Option<PathBuf>,
         #[command(flatten)]
         admission: Box<AdmissionFlags>,
         #[command(flatten)]
         nginx: NginxFlags,
         #[command(flatten)]
         flags: ModelFlags,
+    },
+    /// Run NGINX in its own container for a controller in another one (`ferrule run
+    /// --nginx-supervisor SOCKET`): start, test (`nginx -t`), reload and stop it as
+    /// the controller asks on SOCKET, and nothing else. NGINX's logs are this
+    /// process's standard output and error. After SIGTERM, NGINX serves until the
+    /// controller stops it (or has not been heard from for 10 s).
+    NginxSupervisor {
+        /// The unix socket to listen on, in the directory the two containers share.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The NGINX binary.
+        #[arg(long, default_value = "nginx")]
+        nginx_binary: PathBuf,
     },
     /// Render the NGINX files of a manifests directory without running NGINX.
     Render {
@@ -842,6 +862,7 @@ async fn main() -> Result<()> {
             coalesce_ms,
             min_reload_interval_ms,
             shutdown_grace_period,
+            nginx_supervisor,
             admission,
             nginx,
             flags,
@@ -867,7 +888,10 @@ async fn main() -> Result<()> {
                 render: nginx.run_options(&flags)?,
                 fast_path_module: nginx.fast_path_module(),
                 request_metrics: nginx.metrics.export(),
-                nginx_binary: nginx.nginx_binary.clone(),
+                launcher: match nginx_supervisor {
+                    Some(socket) => Launcher::Supervisor(socket),
+                    None => Launcher::Here(nginx.nginx_binary.clone()),
+                },
                 settings: Settings {
                     // A TCP service may not take a port the controller listens on.
                     reserved_ports: [status_port, nginx.http_port, nginx.https_port]
@@ -884,6 +908,14 @@ async fn main() -> Result<()> {
             })
             .await?;
         }
+        Command::NginxSupervisor {
+            socket,
+            nginx_binary,
+        } => {
+            ferrule::nginx::supervisor::serve(&socket, nginx_binary, commands::shutdown_signal())
+                .await
+                .with_context(|| format!("serving {}", socket.display()))?;
+        }
         Command::Render {
             manifests,
             out,
@@ -892,7 +924,7 @@ async fn main() -> Result<()> {
         } => {
             let mut nginx = nginx.clone();
             nginx.nginx_prefix = out;
-            let opts = nginx.render_options_probed(&flags)?;
+            let opts = nginx.render_options_probed(&flags).await?;
             let model = flags.model_with(&manifests, flags.settings_for(&opts))?;
             let written = commands::render(&model, opts)?;
             println!("wrote {written} files");
@@ -902,7 +934,7 @@ async fn main() -> Result<()> {
             nginx,
             flags,
         } => {
-            let opts = nginx.render_options_probed(&flags)?;
+            let opts = nginx.render_options_probed(&flags).await?;
             let settings = flags.settings_for(&opts);
             let model = flags.model_with(&manifests, settings.clone())?;
             let snap = source::manifests::load(&manifests, settings, flags.config_map())?;

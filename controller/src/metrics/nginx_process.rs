@@ -7,8 +7,10 @@ use std::sync::{Mutex, OnceLock};
 
 use super::identity::Identity;
 use super::text::{Kind, header, sample};
+use crate::nginx::process::Launcher;
 use crate::nginx::procfs::{Totals, Tracker};
 use crate::nginx::stub_status::{self, StubStatus};
+use crate::nginx::supervisor;
 
 const P: &str = "nginx_ingress_controller_nginx_process";
 
@@ -16,13 +18,20 @@ const P: &str = "nginx_ingress_controller_nginx_process";
 #[derive(Debug, Default)]
 pub struct NginxProcess {
     prefix: OnceLock<PathBuf>,
+    /// The supervisor's socket, when NGINX's processes are in another container
+    /// (the supervisor reads them there).
+    supervisor: OnceLock<PathBuf>,
     tracker: Mutex<Tracker>,
 }
 
 impl NginxProcess {
-    /// NGINX runs on `prefix` (its pid file and API socket are there).
-    pub fn watch(&self, prefix: PathBuf) {
+    /// NGINX runs on `prefix` (its pid file and API socket are there), launched by
+    /// `launcher`.
+    pub fn watch(&self, prefix: PathBuf, launcher: &Launcher) {
         let _ = self.prefix.set(prefix);
+        if let Launcher::Supervisor(socket) = launcher {
+            let _ = self.supervisor.set(socket.clone());
+        }
     }
 
     /// Reads NGINX now and appends the metrics (none while NGINX does not run).
@@ -35,7 +44,16 @@ impl NginxProcess {
         if let Err(e) = &status {
             tracing::debug!(error = %e, "no stub_status for the metrics");
         }
-        let totals = self.tracker.lock().expect("metrics lock").sample(prefix);
+        let totals = match self.supervisor.get() {
+            None => self.tracker.lock().expect("metrics lock").sample(prefix),
+            Some(socket) => match supervisor::call(socket, &supervisor::Request::Processes).await {
+                Ok(answer) => answer.processes,
+                Err(e) => {
+                    tracing::debug!(error = %e, "no NGINX processes from the supervisor");
+                    None
+                }
+            },
+        };
         let ids = id.labels();
         if let Ok(s) = status {
             encode_status(out, &ids, &s);

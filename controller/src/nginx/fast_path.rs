@@ -8,9 +8,9 @@
 //! they retry the next (without it, njs picks one and a dead endpoint fails them).
 
 use std::path::Path;
-use std::process::Command;
 
 use super::emit::quote;
+use super::process::Launcher;
 use super::render::{Balancer, RenderOptions};
 
 /// The module's file name in the modules directory.
@@ -36,22 +36,42 @@ const INPUT_HEADER: &str = "ferrule_input_header X-A $remote_addr; ferrule_drop_
 const METRICS_DUMP: &str = "server { location = /m { ferrule_metrics_dump; } }";
 
 /// Whether `nginx` loads `module` after `modules` and accepts `http` (the body of
-/// an `http` block using its directives); if not, why not.
-pub fn probe(nginx: &Path, modules: &[String], module: &Path, http: &str) -> Result<(), String> {
-    probe_blocks(nginx, modules, module, &format!("http {{ {http} }}"))
+/// an `http` block using its directives); if not, why not. The probe's files are
+/// written below `scratch` (where `nginx` can read them: with a supervisor, the
+/// directory its container shares).
+pub async fn probe(
+    nginx: &Launcher,
+    scratch: &Path,
+    modules: &[String],
+    module: &Path,
+    http: &str,
+) -> Result<(), String> {
+    probe_blocks(
+        nginx,
+        scratch,
+        modules,
+        module,
+        &format!("http {{ {http} }}"),
+    )
+    .await
 }
 
 /// [`probe`] with `blocks` as the configuration's top-level blocks.
-fn probe_blocks(
-    nginx: &Path,
+async fn probe_blocks(
+    nginx: &Launcher,
+    scratch: &Path,
     modules: &[String],
     module: &Path,
     blocks: &str,
 ) -> Result<(), String> {
-    if !module.is_file() {
+    // The supervisor's container has its own files: NGINX says if it is not there.
+    if matches!(nginx, Launcher::Here(_)) && !module.is_file() {
         return Err(format!("{} not found", module.display()));
     }
-    let tmp = tempfile::tempdir().map_err(|e| format!("temporary directory: {e}"))?;
+    let tmp = tempfile::Builder::new()
+        .prefix(".probe-")
+        .tempdir_in(scratch)
+        .map_err(|e| format!("temporary directory in {}: {e}", scratch.display()))?;
     let mut conf = String::new();
     // written as nginx.conf.tera writes the same paths: through the emitter
     for m in modules
@@ -69,26 +89,16 @@ fn probe_blocks(
     ));
     let file = tmp.path().join("nginx.conf");
     std::fs::write(&file, conf).map_err(|e| format!("{}: {e}", file.display()))?;
-    let out = Command::new(nginx)
-        .arg("-t")
-        .arg("-q")
-        .arg("-p")
-        .arg(tmp.path())
-        .arg("-e")
-        .arg(tmp.path().join("error.log"))
-        .arg("-c")
-        .arg(&file)
-        .output()
-        .map_err(|e| format!("{}: {e}", nginx.display()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} does not load it: {}",
-            nginx.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    let checked = nginx
+        .check(tmp.path(), &file, &tmp.path().join("error.log"))
+        .await;
+    checked.map_err(|out| {
+        let name = match nginx {
+            Launcher::Here(binary) => binary.display().to_string(),
+            Launcher::Supervisor(_) => "the supervisor's nginx".to_owned(),
+        };
+        format!("{name} does not load it: {}", out.trim())
+    })
 }
 
 /// Turns the fast path on in `opts` when `module` (a candidate path) is given, the
@@ -96,14 +106,26 @@ fn probe_blocks(
 /// metrics alone. With either, loads the stream module beside it where TCP/UDP
 /// services or passthrough need the stream block. Logs which way it went. Runs
 /// `nginx -t`: call it where a slow NGINX may block (not before the status port
-/// serves).
-pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
+/// serves), and with a supervisor once it answers.
+pub async fn enable(opts: &mut RenderOptions, nginx: &Launcher, module: Option<&Path>) {
     let Some(module) = module else { return };
-    enable_stream(opts, nginx, module);
+    // With a supervisor, NGINX reads the probes in the prefix, which both share.
+    let scratch = match nginx {
+        Launcher::Here(_) => std::env::temp_dir(),
+        Launcher::Supervisor(_) => {
+            if let Err(e) = std::fs::create_dir_all(&opts.prefix) {
+                tracing::warn!(error = %e, "no C fast path: cannot create the prefix");
+                return;
+            }
+            opts.prefix.clone()
+        }
+    };
+    let scratch = scratch.as_path();
+    enable_stream(opts, nginx, scratch, module).await;
     if opts.balancer == Balancer::Njs {
-        return enable_njs_metrics(opts, nginx, module);
+        return enable_njs_metrics(opts, nginx, scratch, module).await;
     }
-    match probe(nginx, &opts.modules, module, FAST_PATH) {
+    match probe(nginx, scratch, &opts.modules, module, FAST_PATH).await {
         Ok(()) => {
             tracing::info!(module = %module.display(), "C fast path for plain backends");
             opts.modules.push(module.to_string_lossy().into_owned());
@@ -116,7 +138,7 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
     if opts.fast_path {
         let modules = &opts.modules[..opts.modules.len() - 1];
         let http = format!("{FAST_PATH} {LOCATION} {INPUT_HEADER}");
-        match probe(nginx, modules, module, &http) {
+        match probe(nginx, scratch, modules, module, &http).await {
             Ok(()) => (opts.location_directive, opts.input_header) = (true, true),
             Err(why) => tracing::warn!(
                 "the C module has no ferrule_location, ferrule_if_body, ferrule_alias, \
@@ -132,7 +154,15 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
         && let Some(m) = opts.metrics.as_mut()
     {
         let modules = &opts.modules[..opts.modules.len() - 1];
-        match probe(nginx, modules, module, &format!("{FAST_PATH} {METRICS}")) {
+        match probe(
+            nginx,
+            scratch,
+            modules,
+            module,
+            &format!("{FAST_PATH} {METRICS}"),
+        )
+        .await
+        {
             Ok(()) => m.module = true,
             Err(why) => tracing::warn!(
                 "the C module does not count requests (rebuild it: make deps); Lua does: {why}"
@@ -143,7 +173,7 @@ pub fn enable(opts: &mut RenderOptions, nginx: &Path, module: Option<&Path>) {
 
 /// With TCP/UDP services or passthrough (the stream modules loaded), loads the stream
 /// module beside `module` if NGINX accepts it, whichever the balancer.
-fn enable_stream(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
+async fn enable_stream(opts: &mut RenderOptions, nginx: &Launcher, scratch: &Path, module: &Path) {
     let stream_core = super::render::STREAM_MODULES[0];
     if !opts.modules.iter().any(|m| m.ends_with(stream_core)) {
         return;
@@ -151,7 +181,7 @@ fn enable_stream(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
     let stream = module.with_file_name(STREAM_MODULE);
     let blocks = "stream { upstream u { server 0.0.0.1:1; \
                   ferrule_stream_peers /nonexistent $remote_addr; } }";
-    match probe_blocks(nginx, &opts.modules, &stream, blocks) {
+    match probe_blocks(nginx, scratch, &opts.modules, &stream, blocks).await {
         Ok(()) => {
             tracing::info!(module = %stream.display(), "TCP/UDP connections retry other endpoints");
             opts.modules.push(stream.to_string_lossy().into_owned());
@@ -167,20 +197,22 @@ fn enable_stream(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
 /// njs has no balancer phase for the fast path and no shared dictionary to count
 /// in, so the module is loaded only to count requests, and only if it also serves
 /// the dump (njs cannot call it): without it, no request metrics.
-fn enable_njs_metrics(opts: &mut RenderOptions, nginx: &Path, module: &Path) {
+async fn enable_njs_metrics(
+    opts: &mut RenderOptions,
+    nginx: &Launcher,
+    scratch: &Path,
+    module: &Path,
+) {
     if opts.metrics.is_none() {
         return;
     }
-    match probe(
-        nginx,
-        &opts.modules,
-        module,
-        &format!("{METRICS} {METRICS_DUMP}"),
-    ) {
+    let metrics = format!("{METRICS} {METRICS_DUMP}");
+    match probe(nginx, scratch, &opts.modules, module, &metrics).await {
         Ok(()) => {
             tracing::info!(module = %module.display(), "the C module counts requests");
             // The realip module's header, once loaded, if it is recent enough.
-            opts.input_header = probe(nginx, &opts.modules, module, INPUT_HEADER).is_ok();
+            let header = probe(nginx, scratch, &opts.modules, module, INPUT_HEADER).await;
+            opts.input_header = header.is_ok();
             opts.modules.push(module.to_string_lossy().into_owned());
             if let Some(m) = opts.metrics.as_mut() {
                 m.module = true;

@@ -16,6 +16,7 @@ pub mod render;
 pub mod safety;
 pub mod stream_peers;
 pub mod stub_status;
+pub mod supervisor;
 pub mod worker_dir;
 
 use std::path::{Path, PathBuf};
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use ferrule_model::{Model, Snapshot};
 
-use process::{Nginx, TestFailure};
+use process::{Launcher, Nginx, TestFailure};
 use render::{Balancer, Renderer};
 use safety::Exclusions;
 
@@ -122,17 +123,18 @@ impl Dataplane {
         Self::prepare(renderer, nginx, default_pem, None)
     }
 
-    /// Like [`Dataplane::new`], but first adopts an NGINX master that an earlier
-    /// controller process left running on the prefix (see [`Nginx::adopt`]). An
-    /// adopted master keeps the balancer token, default certificate and (njs) state
-    /// it loaded, so the files holding them are kept; the first apply then reloads
-    /// only if the configuration differs from what it serves.
+    /// Like [`Dataplane::new`], with NGINX run by `launcher`, but first adopts an
+    /// NGINX master that an earlier controller process left running on the prefix
+    /// (see [`Nginx::adopt`]). An adopted master keeps the balancer token, default
+    /// certificate and (njs) state it loaded, so the files holding them are kept;
+    /// the first apply then reloads only if the configuration differs from what it
+    /// serves.
     pub async fn adopt_or_new(
         renderer: Renderer,
-        nginx_binary: PathBuf,
+        launcher: Launcher,
         default_pem: Vec<u8>,
     ) -> std::io::Result<Self> {
-        let mut nginx = Nginx::new(nginx_binary, renderer.options().prefix.clone())
+        let mut nginx = Nginx::launched(launcher, renderer.options().prefix.clone())
             .with_worker_dir(renderer.options().worker_dir.clone());
         let adopted = nginx.adopt().await;
         let mut dataplane = Self::prepare(renderer, nginx, default_pem, adopted)?;

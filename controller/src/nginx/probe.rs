@@ -116,14 +116,14 @@ impl Probe for Dataplane {
     }
 
     /// The files on disk did not change, and the running NGINX has loaded them.
-    fn serves(&mut self, written: &Written) -> bool {
+    async fn serves(&mut self, written: &Written) -> bool {
         let version = written.rendered.version();
         let loaded = self.adopted_version.as_ref().is_none_or(|v| v == version);
-        written.change.is_empty() && loaded && self.nginx.is_running() && !self.dry_run
+        written.change.is_empty() && loaded && !self.dry_run && self.nginx.is_running().await
     }
 
-    fn starts(&mut self) -> bool {
-        !self.dry_run && !self.nginx.is_running()
+    async fn starts(&mut self) -> bool {
+        !self.dry_run && !self.nginx.is_running().await
     }
 
     async fn test(&mut self) -> Result<(), TestFailure> {
@@ -149,8 +149,8 @@ impl Probe for Dataplane {
         let version = written.rendered.version();
         let applied = if self.dry_run {
             Applied::Started
-        } else if self.nginx.is_running() {
-            self.nginx.reload()?;
+        } else if self.nginx.is_running().await {
+            self.nginx.reload().await?;
             if self
                 .nginx
                 .wait_for_version(version, self.verify_timeout)
@@ -174,7 +174,7 @@ impl Probe for Dataplane {
                 {
                     break;
                 }
-                if !self.nginx.is_running() || started.elapsed() > START_TIMEOUT {
+                if !self.nginx.is_running().await || started.elapsed() > START_TIMEOUT {
                     return Err(ApplyError::Io(std::io::Error::other(format!(
                         "nginx did not start serving (waited {:?}); see {}",
                         started.elapsed(),

@@ -1,4 +1,8 @@
-//! The NGINX process: test, start, reload, verify, quit.
+//! The NGINX process: test, start, reload, verify, quit. NGINX runs either as this
+//! process's child ([`Launcher::Here`], standalone and single-container) or in a
+//! container of its own under `ferrule nginx-supervisor` ([`Launcher::Supervisor`],
+//! `super::supervisor`), which runs the same code there and takes each operation
+//! over a unix socket.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -8,7 +12,64 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
-use super::api;
+use super::{api, supervisor};
+
+/// Where `nginx` runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launcher {
+    /// As a child of this process, from this binary.
+    Here(PathBuf),
+    /// In another container, by `ferrule nginx-supervisor` listening on this unix
+    /// socket: this process never runs or signals NGINX itself, and NGINX never
+    /// shares this process's files (its credentials among them).
+    Supervisor(PathBuf),
+}
+
+impl Launcher {
+    /// `nginx -t -q -p PREFIX -c CONF -e ERROR_LOG`: nothing, or what NGINX said.
+    pub async fn check(&self, prefix: &Path, conf: &Path, error_log: &Path) -> Result<(), String> {
+        match self {
+            Launcher::Here(binary) => check_here(binary, prefix, conf, error_log).await,
+            Launcher::Supervisor(socket) => {
+                let test = supervisor::Request::Test {
+                    prefix: prefix.to_owned(),
+                    conf: conf.to_owned(),
+                    error_log: error_log.to_owned(),
+                };
+                supervisor::call(socket, &test)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+/// [`Launcher::check`] with `binary` as a child of this process.
+pub(super) async fn check_here(
+    binary: &Path,
+    prefix: &Path,
+    conf: &Path,
+    error_log: &Path,
+) -> Result<(), String> {
+    let out = Command::new(binary)
+        .arg("-p")
+        .arg(prefix)
+        .arg("-c")
+        .arg(conf)
+        .arg("-e")
+        .arg(error_log)
+        .arg("-t")
+        .arg("-q")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(String::from_utf8_lossy(&out.stderr).into_owned())
+}
 
 /// The balancer API / config-version socket, relative to the prefix.
 pub const API_SOCKET: &str = "run/balancer.sock";
@@ -46,6 +107,50 @@ pub(crate) fn is_master_of(pid: i32, conf: &Path) -> bool {
         && cmdline.split_whitespace().any(|arg| Path::new(arg) == conf)
 }
 
+/// Reaps the zombies of NGINX workers whose master died: they are handed to PID 1
+/// of their PID namespace, which `ferrule nginx-supervisor` is in NGINX's container,
+/// and nothing else would wait for them. Only children that lead no process group
+/// and are in another group than this process's are reaped: a master leads its own
+/// group (its exit is for its `Child` to see) and whatever this process runs and
+/// waits for itself (`nginx -t`) is in this process's group.
+pub fn reap_orphans() {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let me = std::process::id();
+    let my_group = nix::unistd::getpgrp().as_raw() as u32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`: the name may hold anything but the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().take(3).collect();
+        let [state, ppid, group] = fields[..] else {
+            continue;
+        };
+        let (Ok(ppid), Ok(group)) = (ppid.parse::<u32>(), group.parse::<u32>()) else {
+            continue;
+        };
+        if state == "Z" && ppid == me && group != my_group && group != pid {
+            let pid = Pid::from_raw(pid as i32);
+            if let Ok(status) = waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                tracing::debug!(?status, "reaped an orphaned NGINX process");
+            }
+        }
+    }
+}
+
 /// `nginx -t` rejected the configuration.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
@@ -81,9 +186,11 @@ impl TestFailure {
 /// master could bind.
 ///
 /// The master is either our child, or a master an earlier controller process left
-/// running on the same prefix (see [`Nginx::adopt`]), which is supervised by pid.
+/// running on the same prefix (see [`Nginx::adopt`]), which is supervised by pid;
+/// with [`Launcher::Supervisor`], it is the supervisor's, and every operation is a
+/// request to it.
 pub struct Nginx {
-    binary: PathBuf,
+    launcher: Launcher,
     prefix: PathBuf,
     child: Option<Child>,
     /// The pid of an adopted master (not our child: it cannot be waited for).
@@ -104,10 +211,15 @@ pub struct Adopted {
 }
 
 impl Nginx {
-    /// An NGINX that is not running yet.
+    /// An NGINX that is not running yet, run from `binary` as our child.
     pub fn new(binary: impl Into<PathBuf>, prefix: impl Into<PathBuf>) -> Self {
+        Self::launched(Launcher::Here(binary.into()), prefix)
+    }
+
+    /// An NGINX that is not running yet, run by `launcher`.
+    pub fn launched(launcher: Launcher, prefix: impl Into<PathBuf>) -> Self {
         Self {
-            binary: binary.into(),
+            launcher,
             prefix: prefix.into(),
             child: None,
             adopted: None,
@@ -135,8 +247,26 @@ impl Nginx {
     /// program, another prefix) adopts nothing, and the next apply starts NGINX; a
     /// master of this prefix that does not answer is killed (with its process group)
     /// when that new one starts.
+    ///
+    /// With a supervisor, the supervisor adopts (or reports the master it runs).
     pub async fn adopt(&mut self) -> Option<Adopted> {
-        if self.is_running() {
+        if let Some(socket) = self.supervisor() {
+            let adopt = supervisor::Request::Adopt {
+                prefix: self.prefix.clone(),
+                worker_dir: self.worker_dir.clone(),
+            };
+            return match supervisor::call(socket, &adopt).await {
+                Ok(r) => r.pid.zip(r.version).map(|(pid, version)| {
+                    tracing::info!(pid, version = %version, "adopted the NGINX master the supervisor runs");
+                    Adopted { pid, version }
+                }),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no NGINX adopted from the supervisor");
+                    None
+                }
+            };
+        }
+        if self.is_running_here() {
             return None;
         }
         let pid: i32 = std::fs::read_to_string(self.prefix.join(PID_FILE))
@@ -175,7 +305,8 @@ impl Nginx {
         })
     }
 
-    async fn config_version(&self) -> Option<String> {
+    /// The configuration version the workers answer with (`None`: no answer).
+    pub(super) async fn config_version(&self) -> Option<String> {
         let socket = self.prefix.join(API_SOCKET);
         // A hung master must not hang the controller's start.
         let request = api::request(&socket, "GET", "/ferrule/config-version", None, None);
@@ -191,33 +322,34 @@ impl Nginx {
         &self.prefix
     }
 
-    fn command(&self) -> Command {
-        let mut c = Command::new(&self.binary);
-        c.arg("-p")
-            .arg(&self.prefix)
-            .arg("-c")
-            .arg(self.prefix.join("conf/nginx.conf"));
-        c.arg("-e").arg(self.prefix.join("logs/error.log"));
-        c
+    /// How NGINX is run.
+    pub fn launcher(&self) -> &Launcher {
+        &self.launcher
     }
 
-    /// Runs `nginx -t` on the files in the prefix.
-    pub async fn test(&self) -> Result<(), TestFailure> {
-        let out = self
-            .command()
-            .arg("-t")
-            .arg("-q")
-            .stdin(Stdio::null())
-            .output()
-            .await
-            .map_err(|e| TestFailure {
-                message: format!("cannot run {}: {e}", self.binary.display()),
-                location: None,
-            })?;
-        if out.status.success() {
-            return Ok(());
+    fn supervisor(&self) -> Option<&Path> {
+        match &self.launcher {
+            Launcher::Supervisor(socket) => Some(socket),
+            Launcher::Here(_) => None,
         }
-        Err(TestFailure::parse(&String::from_utf8_lossy(&out.stderr)))
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.prefix.join("conf/nginx.conf")
+    }
+
+    fn error_log(&self) -> PathBuf {
+        self.prefix.join("logs/error.log")
+    }
+
+    /// Runs `nginx -t` on the files in the prefix (in NGINX's container, with a
+    /// supervisor: its NGINX and modules are the ones that will load them).
+    pub async fn test(&self) -> Result<(), TestFailure> {
+        let checked = self
+            .launcher
+            .check(&self.prefix, &self.conf(), &self.error_log())
+            .await;
+        checked.map_err(|output| TestFailure::parse(&output))
     }
 
     /// Starts the master process (in the foreground, as our child, in a new process
@@ -225,9 +357,29 @@ impl Nginx {
     /// died without them) and its unix sockets (NGINX removes them only on a clean
     /// exit, and a stale one makes `bind()` fail).
     pub async fn start(&mut self) -> std::io::Result<()> {
-        if self.is_running() {
+        if let Some(socket) = self.supervisor() {
+            let start = supervisor::Request::Start {
+                prefix: self.prefix.clone(),
+                worker_dir: self.worker_dir.clone(),
+            };
+            let started = supervisor::call(socket, &start).await?;
+            tracing::info!(pid = ?started.pid, "the supervisor started NGINX");
+            return Ok(());
+        }
+        if self.is_running_here() {
             return Err(std::io::Error::other("nginx is already running"));
         }
+        let Launcher::Here(binary) = &self.launcher else {
+            unreachable!("a supervisor's NGINX starts above")
+        };
+        let mut command = Command::new(binary);
+        command
+            .arg("-p")
+            .arg(&self.prefix)
+            .arg("-c")
+            .arg(self.conf())
+            .arg("-e")
+            .arg(self.error_log());
         self.adopted = None;
         self.kill_group();
         let worker_dir = self.worker_dir.as_ref().unwrap_or(&self.prefix);
@@ -238,8 +390,7 @@ impl Nginx {
                 _ => {}
             }
         }
-        let child = self
-            .command()
+        let child = command
             .stdin(Stdio::null())
             .kill_on_drop(true)
             .process_group(0)
@@ -261,16 +412,30 @@ impl Nginx {
         }
     }
 
-    /// The master's pid, when running.
-    pub fn pid(&self) -> Option<u32> {
+    /// The master's pid, when running as our child or adopted.
+    pub(super) fn pid(&self) -> Option<u32> {
         match self.adopted {
             Some(pid) => Some(pid as u32),
             None => self.child.as_ref().and_then(|c| c.id()),
         }
     }
 
-    /// Whether the master process is still alive.
-    pub fn is_running(&mut self) -> bool {
+    /// Whether the master process is still alive (with a supervisor: whether the
+    /// supervisor answers that it is; one that does not answer runs none we know of).
+    pub async fn is_running(&mut self) -> bool {
+        if let Some(socket) = self.supervisor() {
+            return match supervisor::call(socket, &supervisor::Request::Status).await {
+                Ok(status) => status.pid.is_some(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the NGINX supervisor does not answer");
+                    false
+                }
+            };
+        }
+        self.is_running_here()
+    }
+
+    fn is_running_here(&mut self) -> bool {
         if let Some(pid) = self.adopted {
             if is_master_of(pid, &self.prefix.join("conf/nginx.conf")) {
                 return true;
@@ -291,7 +456,12 @@ impl Nginx {
     }
 
     /// Asks the master to reload its configuration (SIGHUP).
-    pub fn reload(&self) -> std::io::Result<()> {
+    pub async fn reload(&self) -> std::io::Result<()> {
+        if let Some(socket) = self.supervisor() {
+            return supervisor::call(socket, &supervisor::Request::Reload)
+                .await
+                .map(drop);
+        }
         self.signal(Signal::SIGHUP)
     }
 
@@ -305,16 +475,25 @@ impl Nginx {
     /// Graceful shutdown (SIGQUIT): workers finish their requests; waits up to `timeout`
     /// and then kills.
     pub async fn quit(&mut self, timeout: Duration) {
+        if let Some(socket) = self.supervisor() {
+            let quit = supervisor::Request::Quit {
+                timeout_ms: timeout.as_millis().try_into().unwrap_or(u64::MAX),
+            };
+            if let Err(e) = supervisor::call(socket, &quit).await {
+                tracing::warn!(error = %e, "the NGINX supervisor did not stop NGINX");
+            }
+            return;
+        }
         if self.signal(Signal::SIGQUIT).is_err() {
             return;
         }
         if self.adopted.is_some() {
             // Not our child: watch it go instead of waiting for it.
             let deadline = Instant::now() + timeout;
-            while self.is_running() && Instant::now() < deadline {
+            while self.is_running_here() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if self.is_running() {
+            if self.is_running_here() {
                 let _ = self.signal(Signal::SIGKILL);
             }
             self.adopted = None;
@@ -337,7 +516,7 @@ impl Nginx {
         while Instant::now() < deadline {
             // A master that died meanwhile will never confirm: supervision restarts
             // it now rather than after the timeout.
-            if !self.is_running() {
+            if !self.is_running().await {
                 return false;
             }
             if let Ok(resp) =

@@ -29,7 +29,7 @@ pub struct Proc {
 }
 
 /// The group's figures, as ingress-nginx's `nginx_process_*` metrics report them.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     /// Live processes.
     pub procs: u64,

@@ -41,7 +41,7 @@ pub(super) async fn run(
             r = rx.changed() => if r.is_err() { break },
             _ = supervise.tick() => {
                 let idle = dataplane.applied().is_none() && !start_failed;
-                if idle || dataplane.nginx().is_running() {
+                if idle || dataplane.nginx().is_running().await {
                     continue;
                 }
             }
@@ -49,7 +49,8 @@ pub(super) async fn run(
         // NGINX died (noticed by the tick, or by a change that came first: the pass
         // would start NGINX itself, Ready all along), or the last attempt to start
         // it failed (e.g. its port was busy): start again, with backoff.
-        if !dataplane.nginx().is_running() && (dataplane.applied().is_some() || start_failed) {
+        if !dataplane.nginx().is_running().await && (dataplane.applied().is_some() || start_failed)
+        {
             if dataplane.applied().is_some() {
                 // A master that ran a while died by accident, not in a start loop.
                 if started_at.is_some_and(|t| t.elapsed() >= STABLE_RUN) {
@@ -162,7 +163,7 @@ pub(super) async fn run(
                     .metrics
                     .controller
                     .pass(crate::metrics::controller::Pass::Failed);
-                start_failed = !dataplane.nginx().is_running();
+                start_failed = !dataplane.nginx().is_running().await;
                 tracing::error!(error = %e, "applying the configuration failed; the last good configuration keeps serving");
                 if let Some(model) = dataplane.applied() {
                     publish_status(&common, &snap, &model, &excl);

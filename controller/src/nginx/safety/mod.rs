@@ -52,11 +52,11 @@ pub trait Probe: Send {
 
     /// Whether `written` is exactly what NGINX serves already: nothing to test or
     /// activate.
-    fn serves(&mut self, written: &Self::Written) -> bool;
+    fn serves(&mut self, written: &Self::Written) -> impl Future<Output = bool> + Send;
 
     /// Whether activating would start NGINX rather than reload it (a start parses
     /// the configuration anyway, so it need not be tested first).
-    fn starts(&mut self) -> bool;
+    fn starts(&mut self) -> impl Future<Output = bool> + Send;
 
     /// `nginx -t` on what is written.
     fn test(&mut self) -> impl Future<Output = Result<(), TestFailure>> + Send;
@@ -128,11 +128,11 @@ pub async fn apply<P: Probe>(
     for _ in 0..max_rounds {
         let served = excl.apply(snap, &BTreeSet::new());
         let written = pass.write(probe, excl, &served)?;
-        if probe.serves(&written) {
+        if probe.serves(&written).await {
             // Exactly what NGINX serves already: no test, no reload.
             return Ok(pass.served(excl, served, written, Applied::Unchanged));
         }
-        if probe.starts() && !pass.started_untested {
+        if probe.starts().await && !pass.started_untested {
             // A starting NGINX parses the configuration anyway: testing it first
             // would parse it twice (≈20 s for 10k hosts). Only a failed start
             // runs `nginx -t`, which names the culprit for config safety.

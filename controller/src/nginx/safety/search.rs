@@ -209,7 +209,7 @@ pub(super) async fn one_by_one<P: Probe>(
     }
     let served = excl.apply(snap, &BTreeSet::new());
     let written = pass.write(probe, excl, &served)?;
-    let applied = if probe.serves(&written) {
+    let applied = if probe.serves(&written).await {
         Applied::Unchanged
     } else {
         probe.activate(&written).await?

@@ -156,11 +156,11 @@ impl Probe for Fake {
         })
     }
 
-    fn serves(&mut self, written: &Written) -> bool {
+    async fn serves(&mut self, written: &Written) -> bool {
         written.replaced.is_none() && self.running.as_ref() == Some(&written.conf.text)
     }
 
-    fn starts(&mut self) -> bool {
+    async fn starts(&mut self) -> bool {
         self.running.is_none()
     }
 
