@@ -534,6 +534,11 @@ struct AdmissionFlags {
     /// with a warning, as the Secret is often created after the Ingress).
     #[arg(long)]
     admission_strict_tls: bool,
+    /// Where the webhook's certificate and key from --admission-secret are written
+    /// for it to read (default: --nginx-prefix/admission). With --nginx-supervisor,
+    /// a directory NGINX's container does not share.
+    #[arg(long, requires = "admission_secret")]
+    admission_certificate_dir: Option<PathBuf>,
 }
 
 /// `NAMESPACE/NAME`.
@@ -598,7 +603,8 @@ impl AdmissionFlags {
                     secret: secret.clone(),
                     webhook_configuration: configuration.clone(),
                     lifetime: self.admission_certificate_lifetime,
-                    dir: prefix.join("admission"),
+                    dir: (self.admission_certificate_dir.clone())
+                        .unwrap_or_else(|| prefix.join("admission")),
                 })
             }
             _ => anyhow::bail!(
