@@ -29,5 +29,6 @@ mod routing;
 mod safety;
 mod snippet_tokens;
 mod streams;
+mod supervisor;
 mod tenants;
 mod traffic;
