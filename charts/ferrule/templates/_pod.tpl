@@ -22,6 +22,7 @@
 - --status-port={{ .Values.controller.metrics.port }}
 - --nginx-prefix=/var/lib/ferrule/nginx
 - --nginx-log-stdio
+- --nginx-supervisor={{ include "ferrule.supervisorSocket" . }}
 - --shutdown-grace-period={{ .Values.controller.shutdownGracePeriod }}
 {{- if .Values.controller.admissionWebhooks.enabled }}
 - --admission-port={{ .Values.controller.admissionWebhooks.port }}
@@ -29,6 +30,7 @@
 - --admission-secret={{ include "ferrule.namespace" . }}/{{ include "ferrule.admission.secretName" . }}
 - --admission-webhook-configuration={{ include "ferrule.admission.configurationName" . }}
 - --admission-certificate-lifetime={{ .Values.controller.admissionWebhooks.certificate.lifetime }}
+- --admission-certificate-dir=/tmp/admission
 {{- else }}
 - --admission-cert=/etc/ferrule/admission/tls.crt
 - --admission-key=/etc/ferrule/admission/tls.key
@@ -57,6 +59,27 @@
 {{- end }}
 {{- end -}}
 
+{{/*
+The unix socket on which the NGINX container's supervisor takes the controller's
+requests, in the emptyDir both containers mount at /var/lib/ferrule.
+*/}}
+{{- define "ferrule.supervisorSocket" -}}
+/var/lib/ferrule/supervisor.sock
+{{- end -}}
+
+{{/* The security context of both containers. */}}
+{{- define "ferrule.containerSecurityContext" -}}
+{{- if .Values.controller.containerSecurityContext -}}
+{{- toYaml .Values.controller.containerSecurityContext -}}
+{{- else -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop:
+    - ALL
+{{- end -}}
+{{- end -}}
+
 {{- define "ferrule.controller.podTemplate" -}}
 {{- if and .Values.controller.hostNetwork (or (lt (int .Values.controller.containerPort.http) 1024) (lt (int .Values.controller.containerPort.https) 1024)) }}
 {{- fail "controller.hostNetwork needs controller.containerPort.http and .https above 1023: the pod cannot lower the node's unprivileged port start, and the image grants no capability. For the node's ports 80 and 443 use controller.hostPort.enabled instead" }}
@@ -69,6 +92,8 @@ metadata:
     {{- toYaml . | nindent 4 }}
     {{- end }}
   annotations:
+    # `kubectl logs` without -c: the controller's log (NGINX's is -c nginx).
+    kubectl.kubernetes.io/default-container: controller
     # Ferrule reads its ConfigMap live, but a new one rolls the pods too: a pod that
     # starts with a ConfigMap it rejects stays not Ready, so a broken one stalls the
     # rollout while the old pods keep serving the last good one.
@@ -78,7 +103,9 @@ metadata:
     {{- end }}
 spec:
   serviceAccountName: {{ include "ferrule.serviceAccountName" . }}
-  automountServiceAccountToken: {{ .Values.serviceAccount.automountServiceAccountToken }}
+  # The token reads every Secret: it is mounted into the controller's container
+  # alone (the kube-api-access volume below), never into NGINX's.
+  automountServiceAccountToken: false
   terminationGracePeriodSeconds: {{ .Values.controller.terminationGracePeriodSeconds }}
   dnsPolicy: {{ .Values.controller.dnsPolicy }}
   {{- if .Values.controller.hostNetwork }}
@@ -109,6 +136,9 @@ spec:
     {{- end }}
     {{- end }}
   containers:
+    # The controller: the Kubernetes API (with the service-account token), the model,
+    # the rendered files, the status port and the webhook. It runs no NGINX: it asks
+    # the supervisor in the nginx container, over the shared emptyDir.
     - name: controller
       image: {{ include "ferrule.image" . }}
       imagePullPolicy: {{ .Values.controller.image.pullPolicy }}
@@ -127,6 +157,56 @@ spec:
         {{- toYaml . | nindent 8 }}
         {{- end }}
       ports:
+        - name: {{ .Values.controller.metrics.portName }}
+          containerPort: {{ .Values.controller.metrics.port }}
+          protocol: TCP
+        {{- if .Values.controller.admissionWebhooks.enabled }}
+        - name: webhook
+          containerPort: {{ .Values.controller.admissionWebhooks.port }}
+          protocol: TCP
+        {{- end }}
+      livenessProbe:
+        {{- toYaml .Values.controller.livenessProbe | nindent 8 }}
+      readinessProbe:
+        {{- toYaml .Values.controller.readinessProbe | nindent 8 }}
+      resources:
+        {{- toYaml .Values.controller.resources | nindent 8 }}
+      securityContext:
+        {{- include "ferrule.containerSecurityContext" . | nindent 8 }}
+      volumeMounts:
+        # NGINX's prefix (configuration, certificates, sockets, temporary files) and
+        # the supervisor's socket, shared with the nginx container.
+        - name: nginx
+          mountPath: /var/lib/ferrule
+        # Its own temporary files and the webhook's certificate: not shared.
+        - name: tmp
+          mountPath: /tmp
+        # The service-account token, its CA and namespace, where the in-cluster
+        # configuration looks for them: in this container only.
+        - name: kube-api-access
+          mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+          readOnly: true
+        {{- if and .Values.controller.admissionWebhooks.enabled (ne (include "ferrule.admission.issuer" .) "controller") }}
+        - name: admission
+          mountPath: /etc/ferrule/admission
+          readOnly: true
+        {{- end }}
+        {{- with .Values.controller.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+    # NGINX and its workers, under `ferrule nginx-supervisor` (which starts, tests,
+    # reloads and stops them as the controller asks): the traffic's ports, no
+    # credentials.
+    - name: nginx
+      image: {{ include "ferrule.image" . }}
+      imagePullPolicy: {{ .Values.controller.image.pullPolicy }}
+      args:
+        {{- with index .Values.controller.extraArgs "log-format" }}
+        - --log-format={{ . }}
+        {{- end }}
+        - nginx-supervisor
+        - --socket={{ include "ferrule.supervisorSocket" . }}
+      ports:
         - name: http
           containerPort: {{ .Values.controller.containerPort.http }}
           protocol: TCP
@@ -139,14 +219,6 @@ spec:
           {{- if .Values.controller.hostPort.enabled }}
           hostPort: {{ .Values.controller.hostPort.ports.https }}
           {{- end }}
-        - name: {{ .Values.controller.metrics.portName }}
-          containerPort: {{ .Values.controller.metrics.port }}
-          protocol: TCP
-        {{- if .Values.controller.admissionWebhooks.enabled }}
-        - name: webhook
-          containerPort: {{ .Values.controller.admissionWebhooks.port }}
-          protocol: TCP
-        {{- end }}
         {{- range $port, $_ := .Values.tcp }}
         - name: {{ include "ferrule.streamPortName" (list $ $port "tcp") }}
           containerPort: {{ $port }}
@@ -157,41 +229,36 @@ spec:
           containerPort: {{ $port }}
           protocol: UDP
         {{- end }}
-      livenessProbe:
-        {{- toYaml .Values.controller.livenessProbe | nindent 8 }}
-      readinessProbe:
-        {{- toYaml .Values.controller.readinessProbe | nindent 8 }}
       resources:
-        {{- toYaml .Values.controller.resources | nindent 8 }}
+        {{- toYaml .Values.controller.nginx.resources | nindent 8 }}
       securityContext:
-        {{- if .Values.controller.containerSecurityContext }}
-        {{- toYaml .Values.controller.containerSecurityContext | nindent 8 }}
-        {{- else }}
-        allowPrivilegeEscalation: false
-        readOnlyRootFilesystem: true
-        capabilities:
-          drop:
-            - ALL
-        {{- end }}
+        {{- include "ferrule.containerSecurityContext" . | nindent 8 }}
       volumeMounts:
-        # NGINX's prefix (configuration, certificates, sockets, temporary files).
         - name: nginx
           mountPath: /var/lib/ferrule
-        - name: tmp
-          mountPath: /tmp
-        {{- if and .Values.controller.admissionWebhooks.enabled (ne (include "ferrule.admission.issuer" .) "controller") }}
-        - name: admission
-          mountPath: /etc/ferrule/admission
-          readOnly: true
-        {{- end }}
-        {{- with .Values.controller.extraVolumeMounts }}
-        {{- toYaml . | nindent 8 }}
-        {{- end }}
   volumes:
     - name: nginx
       emptyDir: {}
     - name: tmp
       emptyDir: {}
+    # What automountServiceAccountToken would mount, for the controller alone.
+    - name: kube-api-access
+      projected:
+        sources:
+          - serviceAccountToken:
+              path: token
+              expirationSeconds: 3607
+          - configMap:
+              name: kube-root-ca.crt
+              items:
+                - key: ca.crt
+                  path: ca.crt
+          - downwardAPI:
+              items:
+                - path: namespace
+                  fieldRef:
+                    apiVersion: v1
+                    fieldPath: metadata.namespace
     {{- if and .Values.controller.admissionWebhooks.enabled (ne (include "ferrule.admission.issuer" .) "controller") }}
     - name: admission
       secret:

@@ -49,6 +49,138 @@ fn kind(doc: &serde_yaml::Value) -> &str {
     doc["kind"].as_str().unwrap_or_default()
 }
 
+/// The pod of every value set in `charts/ferrule/tests/values/` keeps the cluster's
+/// credentials out of NGINX's container: the token is not automounted, the
+/// projected one is mounted into the controller's container alone, no container
+/// but the controller's reads a Secret, the PID namespace is not shared, and NGINX's
+/// container (its name holds `nginx`) runs as non-root with a read-only root file
+/// system and no capability. No cluster: `helm template` only.
+#[test]
+fn no_value_set_puts_the_token_into_nginx_s_container() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let values = root.join("charts/ferrule/tests/values");
+    let mut checked = 0;
+    for file in std::fs::read_dir(&values).unwrap() {
+        let file = file.unwrap().path();
+        let out = Command::new(helm(root))
+            .args(["template", "t"])
+            .arg(root.join("charts/ferrule"))
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .expect("running helm (test/e2e/cluster.sh build makes it)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        for doc in text.split("\n---") {
+            let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(doc) else {
+                continue;
+            };
+            if !matches!(kind(&doc), "Deployment" | "DaemonSet") {
+                continue;
+            }
+            let name = file.file_name().unwrap().to_string_lossy();
+            pod_keeps_the_token_from_nginx(&name, &doc["spec"]["template"]["spec"]);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7, "{checked} pods checked");
+}
+
+fn pod_keeps_the_token_from_nginx(values: &str, spec: &serde_yaml::Value) {
+    use serde_yaml::Value;
+    let seq = |v: &Value| v.as_sequence().cloned().unwrap_or_default();
+    assert_eq!(
+        spec["automountServiceAccountToken"],
+        Value::Bool(false),
+        "{values}: the token is automounted"
+    );
+    assert_ne!(
+        spec["shareProcessNamespace"],
+        Value::Bool(true),
+        "{values}: one PID namespace"
+    );
+    let token_volumes: Vec<String> = seq(&spec["volumes"])
+        .iter()
+        .filter(|v| {
+            seq(&v["projected"]["sources"])
+                .iter()
+                .any(|s| !s["serviceAccountToken"].is_null())
+        })
+        .map(|v| v["name"].as_str().unwrap().to_owned())
+        .collect();
+    let mut containers = seq(&spec["containers"]);
+    containers.extend(seq(&spec["initContainers"]));
+    let names: Vec<&str> = containers
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| n.contains("nginx")).count(),
+        1,
+        "{values}: one nginx container in {names:?}"
+    );
+    for c in &containers {
+        let name = c["name"].as_str().unwrap();
+        let mounts = seq(&c["volumeMounts"]);
+        let token = mounts.iter().any(|m| {
+            token_volumes.iter().any(|t| m["name"].as_str() == Some(t))
+                || m["mountPath"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/var/run/secrets"))
+        });
+        if name == "controller" {
+            let at = mounts
+                .iter()
+                .find(|m| token_volumes.iter().any(|t| m["name"].as_str() == Some(t)));
+            assert_eq!(
+                at.map(|m| &m["mountPath"]),
+                Some(&Value::from(
+                    "/var/run/secrets/kubernetes.io/serviceaccount"
+                )),
+                "{values}: the controller's token is where the in-cluster configuration reads it"
+            );
+            continue;
+        }
+        assert!(!token, "{values}: container {name} mounts the token");
+        let env = serde_yaml::to_string(&c["env"]).unwrap()
+            + &serde_yaml::to_string(&c["envFrom"]).unwrap();
+        assert!(
+            !env.contains("secret"),
+            "{values}: container {name} reads a Secret: {env}"
+        );
+        let ctx = &c["securityContext"];
+        let pod = &spec["securityContext"];
+        assert_eq!(
+            ctx["readOnlyRootFilesystem"],
+            Value::Bool(true),
+            "{values}: {name}"
+        );
+        assert_eq!(
+            ctx["allowPrivilegeEscalation"],
+            Value::Bool(false),
+            "{values}: {name}"
+        );
+        assert_eq!(
+            ctx["capabilities"]["drop"],
+            serde_yaml::from_str::<Value>("[ALL]").unwrap(),
+            "{values}: {name}"
+        );
+        assert!(ctx["capabilities"]["add"].is_null(), "{values}: {name}");
+        let non_root = ctx["runAsNonRoot"]
+            .as_bool()
+            .or(pod["runAsNonRoot"].as_bool());
+        let uid = ctx["runAsUser"].as_u64().or(pod["runAsUser"].as_u64());
+        assert!(
+            non_root == Some(true) && uid.is_some_and(|u| u > 0),
+            "{values}: {name} may run as root"
+        );
+    }
+}
+
 /// `kubectl auth can-i --list` of the chart's ServiceAccount in `namespace`, one rule
 /// per line with single spaces, compared with (or, blessing, written to) `file`.
 fn check_rights(c: &Cluster, namespace: &str, file: &str) {
@@ -135,8 +267,10 @@ async fn the_chart_grants_exactly_what_ferrule_uses() {
     check_rights(c, NS, "can-i-release-namespace.txt");
     check_rights(c, "default", "can-i-other-namespace.txt");
 
-    // Ferrule with the chart's own flags (the ports and prefix are the harness's),
-    // authenticated as the chart's ServiceAccount and nothing else.
+    // Ferrule with the chart's own flags (the ports and prefix are the harness's, and
+    // NGINX is its child rather than the nginx container's: `supervisor::` and
+    // `install::` test that split), authenticated as the chart's ServiceAccount and
+    // nothing else.
     let deployment = docs.iter().find(|d| kind(d) == "Deployment").unwrap();
     let chart_args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_sequence()
@@ -150,6 +284,7 @@ async fn the_chart_grants_exactly_what_ferrule_uses() {
                     "--https-port",
                     "--status-port",
                     "--nginx-prefix",
+                    "--nginx-supervisor",
                 ]
                 .iter()
                 .any(|f| a.starts_with(&format!("{f}=")))
