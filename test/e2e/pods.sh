@@ -8,14 +8,17 @@
 #    kubelet's readiness probe; its Service gets an EndpointSlice with both pods
 #    ready; an HTTP request from the host to each pod IP answers from that pod, and
 #    one to the Service's ClusterIP (kube-proxy) from one of them.
-# 2. The Ferrule image as a pod, with in-cluster config (its ServiceAccount
-#    token, KUBERNETES_SERVICE_HOST=10.96.0.1 through kube-proxy) and RBAC,
-#    non-root, read-only root file system, every capability dropped, listening
-#    on 80 (net.ipv4.ip_unprivileged_port_start=0): becomes Ready, and an Ingress
-#    routes a request sent from the host to the Ferrule pod's IP, and one to its
-#    Service's ClusterIP, to an echo pod.
-#    Then the Ingress's status, written by Ferrule through the API, names the
-#    address it was given.
+# 2. The Ferrule image as a pod of two containers, as the README lays it out
+#    without the chart: `ferrule run --nginx-supervisor` with in-cluster config
+#    (a projected ServiceAccount token mounted into its container alone,
+#    KUBERNETES_SERVICE_HOST=10.96.0.1 through kube-proxy) and RBAC, and
+#    `ferrule nginx-supervisor` running NGINX beside it, listening on 80
+#    (net.ipv4.ip_unprivileged_port_start=0); both non-root, read-only root file
+#    system, every capability dropped. It becomes Ready, and an Ingress routes a
+#    request sent from the host to the Ferrule pod's IP, and one to its Service's
+#    ClusterIP, to an echo pod. Then the Ingress's status, written by Ferrule
+#    through the API, names the address it was given, NGINX's access log is in
+#    the nginx container's log, and that container has no token.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -221,13 +224,16 @@ spec:
         seccompProfile: {type: RuntimeDefault}
         # NGINX binds 80 and 443 as uid 101 without any capability.
         sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: "0"}]
+      # The token reads Secrets: the controller's container alone mounts it.
+      automountServiceAccountToken: false
       containers:
-      - name: ferrule
+      - name: controller
         image: ferrule.local/ferrule:dev
         imagePullPolicy: Never
         args:
         - run
         - --nginx-log-stdio
+        - --nginx-supervisor=/var/lib/ferrule/supervisor.sock
         - --controller-class=ferrule.dev/pods-test
         - --ingress-class=ferrule-pods-test
         - --publish-status-address=10.9.8.7
@@ -237,8 +243,6 @@ spec:
         - name: POD_NAMESPACE
           valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
         ports:
-        - {name: http, containerPort: 80}
-        - {name: https, containerPort: 443}
         - {name: status, containerPort: 10254}
         readinessProbe:
           httpGet: {path: /readyz, port: status}
@@ -251,14 +255,35 @@ spec:
           readOnlyRootFilesystem: true
           capabilities: {drop: [ALL]}
         volumeMounts:
-        - {name: prefix, mountPath: /var/lib/ferrule}
+        - {name: shared, mountPath: /var/lib/ferrule}
         - {name: tmp, mountPath: /tmp}
+        - {name: token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
+      - name: nginx
+        image: ferrule.local/ferrule:dev
+        imagePullPolicy: Never
+        args: [nginx-supervisor, --socket=/var/lib/ferrule/supervisor.sock]
+        ports:
+        - {name: http, containerPort: 80}
+        - {name: https, containerPort: 443}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: [ALL]}
+        volumeMounts:
+        - {name: shared, mountPath: /var/lib/ferrule}
       volumes:
-      - {name: prefix, emptyDir: {}}
+      - {name: shared, emptyDir: {}}
       - {name: tmp, emptyDir: {}}
+      - name: token
+        projected:
+          sources:
+          - serviceAccountToken: {path: token}
+          - configMap: {name: kube-root-ca.crt, items: [{key: ca.crt, path: ca.crt}]}
+          - downwardAPI: {items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]}
 EOF
 if ! kubectl -n "$NS" rollout status deployment/ferrule --timeout="${TIMEOUT}s" >/dev/null; then
-    kubectl -n "$NS" logs deployment/ferrule --tail=40 >&2 || true
+    kubectl -n "$NS" logs deployment/ferrule -c controller --tail=40 >&2 || true
+    kubectl -n "$NS" logs deployment/ferrule -c nginx --tail=20 >&2 || true
     fail "deployment ferrule did not become Ready in $TIMEOUT s"
 fi
 fpod=$(kubectl -n "$NS" get pods -l app=ferrule -o 'jsonpath={.items[0].metadata.name}={.items[0].status.podIP}')
@@ -284,11 +309,17 @@ until [[ $(kubectl -n "$NS" get ingress echo -o 'jsonpath={.status.loadBalancer.
 done
 # The access log is buffered (access-log-params): written within a second.
 deadline=$((SECONDS + 10))
-until kubectl -n "$NS" logs "${fpod%%=*}" | grep -q '"GET /through-ferrule HTTP/1.1" 200'; do
-    ((SECONDS < deadline)) || fail "no NGINX access log line in the ferrule pod's log"
+until kubectl -n "$NS" logs "${fpod%%=*}" -c nginx | grep -q '"GET /through-ferrule HTTP/1.1" 200'; do
+    ((SECONDS < deadline)) || fail "no NGINX access log line in the nginx container's log"
     sleep 0.5
 done
-log "ferrule: echo.test via pod ${fpod#*=}:80 and Service $fsvc:80 answered by echo pods, status published, access log in the pod log"
+# The token is the controller container's alone.
+token=/var/run/secrets/kubernetes.io/serviceaccount/token
+kubectl -n "$NS" exec "${fpod%%=*}" -c controller -- test -s "$token" ||
+    fail "the controller's container has no token at $token"
+kubectl -n "$NS" exec "${fpod%%=*}" -c nginx -- sh -c "test ! -e $token && test ! -e /var/run/secrets" ||
+    fail "the nginx container has a token"
+log "ferrule: echo.test via pod ${fpod#*=}:80 and Service $fsvc:80 answered by echo pods, status published, access log in the nginx container's log, no token there"
 
 kubectl delete namespace "$NS" --timeout=60s >/dev/null || fail "namespace $NS not deleted in 60 s"
 log "passed in $((SECONDS - t0)) s"
