@@ -46,6 +46,11 @@ refuse "value must be one of 'Fail', 'Ignore'" --set controller.admissionWebhook
 refuse "caBundle is required" --set controller.admissionWebhooks.certificate.secretName=mine
 refuse "controller.hostNetwork needs controller.containerPort.http" --set controller.hostNetwork=true
 refuse "longer than the 15 characters" --set portNamePrefix=cloudlb --set tcp.12345=a/b:1
+refuse "controller.networkPolicy.apiServerCIDRs must list" --set controller.networkPolicy.enabled=true
+refuse "controller.networkPolicy has no effect on a pod with controller.hostNetwork" \
+    --set controller.networkPolicy.enabled=true --set controller.hostNetwork=true \
+    --set controller.containerPort.http=8080 --set controller.containerPort.https=8444 \
+    --set-json 'controller.networkPolicy.apiServerCIDRs=["10.0.0.0/8"]'
 
 # 4. Golden files. The webhook certificate the chart issues differs at every render;
 # the dashboards' JSON is checked against its files in 5, not copied here.
