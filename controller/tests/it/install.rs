@@ -1,8 +1,9 @@
 //! Ferrule installed as users install it: `helm install` of `charts/ferrule` on the
 //! harness's real node (kubelet, containerd, kube-proxy), the image from `make image`,
 //! echo backends as pods. One test walks a release's life: install, traffic, the
-//! webhook, a rolling upgrade under load, a broken ConfigMap that stalls a rollout,
-//! leader handover, uninstall.
+//! webhook, NGINX in a container of its own without the cluster's credentials, a
+//! reload, NGINX restarted after kill -9, the NetworkPolicy, a rolling upgrade under
+//! load, a broken ConfigMap that stalls a rollout, leader handover, uninstall.
 //!
 //! The client plays a cloud load balancer: it sends only to the controller Service's
 //! ready endpoints, read from its EndpointSlices, straight to the pod IPs.
@@ -124,6 +125,90 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// `sh -c script` in `container` of `pod`: (exit status 0, output).
+    fn exec(&self, pod: &str, container: &str, script: &str) -> (bool, String) {
+        self.kubectl(
+            &[
+                "exec", "-n", NS, pod, "-c", container, "--", "sh", "-c", script,
+            ],
+            None,
+        )
+    }
+
+    /// The host pid of `container`'s first process in `pod` (containerd's task).
+    fn container_pid(&self, pod: &str, container: &str) -> u32 {
+        let p = self.json(&["get", "pod", "-n", NS, pod]);
+        let id = p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == container)
+            .and_then(|s| s["containerID"].as_str())
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .unwrap_or_else(|| panic!("no containerID for {container} in {p}"))
+            .to_owned();
+        let out = Command::new(self.root.join("test/e2e/cluster.sh"))
+            .args(["ctr", "tasks", "ls"])
+            .output()
+            .unwrap();
+        let tasks = String::from_utf8_lossy(&out.stdout).into_owned();
+        tasks
+            .lines()
+            .find(|l| l.starts_with(&id))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap_or_else(|| panic!("no task {id} in:\n{tasks}"))
+    }
+
+    /// The restart counts of `pod`'s containers, by name.
+    fn restarts(&self, pod: &str) -> Vec<(String, u64)> {
+        let p = self.json(&["get", "pod", "-n", NS, pod]);
+        let mut counts: Vec<(String, u64)> = p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| {
+                (
+                    s["name"].as_str().unwrap_or_default().to_owned(),
+                    s["restartCount"].as_u64().unwrap_or(u64::MAX),
+                )
+            })
+            .collect();
+        counts.sort();
+        counts
+    }
+}
+
+/// A metric of the controller at `ip` (its status port), summed over its series.
+async fn pod_metric(ip: &str, name: &str, labels: &str) -> f64 {
+    let Ok(r) = client()
+        .get(format!("http://{ip}:10254/metrics"))
+        .timeout(Duration::from_secs(3))
+        .send()
+        .await
+    else {
+        return f64::NAN;
+    };
+    let text = r.text().await.unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split([' ', '{']).next() == Some(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The NGINX master's pid in the nginx container of `pod` (its pid namespace), if
+/// the pid file names a live master.
+fn nginx_master(c: &Cluster, pod: &str) -> Option<u32> {
+    let (ok, out) = c.exec(
+        pod,
+        "nginx",
+        "pid=$(cat /var/lib/ferrule/nginx/run/nginx.pid) && \
+         tr '\\0' ' ' </proc/$pid/cmdline | grep -q '^nginx: master process ' && echo $pid",
+    );
+    ok.then(|| out.trim().parse().ok()).flatten()
+}
+
 /// An error with the chain of its causes ("error sending request" alone does not
 /// say whether the connection was refused, reset or timed out).
 fn causes(e: &dyn std::error::Error) -> String {
@@ -138,9 +223,14 @@ fn causes(e: &dyn std::error::Error) -> String {
 
 /// GET `HOST` at `ip`:80: the echo pod that answered, or an error.
 async fn via(ip: &str) -> Result<String, String> {
+    via_host(ip, HOST).await
+}
+
+/// GET `host` at `ip`:80: the echo pod that answered, or an error.
+async fn via_host(ip: &str, host: &str) -> Result<String, String> {
     let r = client()
         .get(format!("http://{ip}/"))
-        .header("Host", HOST)
+        .header("Host", host)
         .timeout(Duration::from_secs(3))
         .send()
         .await
@@ -309,7 +399,7 @@ fn leftovers(c: &Cluster) -> Vec<String> {
     for (kinds, scope) in [
         (
             "deployments,replicasets,pods,services,configmaps,secrets,serviceaccounts,roles,\
-             rolebindings,leases,poddisruptionbudgets,horizontalpodautoscalers",
+             rolebindings,leases,poddisruptionbudgets,horizontalpodautoscalers,networkpolicies",
             vec!["-n", NS],
         ),
         (
@@ -350,6 +440,12 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
         // A TCP service (ingress-nginx's `tcp` value): the port on the pods and the
         // Service, to the echo pods.
         "--set=tcp.9000=e2e-helm/echo:80",
+        // The NetworkPolicy: the API server calls the webhook from the node's
+        // address on the pod bridge, and the kubelet's probes and this test's
+        // scrapes come from there too.
+        "--set=controller.networkPolicy.enabled=true",
+        "--set=controller.networkPolicy.apiServerCIDRs={10.244.0.1/32}",
+        r#"--set-json=controller.networkPolicy.statusFrom=[{"ipBlock":{"cidr":"10.244.0.1/32"}}]"#,
     ];
     // Not `helm --wait`: it would wait for the LoadBalancer Service's address, which
     // only a cloud provides (the test plays that part below).
@@ -436,6 +532,30 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
         "TCP port 9000 of {cluster_ip} reaches an echo pod: {:?}\nService: {service}",
         answer.borrow()
     );
+
+    // Through the Service's ClusterIP too, as kube-proxy forwards it.
+    let answered = RefCell::new(Err(String::new()));
+    let through_service = wait_until(Duration::from_secs(30), || async {
+        *answered.borrow_mut() = via(cluster_ip).await;
+        answered.borrow().is_ok()
+    })
+    .await;
+    assert!(
+        through_service,
+        "{HOST} through the Service {cluster_ip}: {:?}",
+        answered.borrow()
+    );
+
+    two_containers_and_the_token_in_one(c, &pods[0].0).await;
+    the_network_policy_admits_what_it_must(c, &pods);
+    an_ingress_change_reloads_every_pod(c, &pods, cluster_ip).await;
+    nginx_comes_back_after_kill_9(c, &pods[0]).await;
+    let ready = wait_until(Duration::from_secs(60), || async {
+        let now = c.controller_pods();
+        now.len() == 2 && now.iter().all(|p| p.2)
+    })
+    .await;
+    assert!(ready, "both pods Ready again: {:?}", c.controller_pods());
 
     // A rolling upgrade under steady load: not one request fails.
     let load = Load::start(c);
@@ -543,4 +663,264 @@ async fn a_release_installs_serves_rolls_without_loss_and_uninstalls_cleanly() {
     .await;
     assert!(clean, "left behind by helm uninstall: {left:?}");
     c.delete(&["namespace", NS]);
+}
+
+/// NGINX runs in the pod's `nginx` container, the controller in `controller`, and
+/// only the controller's has the service-account token: seen from inside each
+/// container (`kubectl exec`) and from the node (`/proc/PID/root` of each
+/// container's processes, NGINX's master among them).
+async fn two_containers_and_the_token_in_one(c: &Cluster, pod: &str) {
+    let p = c.json(&["get", "pod", "-n", NS, pod]);
+    let names: Vec<&str> = p["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["controller", "nginx"], "{p}");
+    assert_eq!(p["spec"]["automountServiceAccountToken"], false);
+    assert_ne!(p["spec"]["shareProcessNamespace"], true);
+    const TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+    let (ok, out) = c.exec(pod, "controller", &format!("test -s {TOKEN}"));
+    assert!(ok, "the controller's container has the token: {out}");
+    let (ok, out) = c.exec(
+        pod,
+        "nginx",
+        &format!("test ! -e {TOKEN} && test ! -e /var/run/secrets"),
+    );
+    assert!(ok, "NGINX's container has no token: {out}");
+
+    // Every NGINX process is in the nginx container, as uid 101 without any
+    // capability or a way to gain one; the controller's container runs none.
+    let list = "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' <$p/cmdline 2>/dev/null) || continue; \
+                [ -n \"$c\" ] && echo \"$c|$(grep -E '^(Uid|CapPrm|CapEff|NoNewPrivs):' $p/status | tr -s '\\t\\n' '  ')\"; done";
+    let (ok, processes) = c.exec(pod, "nginx", list);
+    assert!(ok, "listing the nginx container's processes: {processes}");
+    let nginx: Vec<&str> = processes
+        .lines()
+        .filter(|l| l.starts_with("nginx: "))
+        .collect();
+    assert!(
+        nginx
+            .iter()
+            .any(|l| l.starts_with("nginx: master process "))
+            && nginx.iter().any(|l| l.starts_with("nginx: worker process")),
+        "NGINX's master and workers run in the nginx container:\n{processes}"
+    );
+    for l in &nginx {
+        assert!(
+            l.contains("Uid: 101 101 101 101")
+                && l.contains("CapPrm: 0000000000000000")
+                && l.contains("CapEff: 0000000000000000")
+                && l.contains("NoNewPrivs: 1"),
+            "an NGINX process as uid 101, no capability: {l}"
+        );
+    }
+    let (ok, theirs) = c.exec(pod, "controller", list);
+    assert!(ok, "listing the controller container's processes: {theirs}");
+    assert!(
+        theirs.lines().all(|l| !l.starts_with("nginx")),
+        "no NGINX in the controller's container:\n{theirs}"
+    );
+
+    // From the node: the file systems the processes see.
+    let supervisor = c.container_pid(pod, "nginx");
+    let controller = c.container_pid(pod, "controller");
+    let master = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().nth(1));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(&supervisor.to_string())
+                && String::from_utf8_lossy(&cmdline).starts_with("nginx: master process")
+        })
+        .expect("NGINX's master, the supervisor's child, seen from the node");
+    // /var/run is an absolute link to /run in the image, which the node would
+    // resolve against its own root: the mount is at /run/secrets in the container.
+    let sees = |pid: u32| {
+        let token = TOKEN.strip_prefix("/var").unwrap();
+        std::path::Path::new(&format!("/proc/{pid}/root{token}")).exists()
+    };
+    assert!(
+        sees(controller),
+        "the controller (host pid {controller}) sees its token"
+    );
+    assert!(
+        !sees(supervisor),
+        "the supervisor (host pid {supervisor}) sees no token"
+    );
+    assert!(
+        !sees(master),
+        "NGINX's master (host pid {master}) sees no token"
+    );
+
+    // NGINX's logs are its container's: the access log line of this test's request.
+    let logged = wait_until(Duration::from_secs(10), || async {
+        let (_, log) = c.kubectl(&["logs", "-n", NS, pod, "-c", "nginx"], None);
+        log.contains("\"GET / HTTP/1.1\" 200")
+    })
+    .await;
+    assert!(logged, "NGINX's access log is in the nginx container's log");
+}
+
+/// The chart's NetworkPolicy as the API server holds it: it selects exactly the
+/// controller pods; the proxy ports admit anyone, the webhook's port only the API
+/// server's address and the status port only the listed peer; nothing else is
+/// admitted. (The harness's bridge network plugin does not enforce policies: this
+/// checks what an enforcing one would be given.)
+fn the_network_policy_admits_what_it_must(c: &Cluster, pods: &[(String, String, bool)]) {
+    let policy = c.json(&["get", "networkpolicy", "-n", NS, CONTROLLER]);
+    let spec = &policy["spec"];
+    assert_eq!(
+        spec["policyTypes"],
+        serde_json::json!(["Ingress"]),
+        "{policy}"
+    );
+    let selector: Vec<String> = spec["podSelector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+        .collect();
+    let selected = c.json(&["get", "pods", "-n", NS, "-l", &selector.join(",")]);
+    let mut selected: Vec<&str> = selected["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    selected.sort();
+    let mut controllers: Vec<&str> = pods.iter().map(|p| p.0.as_str()).collect();
+    controllers.sort();
+    assert_eq!(
+        selected, controllers,
+        "the policy selects the controller pods only"
+    );
+    // Each port of the pods, and who may reach it.
+    let mut admitted: Vec<(String, u64, String)> = Vec::new();
+    for rule in spec["ingress"].as_array().unwrap() {
+        let from = match rule["from"].as_array() {
+            None => "anyone".to_owned(),
+            Some(peers) => serde_json::to_string(peers).unwrap(),
+        };
+        for port in rule["ports"].as_array().unwrap() {
+            admitted.push((
+                port["protocol"].as_str().unwrap().to_owned(),
+                port["port"].as_u64().unwrap(),
+                from.clone(),
+            ));
+        }
+    }
+    admitted.sort();
+    let node = r#"[{"ipBlock":{"cidr":"10.244.0.1/32"}}]"#;
+    let want: Vec<(String, u64, String)> = [
+        (80, "anyone"),
+        (443, "anyone"),
+        (8443, node),
+        (9000, "anyone"),
+        (10254, node),
+    ]
+    .iter()
+    .map(|(port, from)| ("TCP".to_owned(), *port, from.to_string()))
+    .collect();
+    assert_eq!(admitted, want, "{policy}");
+    // Those are all the ports the pods listen on.
+    let pod = c.json(&["get", "pod", "-n", NS, &pods[0].0]);
+    let mut ports: Vec<u64> = pod["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+        .map(|p| p["containerPort"].as_u64().unwrap())
+        .collect();
+    ports.sort();
+    assert_eq!(ports, [80, 443, 8443, 9000, 10254], "{pod}");
+}
+
+/// A new Ingress reaches every pod by a reload (the same master, a verified
+/// reload), served through the Service.
+async fn an_ingress_change_reloads_every_pod(
+    c: &Cluster,
+    pods: &[(String, String, bool)],
+    cluster_ip: &str,
+) {
+    const OK: &str = "result=\"success\"";
+    let mut before = Vec::new();
+    for (name, ip, _) in pods {
+        let master = nginx_master(c, name).expect("a master");
+        before.push((master, pod_metric(ip, "ferrule_reloads_total", OK).await));
+    }
+    c.apply(&web_ingress("two", "two.helm.e2e", ""));
+    for ((name, ip, _), (master, reloads)) in pods.iter().zip(&before) {
+        let served = wait_until(Duration::from_secs(30), || async {
+            via_host(ip, "two.helm.e2e").await.is_ok()
+        })
+        .await;
+        assert!(served, "{name} serves the new Ingress");
+        let counted = wait_until(Duration::from_secs(10), || async {
+            pod_metric(ip, "ferrule_reloads_total", OK).await > *reloads
+        })
+        .await;
+        assert!(counted, "{name} reloaded: {reloads} before");
+        assert_eq!(
+            nginx_master(c, name),
+            Some(*master),
+            "{name}: a reload keeps the master"
+        );
+    }
+    let through = wait_until(Duration::from_secs(10), || async {
+        via_host(cluster_ip, "two.helm.e2e").await.is_ok()
+    })
+    .await;
+    assert!(through, "the new Ingress through the Service");
+}
+
+/// kill -9 of NGINX's master in `pod`'s nginx container: the controller notices
+/// (through the supervisor), NGINX is started again in the same container (neither
+/// container restarts), the pod serves and is Ready again, and no zombie is left.
+async fn nginx_comes_back_after_kill_9(c: &Cluster, (pod, ip, _): &(String, String, bool)) {
+    let old = nginx_master(c, pod).expect("a master");
+    let (ok, out) = c.exec(pod, "nginx", &format!("kill -9 {old}"));
+    assert!(ok, "kill -9 {old}: {out}");
+    let back = wait_until(Duration::from_secs(60), || async {
+        nginx_master(c, pod).is_some_and(|m| m != old)
+            && via(ip).await.is_ok()
+            && c.controller_pods().iter().any(|p| &p.0 == pod && p.2)
+    })
+    .await;
+    let (_, log) = c.kubectl(
+        &["logs", "-n", NS, pod, "-c", "controller", "--tail=30"],
+        None,
+    );
+    assert!(
+        back,
+        "a new master serves in {pod}, Ready; controller:\n{log}"
+    );
+    assert_eq!(
+        pod_metric(ip, "ferrule_nginx_restarts_total", "").await,
+        1.0,
+        "the controller restarted NGINX once"
+    );
+    assert_eq!(
+        c.restarts(pod),
+        [("controller".to_owned(), 0), ("nginx".to_owned(), 0)],
+        "no container restarted"
+    );
+    // The old workers, orphaned by their master, were killed and reaped.
+    let reaped = wait_until(Duration::from_secs(10), || async {
+        let (ok, zombies) = c.exec(
+            pod,
+            "nginx",
+            "for p in /proc/[0-9]*; do grep -q '^State:.Z' $p/status 2>/dev/null && echo $p; done; true",
+        );
+        ok && zombies.trim().is_empty()
+    })
+    .await;
+    assert!(reaped, "no zombie in the nginx container");
 }
