@@ -15,6 +15,12 @@
 #    loopback; an EndpointSlice edit in the directory moves the traffic; NGINX's
 #    access log is on the container's stdout. Once with the Lua balancer, once
 #    with njs.
+# 4. The same as two containers, as the README runs them without Kubernetes:
+#    `ferrule nginx-supervisor` and `ferrule run --nginx-supervisor`, each in its
+#    own PID namespace, sharing the host's network and one directory at
+#    /var/lib/ferrule. NGINX (the fast path's module checked by `nginx -t` through
+#    the supervisor) is the supervisor's child, none of the controller's, and its
+#    access log is on the nginx container's stdout; SIGTERM stops both.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd -P)
@@ -34,13 +40,14 @@ done
 WORK=$(mktemp -d /tmp/ferrule-image-test.XXXXXX)
 PIDS=()
 CONTAINER=''
+SPLIT=()
 cleanup() {
-    if [[ -n $CONTAINER ]]; then
-        "$CLUSTER" ctr tasks kill --signal SIGKILL "$CONTAINER" >/dev/null 2>&1 || true
+    for c in $CONTAINER "${SPLIT[@]}"; do
+        "$CLUSTER" ctr tasks kill --signal SIGKILL "$c" >/dev/null 2>&1 || true
         sleep 0.3
-        "$CLUSTER" ctr tasks delete --force "$CONTAINER" >/dev/null 2>&1 || true
-        "$CLUSTER" ctr containers delete "$CONTAINER" >/dev/null 2>&1 || true
-    fi
+        "$CLUSTER" ctr tasks delete --force "$c" >/dev/null 2>&1 || true
+        "$CLUSTER" ctr containers delete "$c" >/dev/null 2>&1 || true
+    done
     ((${#PIDS[@]})) && kill "${PIDS[@]}" 2>/dev/null
     rm -rf "$WORK"
 }
@@ -305,7 +312,79 @@ run_image() { # BALANCER
     log "ok: $balancer balancer: a.test -> 127.0.0.2, b.test -> 127.0.0.3 then 127.0.0.4"
 }
 
+task_pid() { "$CLUSTER" ctr tasks list | awk -v c="$1" '$1 == c { print $2 }'; }
+children() { ps -o pid=,args= --ppid "$1"; }
+
+run_split() {
+    local m=$WORK/manifests-split shared=$WORK/shared
+    mkdir -p "$m" "$shared"
+    chown 101:101 "$shared"
+    cp "$ROOT/examples/class.yaml" "$m/"
+    service a 127.0.0.2 >"$m/a.yaml"
+    local nginx=ferrule-image-test-$$-nginx controller=ferrule-image-test-$$-controller
+    SPLIT=("$nginx" "$controller")
+    log "ctr run $IMAGE twice: nginx-supervisor and run --nginx-supervisor, one shared directory"
+    "$CLUSTER" ctr run --rm --net-host --read-only \
+        --mount "type=bind,src=$shared,dst=/var/lib/ferrule,options=rbind:rw" \
+        "$IMAGE" "$nginx" \
+        /usr/bin/ferrule nginx-supervisor --socket=/var/lib/ferrule/supervisor.sock \
+        </dev/null >"$WORK/nginx.log" 2>&1 &
+    local nginx_ctr=$!
+    "$CLUSTER" ctr run --rm --net-host --read-only \
+        --mount "type=bind,src=$m,dst=/manifests,options=rbind:ro" \
+        --mount "type=bind,src=$shared,dst=/var/lib/ferrule,options=rbind:rw" \
+        --mount type=tmpfs,src=tmpfs,dst=/tmp,options=mode=1777 \
+        "$IMAGE" "$controller" \
+        /usr/bin/ferrule run --nginx-log-stdio --manifests /manifests \
+        --nginx-supervisor=/var/lib/ferrule/supervisor.sock \
+        --listen-address 127.0.0.1 --http-port "$HTTP_PORT" --https-port "$HTTPS_PORT" \
+        --status-address 127.0.0.1 --status-port "$STATUS_PORT" --allow-local-endpoints \
+        </dev/null >"$WORK/ctr.log" 2>&1 &
+    local controller_ctr=$!
+    ready() {
+        kill -0 "$controller_ctr" 2>/dev/null || { cat "$WORK/ctr.log" >&2; fail "the controller container exited"; }
+        kill -0 "$nginx_ctr" 2>/dev/null || { cat "$WORK/nginx.log" >&2; fail "the nginx container exited"; }
+        [[ $(curl -s --max-time 2 "http://127.0.0.1:$STATUS_PORT/readyz" 2>/dev/null) == ready ]]
+    }
+    wait_for 60 "the split containers not ready on :$STATUS_PORT after 60 s" ready
+    local got
+    got=$(backend_of a.test)
+    [[ $got == 127.0.0.2 ]] || fail "a.test answered by '$got', want 127.0.0.2"
+
+    # NGINX is the supervisor's (as uid 101), and the controller runs nothing.
+    local supervisor pid
+    supervisor=$(task_pid "$nginx")
+    pid=$(task_pid "$controller")
+    [[ -n $supervisor && -n $pid ]] || fail "no tasks for $nginx and $controller"
+    children "$supervisor" | grep -q 'nginx: master process' ||
+        fail "NGINX's master is not the supervisor's child: $(children "$supervisor")"
+    [[ -z $(children "$pid") ]] || fail "the controller runs processes: $(children "$pid")"
+    [[ $(ps -o uid= --ppid "$supervisor" | sort -u | xargs) == 101 ]] ||
+        fail "NGINX does not run as uid 101"
+    [[ $(readlink "/proc/$supervisor/ns/pid") != "$(readlink "/proc/$pid/ns/pid")" ]] ||
+        fail "the two containers share a PID namespace"
+    grep -q 'C fast path for plain backends' "$WORK/ctr.log" ||
+        { cat "$WORK/ctr.log" >&2; fail "nginx -t through the supervisor did not load ngx_http_ferrule_module.so"; }
+    logged() { grep -q '"GET /probe HTTP/1.1" 200' "$WORK/nginx.log"; }
+    logged || sleep 2
+    logged || { cat "$WORK/nginx.log" >&2; fail "no NGINX access log line on the nginx container's stdout"; }
+
+    # SIGTERM to both, as a pod's deletion sends it: both stop.
+    "$CLUSTER" ctr tasks kill --signal SIGTERM "$nginx" >/dev/null
+    "$CLUSTER" ctr tasks kill --signal SIGTERM "$controller" >/dev/null
+    local i
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$controller_ctr" 2>/dev/null || kill -0 "$nginx_ctr" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -0 "$controller_ctr" 2>/dev/null && fail "the controller did not stop within 20 s of SIGTERM"
+    kill -0 "$nginx_ctr" 2>/dev/null && { cat "$WORK/nginx.log" >&2; fail "the supervisor did not stop within 20 s of SIGTERM"; }
+    SPLIT=()
+    log "ok: two containers: a.test -> 127.0.0.2, NGINX the supervisor's, the fast path checked there"
+}
+
 t0=$SECONDS
 run_image lua
 run_image njs
+run_split
 log "passed in $((SECONDS - t0)) s"
