@@ -117,9 +117,10 @@ pub struct Answer {
 
 impl Answer {
     fn failed(why: impl Into<String>) -> Self {
+        // JSON may write a byte as six (`\u0001`): the cut leaves room for that.
         let mut why: String = why.into();
-        if why.len() > MAX_LINE / 2 {
-            let mut end = MAX_LINE / 2;
+        if why.len() > MAX_LINE / 8 {
+            let mut end = MAX_LINE / 8;
             while !why.is_char_boundary(end) {
                 end -= 1;
             }
@@ -465,11 +466,12 @@ mod tests {
 
     #[test]
     fn a_long_complaint_is_cut_to_fit_a_line() {
-        let long = "é".repeat(MAX_LINE);
-        let a = Answer::failed(long);
-        let text = serde_json::to_vec(&a).unwrap();
-        assert!(text.len() < MAX_LINE, "{} bytes", text.len());
-        assert!(a.error.unwrap().starts_with('é'));
+        for unit in ["é", "\u{1}", "\""] {
+            let a = Answer::failed(unit.repeat(MAX_LINE));
+            let text = serde_json::to_vec(&a).unwrap();
+            assert!(text.len() < MAX_LINE, "{unit:?}: {} bytes", text.len());
+            assert!(a.error.unwrap().starts_with(unit));
+        }
     }
 
     /// The client against the server, with an NGINX binary that does not exist:
