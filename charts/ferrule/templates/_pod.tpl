@@ -23,6 +23,8 @@
 - --nginx-prefix=/var/lib/ferrule/nginx
 - --nginx-log-stdio
 - --nginx-supervisor={{ include "ferrule.supervisorSocket" . }}
+{{- /* Every tenant's state, on the controller's own /tmp: not in the emptyDir NGINX shares. */}}
+- --status-socket=/tmp/status.sock
 - --shutdown-grace-period={{ .Values.controller.shutdownGracePeriod }}
 {{- if .Values.controller.admissionWebhooks.enabled }}
 - --admission-port={{ .Values.controller.admissionWebhooks.port }}
