@@ -1053,14 +1053,25 @@ impl Ferrule {
     /// Waits (up to 10 s) until no worker of an earlier configuration is left: NGINX
     /// renames a worker it told to exit "worker process is shutting down", and such a
     /// worker still answers what it accepted with the old configuration. Call it once
-    /// the new configuration has answered (or status says it applied): the master
-    /// tells the old workers to exit as soon as the new ones run.
+    /// the new configuration has answered (or status says it applied).
+    ///
+    /// The title alone is not enough: the master starts the new workers first and
+    /// only then tells the old ones to exit, and in between an old worker, not yet
+    /// renamed, still accepts new connections with the old configuration (seen on a
+    /// loaded machine: a request after the new configuration had answered got the
+    /// old one). So there must also be no more workers than `--worker-processes`.
     pub async fn old_workers_gone(&self) {
+        let expected: Option<usize> = (self.args.windows(2))
+            .find(|w| w[0] == "--worker-processes")
+            .and_then(|w| w[1].parse().ok());
         let draining = || {
-            self.worker_pids().iter().any(|pid| {
-                std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("shutting down"))
-            })
+            let titles: Vec<String> = (self.worker_pids().iter())
+                .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+                .map(|c| String::from_utf8_lossy(&c).into_owned())
+                .filter(|t| t.contains("worker process"))
+                .collect();
+            titles.iter().any(|t| t.contains("shutting down"))
+                || expected.is_some_and(|n| titles.len() > n)
         };
         let gone = wait_until(Duration::from_secs(10), || async { !draining() }).await;
         assert!(
