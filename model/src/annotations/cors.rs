@@ -93,10 +93,8 @@ fn origins(v: &str) -> Result<Vec<Origin>, String> {
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .collect();
-    if entries.is_empty() {
-        return Err("expected * or a list of origins".to_owned());
-    }
-    if entries == ["*"] {
+    // Empty is every origin, as in ingress-nginx (its default is `*`).
+    if entries.is_empty() || entries == ["*"] {
         return Ok(Vec::new());
     }
     entries.into_iter().map(origin).collect()
@@ -190,6 +188,12 @@ mod tests {
     fn origins_are_typed() {
         assert_eq!(origins("*"), Ok(vec![]));
         assert_eq!(
+            origins(""),
+            Ok(vec![]),
+            "empty: every origin, as ingress-nginx"
+        );
+        assert_eq!(origins(" , "), Ok(vec![]));
+        assert_eq!(
             origins("https://A.example.com, http://*.b.example:8080,c.example"),
             Ok(vec![
                 o(Some("https"), "a.example.com", None),
@@ -198,7 +202,6 @@ mod tests {
             ])
         );
         for bad in [
-            "",
             "ftp://a.example",
             "https://a.example/path",
             "https://a.*.example",
