@@ -180,6 +180,10 @@ async fn a_supervised_nginx_serves_reloads_and_comes_back_after_kill_9() {
         "new workers: {workers:?} → {:?}",
         f.worker_pids()
     );
+    // The count follows the verification, which may finish after the first new
+    // answer: wait for it, then check there was exactly one.
+    let counted = wait_until(WAIT, || async { f.reloads().await > reloads }).await;
+    assert!(counted, "the reload is counted; log:\n{}", f.logs());
     assert_eq!(f.reloads().await, reloads + 1.0, "one verified reload");
     assert!(
         sup.logs().contains("NGINX started"),
