@@ -117,17 +117,7 @@ pub fn reap_orphans() {
     use nix::sys::wait::{WaitPidFlag, waitpid};
     let me = std::process::id();
     let my_group = nix::unistd::getpgrp().as_raw() as u32;
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in super::procfs::pids() {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };

@@ -126,21 +126,21 @@ impl Tracker {
     }
 }
 
-/// The live processes of process group `pgrp`.
-fn group(pgrp: u32) -> Vec<Proc> {
+/// The pids of the processes this process can see (`/proc`'s numeric entries).
+pub fn pids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .collect()
+}
+
+/// The live processes of process group `pgrp`.
+fn group(pgrp: u32) -> Vec<Proc> {
     let page = page_size();
     let mut out = Vec::new();
-    for entry in dir.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in pids() {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
         };
